@@ -1,0 +1,219 @@
+// Package quorum fans one request out to N nodes in parallel and decides as
+// soon as the outcome is known: a majority agreed, or a majority can no longer
+// agree. It also holds the validity arithmetic of the Redlock algorithm.
+//
+// The package knows nothing about Redis: a request is a function of the node
+// index, and the caller says what each reply means with a [Vote].
+package quorum
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Vote is what one node's reply means for the decision.
+type Vote int8
+
+// The votes.
+const (
+	Pending Vote = iota // no reply yet
+	Yes                 // counts toward the quorum
+	No                  // a definite refusal, e.g. the key is held by another owner
+	Failed              // the node could not answer: an error or a timeout
+)
+
+func (v Vote) String() string {
+	switch v {
+	case Pending:
+		return "pending"
+	case Yes:
+		return "yes"
+	case No:
+		return "no"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Vote(%d)", int8(v))
+}
+
+// TimeoutError is the error of a node that did not answer within the node
+// timeout. It matches context.DeadlineExceeded.
+type TimeoutError struct {
+	After time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("no reply within %v", e.After)
+}
+
+// Unwrap makes errors.Is(err, context.DeadlineExceeded) hold.
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// Reply is one node's answer.
+type Reply[T any] struct {
+	Val T
+	Err error
+}
+
+// Round is one request sent to every node at once. Each node's goroutine
+// writes only its own slot, and the notification channel is buffered to N,
+// so a node that answers after the decision never blocks: it finishes in the
+// background, bounded by the node timeout, and is waited for by whoever
+// passed the WaitGroup to Start.
+//
+// A Round is safe for concurrent use once started.
+type Round[T any] struct {
+	start   time.Time
+	timeout time.Duration
+	g       errgroup.Group // the zero Group: it never cancels the others on an error
+	replies []Reply[T]     // slot i written once by node i's goroutine, before done[i] is closed
+	done    []chan struct{}
+	notify  chan int // buffered to N: node i sends i once
+}
+
+// Start sends call to nodes 0..n-1 in parallel, one goroutine each, and
+// returns at once. Each call gets a context bounded by timeout (only when the
+// caller's deadline is later). If wg is not nil, each goroutine is added to
+// it, so that an owner can wait for stragglers after an early decision.
+func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.WaitGroup, call func(ctx context.Context, node int) (T, error)) *Round[T] {
+	r := &Round[T]{
+		start:   time.Now(),
+		timeout: timeout,
+		replies: make([]Reply[T], n),
+		done:    make([]chan struct{}, n),
+		notify:  make(chan int, n),
+	}
+	if wg != nil {
+		wg.Add(n)
+	}
+	for i := range n {
+		r.done[i] = make(chan struct{})
+		r.g.Go(func() error {
+			if wg != nil {
+				defer wg.Done()
+			}
+			cctx, cancel := withTimeout(ctx, timeout)
+			v, err := call(cctx, i)
+			cancel()
+			r.replies[i] = Reply[T]{Val: v, Err: err}
+			close(r.done[i])
+			r.notify <- i
+			return nil
+		})
+	}
+	return r
+}
+
+// withTimeout bounds ctx by d, unless ctx already ends sooner.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Started returns when the round's requests were sent: validity is measured
+// from here.
+func (r *Round[T]) Started() time.Time { return r.start }
+
+// N returns the number of nodes.
+func (r *Round[T]) N() int { return len(r.done) }
+
+// Done returns a channel closed when node i has answered (or given up).
+func (r *Round[T]) Done(i int) <-chan struct{} { return r.done[i] }
+
+// Reply returns node i's answer and true, or false if it has not answered.
+func (r *Round[T]) Reply(i int) (Reply[T], bool) {
+	select {
+	case <-r.done[i]:
+		return r.replies[i], true
+	default:
+		return Reply[T]{}, false
+	}
+}
+
+// Wait waits for every node's goroutine, however late.
+func (r *Round[T]) Wait() { _ = r.g.Wait() }
+
+// Tally is the state of a round when it was decided.
+type Tally struct {
+	Yes, No, Failed, Pending int
+	Votes                    []Vote  // per node; Pending for a node whose reply was not waited for
+	Errs                     []error // per node; the error of a Failed node
+	Elapsed                  time.Duration
+}
+
+// Quorum reports whether a majority voted yes.
+func (t Tally) Quorum() bool { return t.Yes >= Size(len(t.Votes)) }
+
+// Decider says whether a tally settles the round. See [Majority] and [All].
+type Decider func(t Tally) bool
+
+// Majority settles a round as soon as a majority voted yes, or a majority of
+// yes votes has become impossible.
+func Majority(t Tally) bool {
+	q := Size(len(t.Votes))
+	return t.Yes >= q || t.Yes+t.Pending < q
+}
+
+// All settles a round only when every node has answered.
+func All(t Tally) bool { return t.Pending == 0 }
+
+// Collect waits until decide settles the tally, the node timeout has passed
+// since Start (nodes still silent then count as Failed with a
+// [*TimeoutError]; the fan-out enforces the timeout itself, since a Redis
+// client may ignore a context deadline on a blocked read), or ctx is done
+// (silent nodes count as Failed with ctx's error). classify turns a reply into
+// a vote; it runs on the caller's goroutine.
+//
+// Collect must be called at most once per Round.
+func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Reply[T]) (Vote, error), decide Decider) Tally {
+	n := len(r.done)
+	t := Tally{Pending: n, Votes: make([]Vote, n), Errs: make([]error, n)}
+	var timeout <-chan time.Time
+	if r.timeout > 0 {
+		tm := time.NewTimer(r.timeout - time.Since(r.start))
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	for !decide(t) {
+		select {
+		case i := <-r.notify:
+			v, err := classify(i, r.replies[i])
+			t.Votes[i], t.Errs[i] = v, err
+			t.Pending--
+			switch v {
+			case Yes:
+				t.Yes++
+			case No:
+				t.No++
+			default:
+				t.Votes[i] = Failed
+				t.Failed++
+			}
+		case <-timeout:
+			t.failPending(&TimeoutError{After: r.timeout})
+		case <-ctx.Done():
+			t.failPending(ctx.Err())
+		}
+	}
+	t.Elapsed = time.Since(r.start)
+	return t
+}
+
+func (t *Tally) failPending(err error) {
+	for i, v := range t.Votes {
+		if v == Pending {
+			t.Votes[i], t.Errs[i] = Failed, err
+			t.Failed++
+		}
+	}
+	t.Pending = 0
+}

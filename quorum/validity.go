@@ -1,0 +1,41 @@
+package quorum
+
+import "time"
+
+// ClockDriftMin is the fixed part of the drift allowance: the Redlock
+// specification adds 2ms to TTL·drift to cover the granularity of Redis
+// expiry (it checks keys with millisecond precision).
+const ClockDriftMin = 2 * time.Millisecond
+
+// Size returns the number of nodes that make a majority of n: n/2+1. For
+// even n it is one more than half, so two disjoint halves can never both win.
+// Size(0) is 1, so that no empty set of nodes is ever a quorum.
+func Size(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return n/2 + 1
+}
+
+// DriftAllowance returns the part of a lease that is given up to clock drift
+// between the client and the nodes: ttl·drift + 2ms (Redlock, step 3).
+func DriftAllowance(ttl time.Duration, drift float64) time.Duration {
+	return time.Duration(float64(ttl)*drift) + ClockDriftMin
+}
+
+// Validity returns how long a lease of ttl, granted by a majority after
+// elapsed time (measured with the monotonic clock from before the first
+// request was sent), may still be trusted: ttl − elapsed − drift allowance.
+// A result ≤ 0 means the lease must be treated as not obtained.
+func Validity(ttl, elapsed time.Duration, drift float64) time.Duration {
+	return ttl - elapsed - DriftAllowance(ttl, drift)
+}
+
+// Deadline returns the local time until which a lease of ttl whose round
+// started at start may be trusted: start + ttl − drift allowance. It equals
+// decision time + Validity(ttl, decision time − start, drift), and keeps the
+// monotonic reading of start, so comparisons with time.Now are immune to
+// wall-clock steps.
+func Deadline(start time.Time, ttl time.Duration, drift float64) time.Time {
+	return start.Add(ttl - DriftAllowance(ttl, drift))
+}
