@@ -1,0 +1,13 @@
+//go:build !linux
+
+package redistest
+
+import "syscall"
+
+// sysProcAttr returns nil: Pdeathsig is Linux-only, so elsewhere a test
+// binary that dies without running its Cleanups leaves its servers behind.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// waitStopped returns at once: without /proc there is no cheap way to see
+// that SIGSTOP has taken effect, and it normally has within microseconds.
+func waitStopped(pid int) error { return nil }

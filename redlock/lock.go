@@ -1,0 +1,425 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/renew"
+)
+
+type state int8
+
+const (
+	stateHeld     state = iota
+	stateLost           // lost: Lost() closed, Context cancelled with ErrLockLost
+	stateUnlocked       // Unlock was called
+	stateClosed         // the Client was closed
+	stateFinished       // a failed attempt; never handed out
+)
+
+// closedChan is what Lost returns for a nil *Lock.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Lock is a lock held on a majority of nodes. It is safe for concurrent use.
+// Methods on a nil *Lock are safe: Unlock and Extend return ErrNotHeld, Valid
+// is false, Lost returns a closed channel, Context returns a cancelled
+// context.
+//
+// Values of this type must not be copied.
+type Lock struct {
+	c        *Client
+	resource string
+	key      string
+	token    string
+	cfg      config
+	lost     chan struct{}           // closed once, on loss
+	ctx      context.Context         // write-once before the Lock is handed out
+	cancel   context.CancelCauseFunc // write-once, with ctx
+
+	mu         sync.Mutex // protects the fields below
+	state      state
+	validUntil time.Time
+	lostErr    error
+	handle     *renew.Handle
+	rounds     []*quorum.Round[reply] // rounds of this lock with requests maybe still in flight
+}
+
+// Resource returns the name of the locked resource.
+func (l *Lock) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.resource
+}
+
+// Token returns the value stored under the lock key on the nodes: 122 random
+// bits (a uuid v4), unique per acquisition and unguessable. It is what proves
+// ownership to the scripts; do not log it.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Fence returns the fencing token of this acquisition: it strictly increases
+// across successive holders of the resource. It is 0 unless the lock was
+// acquired with WithFencing(true).
+func (l *Lock) Fence() int64 {
+	return 0
+}
+
+// ValidUntil returns the local deadline until which the lock may be trusted,
+// from the last successful acquire or extend: the start of that round plus
+// the TTL minus the drift allowance. It is read on the monotonic clock.
+func (l *Lock) ValidUntil() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Valid reports whether the lock is held: not lost, not unlocked, not closed,
+// and now is before ValidUntil. It never reports true at or after
+// ValidUntil. It does no I/O.
+func (l *Lock) Valid() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateHeld && time.Now().Before(l.validUntil)
+}
+
+// Lost returns a channel that is closed when the lock is lost: a majority of
+// nodes said the key is no longer ours, or ValidUntil passed without a
+// successful renewal. It is not closed by Unlock or Close.
+func (l *Lock) Lost() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.lost
+}
+
+// Context returns a context that lives as long as the lock: it is cancelled
+// on loss (context.Cause matches ErrLockLost), on Unlock (cause ErrUnlocked)
+// and on Close (cause ErrClosed). It carries the values of the ctx given to
+// Lock, but not its cancellation.
+func (l *Lock) Context() context.Context {
+	if l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNotHeld)
+		return ctx
+	}
+	return l.ctx
+}
+
+// Extend re-arms the lease (the TTL) on a majority of nodes now, and moves
+// ValidUntil. Where a node has lost the key (it restarted empty), the key is
+// set again with our token; a node where another token holds it counts
+// against us. New validity is measured from before the first request.
+//
+// Extend never resurrects an expired lock: after loss, or at or after
+// ValidUntil, it returns an error matching ErrLockLost without I/O. When a
+// majority says the key is not ours, the lock is lost and the error matches
+// both ErrLockLost and ErrNotHeld. When too few nodes answer while validity
+// remains, it returns ErrNoQuorum joined with the node errors, and the lock
+// is not yet lost. After Unlock it returns ErrNotHeld; after Close,
+// ErrClosed.
+func (l *Lock) Extend(ctx context.Context) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	return l.extend(ctx)
+}
+
+func (l *Lock) extend(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	c := l.c
+	if err := c.begin(); err != nil {
+		return err
+	}
+	defer c.end()
+	n := len(c.nodes)
+	// Step 5: re-arm where ours, set where absent, on every node.
+	r := quorum.Start(ctx, n, l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			e, err := scripts.Extend(ctx, s, l.key, l.token, l.cfg.ttl)
+			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
+		})
+	})
+	l.track(r)
+	t := r.Collect(ctx, classify, quorum.Majority)
+	switch {
+	case t.Quorum():
+		until := quorum.Deadline(r.Started(), l.cfg.ttl, l.cfg.drift)
+		l.mu.Lock()
+		if l.state != stateHeld {
+			l.mu.Unlock()
+			return l.usable()
+		}
+		// A renewal counts only if it was decided before the old deadline:
+		// after it, another client may have held the lock in between.
+		if !time.Now().Before(l.validUntil) {
+			l.mu.Unlock()
+			return l.expire(nil)
+		}
+		if until.After(l.validUntil) {
+			l.validUntil = until
+		}
+		l.mu.Unlock()
+		return nil
+	case t.No >= c.quorum:
+		err := joinNodeErrors(fmt.Errorf("%w: %w: %d of %d nodes hold another owner's key or none, %d confirmed",
+			ErrLockLost, ErrNotHeld, t.No, n, t.Yes), t)
+		l.lose(err)
+		return err
+	}
+	return joinNodeErrors(fmt.Errorf("%w: %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, t.Yes, n, c.quorum), t)
+}
+
+// usable returns nil while the lock is held and valid, or the error Extend
+// returns otherwise (reporting the loss if validity just ran out).
+func (l *Lock) usable() error {
+	l.mu.Lock()
+	st, until, lostErr := l.state, l.validUntil, l.lostErr
+	l.mu.Unlock()
+	switch st {
+	case stateLost:
+		return lostErr
+	case stateClosed:
+		return ErrClosed
+	case stateUnlocked, stateFinished:
+		return ErrNotHeld
+	}
+	if !time.Now().Before(until) {
+		return l.expire(nil)
+	}
+	return nil
+}
+
+// expire declares the lock lost because its validity ran out, and returns
+// the loss error.
+func (l *Lock) expire(last error) error {
+	err := fmt.Errorf("%w: %w", ErrLockLost, errors.Join(renew.ErrExpired, last))
+	l.lose(err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
+	return err
+}
+
+// lose declares the lock lost, once: Lost() is closed, Context() cancelled
+// with err, renewal stopped, OnLost started on a goroutine the Client owns.
+// It never blocks, so the scheduler may call it.
+func (l *Lock) lose(err error) {
+	if !errors.Is(err, ErrLockLost) {
+		err = fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	l.state, l.lostErr = stateLost, err
+	h := l.handle
+	l.mu.Unlock()
+	close(l.lost)
+	l.cancel(err)
+	if h != nil {
+		h.Cancel()
+	}
+	if fn := l.cfg.onLost; fn != nil {
+		l.c.goCallback(func() { fn(l, err) })
+	}
+}
+
+// goCallback runs fn on a goroutine the Client owns, unless the Client is
+// closed.
+func (c *Client) goCallback(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.wg.Go(fn)
+}
+
+// finish ends a held lock for a reason other than loss: cause is
+// ErrUnlocked, ErrClosed, or ErrClosed for a lock never handed out.
+func (l *Lock) finish(cause error) {
+	l.mu.Lock()
+	if l.state == stateHeld {
+		switch cause {
+		case ErrUnlocked:
+			l.state = stateUnlocked
+		case ErrClosed:
+			l.state = stateClosed
+		default:
+			l.state = stateFinished
+		}
+	}
+	l.mu.Unlock()
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
+}
+
+// Unlock stops the renewal (waiting for one in flight), cancels Context with
+// cause ErrUnlocked, and runs check-and-delete on every node — also after
+// the lock was lost, since the key may still be ours on some nodes. The
+// release goes out even if ctx is already done (on a context without its
+// cancellation), bounded by the node timeout.
+//
+// It returns nil when the key was ours on at least one node and a majority
+// answered; ErrNotHeld when no node held our token (the lease expired, or
+// the lock was already unlocked); ErrNoQuorum joined with the node errors
+// when too few nodes answered (keys left there expire with their TTL);
+// ErrClosed after Close.
+func (l *Lock) Unlock(ctx context.Context) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	c := l.c
+	if err := c.begin(); err != nil {
+		return err
+	}
+	defer c.end()
+	l.mu.Lock()
+	h := l.handle
+	l.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+	l.finish(ErrUnlocked)
+	c.mu.Lock()
+	delete(c.locks, l)
+	c.mu.Unlock()
+	return l.release(ctx)
+}
+
+// release runs check-and-delete on every node (step 6) and waits for every
+// answer, bounded by the node timeout.
+func (l *Lock) release(ctx context.Context) error {
+	c := l.c
+	n := len(c.nodes)
+	dctx := context.WithoutCancel(ctx)
+	r := quorum.Start(dctx, n, 2*l.cfg.timeout()+closeGrace, &c.wg, func(ctx context.Context, i int) (bool, error) {
+		return l.releaseNode(ctx, i)
+	})
+	t := r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
+		switch {
+		case rep.Err != nil:
+			return quorum.Failed, rep.Err
+		case rep.Val:
+			return quorum.Yes, nil
+		}
+		return quorum.No, nil
+	}, quorum.All)
+	answered := t.Yes + t.No
+	switch {
+	case answered < c.quorum:
+		return joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
+	case t.Yes == 0:
+		return joinNodeErrors(ErrNotHeld, t)
+	}
+	return nil
+}
+
+// releaseNode releases the key on node i once this lock's requests still in
+// flight there have answered or timed out, so that none of them lands after
+// the release. A request that outlives that wait and turns out to have set
+// our key triggers another release when it answers.
+func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
+	l.mu.Lock()
+	rounds := l.rounds
+	l.mu.Unlock()
+	var late []*quorum.Round[reply]
+	if len(rounds) > 0 {
+		wait := time.NewTimer(l.cfg.timeout() + closeGrace)
+		for _, r := range rounds {
+			select {
+			case <-r.Done(i):
+			case <-wait.C:
+				late = append(late, r)
+			}
+		}
+		wait.Stop()
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
+	defer cancel()
+	ok, err := call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
+		return scripts.Release(ctx, s, l.key, l.token)
+	})
+	for _, r := range late {
+		l.c.goCallback(func() {
+			<-r.Done(i)
+			if rep, _ := r.Reply(i); rep.Val.ours {
+				rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
+				defer cancel()
+				_, _ = call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
+					return scripts.Release(ctx, s, l.key, l.token)
+				})
+			}
+		})
+	}
+	return ok, err
+}
+
+// track remembers a round of this lock until all its requests have answered.
+func (l *Lock) track(r *quorum.Round[reply]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keep := l.rounds[:0]
+	for _, old := range l.rounds {
+		if !settled(old) {
+			keep = append(keep, old)
+		}
+	}
+	l.rounds = append(keep, r)
+}
+
+func settled(r *quorum.Round[reply]) bool {
+	for i := range r.N() {
+		if _, ok := r.Reply(i); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// watch is what the renewal scheduler sees of a Lock.
+type watch struct{ l *Lock }
+
+var _ renew.Target = watch{}
+
+func (w watch) Renew(ctx context.Context) error {
+	err := w.l.extend(ctx)
+	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
+
+func (w watch) Lose(err error) {
+	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
+		err = fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	w.l.lose(err)
+}

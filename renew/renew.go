@@ -1,0 +1,384 @@
+// Package renew is the renewal scheduler: one per redlock Client, not one
+// goroutine per lock. It keeps a heap of locks ordered by their next event —
+// a renewal that is due, or the deadline at which the lease runs out — and
+// drives both from a single timer.
+//
+// For each lock it extends the lease every interval through the lock's own
+// quorum extend ([Target.Renew]). After a failed round it retries quickly,
+// with jittered exponential backoff, while validity remains. It declares the
+// lock lost ([Target.Lose]) when a renewal reports that the lock is gone for
+// good (a *backoff.PermanentError: a majority said the key is not ours), or
+// when [Target.ValidUntil] passes without a successful renewal — whichever
+// comes first. The deadline does not depend on a renewal returning: a
+// renewal that hangs cannot delay the loss report. A lease without renewal is
+// lost at its deadline the same way.
+package renew
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// ErrExpired is the cause given to [Target.Lose] when the deadline passed
+// without a successful renewal. It is joined with the last renewal error, if
+// any.
+var ErrExpired = errors.New("renew: validity ran out before a renewal succeeded")
+
+// Target is one lock, seen by the scheduler.
+type Target interface {
+	// Renew runs one extension round on the nodes and, on success, moves the
+	// lock's ValidUntil. It returns a *backoff.PermanentError when the lock
+	// is gone for good; any other error is retried while validity remains.
+	// ctx is cancelled when the renewal is stopped.
+	Renew(ctx context.Context) error
+	// ValidUntil returns the lock's current local deadline. It never moves
+	// back.
+	ValidUntil() time.Time
+	// Lose declares the lock lost with cause err. It is called at most once,
+	// on the scheduler's goroutine, and must not block.
+	Lose(err error)
+}
+
+// Options are how one lock is renewed.
+type Options struct {
+	// AutoRenew turns renewal on. Without it, only the deadline is watched.
+	AutoRenew bool
+	// Interval is the time from the start of one successful renewal to the
+	// next one.
+	Interval time.Duration
+}
+
+// Handle is one lock's registration. Its methods are safe for concurrent use.
+type Handle struct {
+	s    *Scheduler
+	t    Target
+	opts Options
+
+	mu      sync.Mutex         // protects the fields below
+	stopped bool               // Stop was called, or the lock was lost
+	running chan struct{}      // closed when the renewal in flight returns; nil when none is
+	cancel  context.CancelFunc // cancels the renewal in flight
+
+	// Owned by the scheduler's goroutine.
+	index    int       // position in the heap; -1 when not in it
+	at       time.Time // next event
+	renewAt  time.Time // when the next renewal is due
+	inflight bool
+	lastErr  error
+	bo       *backoff.ExponentialBackOff
+}
+
+// Stop stops renewing the lock and watching its deadline, and waits for a
+// renewal of it in flight (which it cancels) to return. It is idempotent.
+func (h *Handle) Stop() {
+	h.mu.Lock()
+	h.stopped = true
+	cancel, running := h.cancel, h.running
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if running != nil {
+		<-running
+	}
+	h.s.poke()
+}
+
+// Cancel stops renewing the lock and watching its deadline, and cancels a
+// renewal in flight, without waiting for it: it may be called from within
+// Target.Renew or Target.Lose. It is idempotent.
+func (h *Handle) Cancel() {
+	h.mu.Lock()
+	h.stopped = true
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	h.s.poke()
+}
+
+// Scheduler renews many locks from one goroutine. The zero value is not
+// usable; call [New].
+type Scheduler struct {
+	wake      chan struct{}  // buffered 1: the heap changed
+	results   chan result    // renewals report here
+	quit      chan struct{}  // closed by Close
+	loopDone  chan struct{}  // closed when the loop has returned
+	wg        sync.WaitGroup // renewals in flight
+	closeOnce sync.Once
+
+	mu     sync.Mutex // protects added, closed
+	added  []*Handle  // handed to the loop on the next wake
+	closed bool
+
+	h entries // owned by the loop
+}
+
+type result struct {
+	h     *Handle
+	start time.Time
+	err   error
+}
+
+// New starts a scheduler. Close stops it.
+func New() *Scheduler {
+	s := &Scheduler{
+		wake:     make(chan struct{}, 1),
+		results:  make(chan result),
+		quit:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	go s.loop()
+	return s
+}
+
+// ErrClosed is returned by Add after Close.
+var ErrClosed = errors.New("renew: scheduler closed")
+
+// Add registers t. Its first renewal is due one interval from now; its
+// deadline is t.ValidUntil().
+func (s *Scheduler) Add(t Target, opts Options) (*Handle, error) {
+	if opts.AutoRenew && opts.Interval <= 0 {
+		return nil, fmt.Errorf("renew: interval must be positive, got %v", opts.Interval)
+	}
+	h := &Handle{s: s, t: t, opts: opts, index: -1, renewAt: time.Now().Add(opts.Interval)}
+	if opts.AutoRenew {
+		h.bo = retryBackOff(opts.Interval)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.added = append(s.added, h)
+	s.mu.Unlock()
+	s.poke()
+	return h, nil
+}
+
+// retryBackOff is the schedule of retries after a failed renewal: it starts
+// at a tenth of the interval (10ms to 100ms), grows 1.5× with ±50% jitter,
+// and never waits longer than half an interval. It never gives up by itself:
+// the deadline ends the retries.
+func retryBackOff(interval time.Duration) *backoff.ExponentialBackOff {
+	first := min(max(interval/10, 10*time.Millisecond), 100*time.Millisecond, interval/2)
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(first),
+		backoff.WithMaxInterval(max(interval/2, first)),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMultiplier(1.5),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the scheduler: no lock is renewed or declared lost after it
+// returns. It cancels renewals in flight and waits for them. Idempotent.
+func (s *Scheduler) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.quit)
+		<-s.loopDone
+		s.wg.Wait()
+	})
+}
+
+func (s *Scheduler) loop() {
+	defer close(s.loopDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.takeAdded()
+		s.fireDue(time.Now())
+		if len(s.h) > 0 {
+			timer.Reset(time.Until(s.h[0].at))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-s.quit:
+			s.stopAll()
+			return
+		case <-s.wake:
+		case <-timer.C:
+		case r := <-s.results:
+			s.finish(r)
+		}
+	}
+}
+
+func (s *Scheduler) takeAdded() {
+	s.mu.Lock()
+	added := s.added
+	s.added = nil
+	s.mu.Unlock()
+	for _, h := range added {
+		h.at = s.next(h)
+		heap.Push(&s.h, h)
+	}
+}
+
+// stopAll cancels every renewal in flight; Close then waits for them.
+func (s *Scheduler) stopAll() {
+	for _, h := range s.h {
+		h.mu.Lock()
+		h.stopped = true
+		if h.cancel != nil {
+			h.cancel()
+		}
+		h.mu.Unlock()
+	}
+	s.h = nil
+}
+
+// next is the time of h's next event: the deadline, or an earlier renewal.
+func (s *Scheduler) next(h *Handle) time.Time {
+	at := h.t.ValidUntil()
+	if h.opts.AutoRenew && !h.inflight && h.renewAt.Before(at) {
+		at = h.renewAt
+	}
+	return at
+}
+
+func (s *Scheduler) fireDue(now time.Time) {
+	for len(s.h) > 0 && !s.h[0].at.After(now) {
+		h := s.h[0]
+		h.mu.Lock()
+		stopped := h.stopped
+		h.mu.Unlock()
+		if stopped {
+			heap.Pop(&s.h)
+			continue
+		}
+		// Step 7: the deadline. ValidUntil is read afresh, since a manual
+		// Extend may have moved it since this event was armed.
+		if !now.Before(h.t.ValidUntil()) {
+			heap.Pop(&s.h)
+			s.lose(h, errors.Join(ErrExpired, h.lastErr))
+			continue
+		}
+		if h.opts.AutoRenew && !h.inflight && !now.Before(h.renewAt) {
+			s.launch(h)
+		}
+		h.at = s.next(h)
+		heap.Fix(&s.h, 0)
+	}
+}
+
+// lose marks h stopped and tells its target, unless Stop came first. A
+// renewal still in flight is cancelled; its result will be ignored.
+func (s *Scheduler) lose(h *Handle, err error) {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.mu.Unlock()
+	h.t.Lose(err)
+}
+
+func (s *Scheduler) launch(h *Handle) {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	running := make(chan struct{})
+	h.cancel, h.running = cancel, running
+	h.mu.Unlock()
+	h.inflight = true
+	start := time.Now()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := h.t.Renew(ctx)
+		cancel()
+		h.mu.Lock()
+		h.cancel, h.running = nil, nil
+		h.mu.Unlock()
+		close(running)
+		select {
+		case s.results <- result{h: h, start: start, err: err}:
+		case <-s.quit:
+		}
+	}()
+}
+
+func (s *Scheduler) finish(r result) {
+	h := r.h
+	h.inflight = false
+	h.mu.Lock()
+	stopped := h.stopped
+	h.mu.Unlock()
+	if stopped {
+		if h.index >= 0 {
+			heap.Remove(&s.h, h.index)
+		}
+		return
+	}
+	var perm *backoff.PermanentError
+	switch {
+	case r.err == nil:
+		h.lastErr = nil
+		h.bo.Reset()
+		h.renewAt = r.start.Add(h.opts.Interval)
+	case errors.As(r.err, &perm):
+		if h.index >= 0 {
+			heap.Remove(&s.h, h.index)
+		}
+		s.lose(h, perm.Err)
+		return
+	default:
+		h.lastErr = r.err
+		h.renewAt = time.Now().Add(h.bo.NextBackOff())
+	}
+	h.at = s.next(h)
+	if h.index >= 0 {
+		heap.Fix(&s.h, h.index)
+	} else {
+		heap.Push(&s.h, h)
+	}
+}
+
+// entries is a min-heap of handles by their next event.
+type entries []*Handle
+
+func (e entries) Len() int           { return len(e) }
+func (e entries) Less(i, j int) bool { return e[i].at.Before(e[j].at) }
+func (e entries) Swap(i, j int) {
+	e[i], e[j] = e[j], e[i]
+	e[i].index, e[j].index = i, j
+}
+func (e *entries) Push(x any) {
+	h := x.(*Handle)
+	h.index = len(*e)
+	*e = append(*e, h)
+}
+func (e *entries) Pop() any {
+	old := *e
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*e = old[:len(old)-1]
+	return h
+}

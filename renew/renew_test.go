@@ -1,0 +1,332 @@
+package renew
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// fake is a lock with a TTL whose Renew behaves as told.
+type fake struct {
+	ttl time.Duration
+
+	mu     sync.Mutex
+	until  time.Time
+	renews int
+	lost   []error
+	lostAt time.Time
+	// renew decides each round: it returns the delay before answering and
+	// the error (nil = success).
+	renew func(n int) (time.Duration, error)
+}
+
+func newFake(ttl time.Duration, renew func(n int) (time.Duration, error)) *fake {
+	return &fake{ttl: ttl, until: time.Now().Add(ttl), renew: renew}
+}
+
+func (f *fake) Renew(ctx context.Context) error {
+	start := time.Now()
+	f.mu.Lock()
+	f.renews++
+	n := f.renews
+	f.mu.Unlock()
+	d, err := f.renew(n)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if u := start.Add(f.ttl); u.After(f.until) {
+		f.until = u
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fake) ValidUntil() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.until
+}
+
+func (f *fake) Lose(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost = append(f.lost, err)
+	f.lostAt = time.Now()
+}
+
+func (f *fake) state() (renews int, lost []error, lostAt time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renews, append([]error(nil), f.lost...), f.lostAt
+}
+
+var errTransient = errors.New("no quorum")
+
+func ok(int) (time.Duration, error) { return time.Millisecond, nil }
+
+func TestScheduler_renewsEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		f := newFake(300*time.Millisecond, ok)
+		h, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3*time.Second + 50*time.Millisecond)
+		renews, lost, _ := f.state()
+		if renews != 30 || len(lost) != 0 {
+			t.Errorf("after 3.05s: %d renewals, lost %v; want 30 renewals, never lost", renews, lost)
+		}
+		h.Stop()
+		h.Stop() // idempotent
+		time.Sleep(time.Second)
+		if r, lost, _ := f.state(); r != renews || len(lost) != 0 {
+			t.Errorf("after Stop: %d renewals, lost %v; want %d, never lost", r, lost, renews)
+		}
+	})
+}
+
+func TestScheduler_permanentErrorLosesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		notOurs := errors.New("majority: not ours")
+		f := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n == 2 {
+				return time.Millisecond, backoff.Permanent(notOurs)
+			}
+			return time.Millisecond, nil
+		})
+		start := time.Now()
+		if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		_, lost, at := f.state()
+		if len(lost) != 1 || !errors.Is(lost[0], notOurs) || at.Sub(start) != 201*time.Millisecond {
+			t.Errorf("lost %v at %v; want once, with the renewal's error, at 201ms", lost, at.Sub(start))
+		}
+	})
+}
+
+func TestScheduler_retriesWhileValid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		// Rounds 2..5 fail; the lease (TTL 300ms) must survive thanks to
+		// quick retries well inside the remaining validity.
+		f := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n >= 2 && n <= 5 {
+				return time.Millisecond, errTransient
+			}
+			return time.Millisecond, nil
+		})
+		if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		renews, lost, _ := f.state()
+		if len(lost) != 0 || renews < 20 {
+			t.Errorf("%d renewals, lost %v; want ≥ 20 renewals and no loss", renews, lost)
+		}
+	})
+}
+
+func TestScheduler_lostAtDeadlineWhenRenewalsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		f := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n >= 2 {
+				return time.Millisecond, errTransient
+			}
+			return time.Millisecond, nil
+		})
+		start := time.Now()
+		if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		renews, lost, at := f.state()
+		// Last success started at 100ms, so validity ends at 400ms.
+		if len(lost) != 1 || !errors.Is(lost[0], ErrExpired) || !errors.Is(lost[0], errTransient) || at.Sub(start) != 400*time.Millisecond {
+			t.Errorf("lost %v at %v; want once with ErrExpired and the last error, at 400ms", lost, at.Sub(start))
+		}
+		if renews < 4 {
+			t.Errorf("%d renewal attempts; want quick retries (≥ 4) before the deadline", renews)
+		}
+	})
+}
+
+func TestScheduler_hangingRenewalStillLosesAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		f := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n >= 2 {
+				return time.Hour, nil // never answers in time
+			}
+			return time.Millisecond, nil
+		})
+		start := time.Now()
+		if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		_, lost, at := f.state()
+		if len(lost) != 1 || at.Sub(start) != 400*time.Millisecond {
+			t.Errorf("lost %v at %v; want once at 400ms although the renewal hangs", lost, at.Sub(start))
+		}
+	})
+}
+
+func TestScheduler_fixedLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		f := newFake(300*time.Millisecond, ok)
+		start := time.Now()
+		if _, err := s.Add(f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		renews, lost, at := f.state()
+		if renews != 0 || len(lost) != 1 || at.Sub(start) != 300*time.Millisecond {
+			t.Errorf("fixed lease: %d renewals, lost %v at %v; want 0 renewals, lost once at 300ms", renews, lost, at.Sub(start))
+		}
+	})
+}
+
+func TestScheduler_deadlineFollowsManualExtend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		f := newFake(300*time.Millisecond, ok)
+		start := time.Now()
+		if _, err := s.Add(f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := f.Renew(t.Context()); err != nil { // what Lock.Extend does
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		_, lost, at := f.state()
+		if len(lost) != 1 || at.Sub(start) != 500*time.Millisecond {
+			t.Errorf("lost %v at %v; want once at 500ms (200ms + TTL)", lost, at.Sub(start))
+		}
+	})
+}
+
+func TestHandle_StopWaitsForRenewalInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		var returned bool
+		var mu sync.Mutex
+		f := newFake(time.Second, func(int) (time.Duration, error) { return time.Hour, nil })
+		f2 := &wrap{fake: f, after: func() { mu.Lock(); returned = true; mu.Unlock() }}
+		h, err := s.Add(f2, Options{AutoRenew: true, Interval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond) // the renewal is in flight, hanging
+		h.Stop()
+		mu.Lock()
+		got := returned
+		mu.Unlock()
+		if !got {
+			t.Errorf("Stop returned while the renewal was still running")
+		}
+		time.Sleep(2 * time.Second)
+		if _, lost, _ := f.state(); len(lost) != 0 {
+			t.Errorf("lost %v after Stop; want no loss report", lost)
+		}
+	})
+}
+
+type wrap struct {
+	*fake
+	after func()
+}
+
+func (w *wrap) Renew(ctx context.Context) error {
+	err := w.fake.Renew(ctx)
+	w.after()
+	return err
+}
+
+func TestScheduler_manyLocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		var fakes []*fake
+		for i := range 200 {
+			ttl := time.Duration(300+i) * time.Millisecond
+			f := newFake(ttl, ok)
+			fakes = append(fakes, f)
+			if _, err := s.Add(f, Options{AutoRenew: true, Interval: ttl / 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(5 * time.Second)
+		for i, f := range fakes {
+			if renews, lost, _ := f.state(); len(lost) != 0 || renews < 10 {
+				t.Errorf("lock %d: %d renewals, lost %v; want ≥ 10 and no loss", i, renews, lost)
+			}
+		}
+	})
+}
+
+func TestScheduler_closeCancelsAndRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		f := newFake(time.Second, func(int) (time.Duration, error) { return time.Hour, nil })
+		if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		s.Close() // must not wait an hour: the renewal is cancelled
+		s.Close()
+		if _, err := s.Add(f, Options{}); !errors.Is(err, ErrClosed) {
+			t.Errorf("Add after Close = %v; want ErrClosed", err)
+		}
+		if _, lost, _ := f.state(); len(lost) != 0 {
+			t.Errorf("lost %v; Close must not report losses", lost)
+		}
+	})
+}
+
+func TestRetryBackOff(t *testing.T) {
+	cases := []struct {
+		interval, first, max time.Duration
+	}{
+		{10 * time.Second, 100 * time.Millisecond, 5 * time.Second},
+		{200 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond},
+		{30 * time.Millisecond, 10 * time.Millisecond, 15 * time.Millisecond},
+		{10 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		b := retryBackOff(tc.interval)
+		if b.InitialInterval != tc.first || b.MaxInterval != tc.max {
+			t.Errorf("retryBackOff(%v) = first %v max %v; want %v, %v", tc.interval, b.InitialInterval, b.MaxInterval, tc.first, tc.max)
+		}
+		for range 50 {
+			if d := b.NextBackOff(); d <= 0 || d > tc.max*3/2 {
+				t.Errorf("retryBackOff(%v).NextBackOff() = %v; want in (0, %v]", tc.interval, d, tc.max*3/2)
+			}
+		}
+	}
+}
