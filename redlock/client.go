@@ -271,7 +271,7 @@ func (c *Client) attempt(ctx context.Context, resource string, cfg config) (*Loc
 	}
 	// Step 4: a failed or cancelled attempt releases what it may have set.
 	c.abandon(ctx, l, r, t)
-	return nil, c.attemptError(t, cfg)
+	return nil, c.attemptError(ctx, t, cfg)
 }
 
 // reply is one node's answer to a lock script.
@@ -292,29 +292,40 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 
 // attemptError tells contention from failure: ErrNotObtained when the
 // refusals alone made a majority impossible, ErrNoQuorum when failed nodes
-// could have made the difference. Node errors are joined either way.
-func (c *Client) attemptError(t quorum.Tally, cfg config) error {
+// could have made the difference. Nodes cut short because ctx ended are not
+// failures: the caller gave up, and the ctx error is joined by the caller.
+// Node errors are joined either way.
+func (c *Client) attemptError(ctx context.Context, t quorum.Tally, cfg config) error {
 	n := len(c.nodes)
-	if t.Yes > 0 && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) <= 0 && t.Quorum() {
+	if t.Quorum() {
 		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl)
 	}
+	failed := t.Failed
+	if ctx.Err() != nil {
+		for _, e := range t.Errs {
+			if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
+				failed--
+			}
+		}
+	}
 	var head error
-	if t.No > n-c.quorum {
+	if t.Yes+failed < c.quorum {
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
 	} else {
 		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed", ErrNoQuorum, t.Yes, n, c.quorum)
 	}
-	return joinNodeErrors(head, t)
+	return c.joinNodeErrors(head, t)
 }
 
-func joinNodeErrors(head error, t quorum.Tally) error {
+// joinNodeErrors joins head with one *NodeError per failed node of t.
+func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 	errs := []error{head}
 	for i, e := range t.Errs {
 		if e == nil {
 			continue
 		}
 		if ne := (*NodeError)(nil); !errors.As(e, &ne) {
-			e = &NodeError{Node: i, Err: e}
+			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
 		}
 		errs = append(errs, e)
 	}
@@ -405,7 +416,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	case t.No > n-c.quorum:
 		return false, nil
 	}
-	return false, joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
+	return false, c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
 }
 
 // Close stops every renewal, releases every lock still held (their

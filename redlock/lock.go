@@ -182,12 +182,13 @@ func (l *Lock) extend(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	case t.No >= c.quorum:
-		err := joinNodeErrors(fmt.Errorf("%w: %w: %d of %d nodes hold another owner's key or none, %d confirmed",
+		err := c.joinNodeErrors(fmt.Errorf("%w: %w: %d of %d nodes hold another owner's key or none, %d confirmed",
 			ErrLockLost, ErrNotHeld, t.No, n, t.Yes), t)
 		l.lose(err)
 		return err
 	}
-	return joinNodeErrors(fmt.Errorf("%w: %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, t.Yes, n, c.quorum), t)
+	return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes confirmed the extension, %d needed (%d failed, %d refused, %d not waited for)",
+		ErrNoQuorum, t.Yes, n, c.quorum, t.Failed, t.No, n-t.Yes-t.No-t.Failed), t)
 }
 
 // usable returns nil while the lock is held and valid, or the error Extend
@@ -238,8 +239,10 @@ func (l *Lock) lose(err error) {
 	l.state, l.lostErr = stateLost, err
 	h := l.handle
 	l.mu.Unlock()
-	close(l.lost)
+	// Cancel before closing Lost, so that a reader woken by Lost already
+	// sees the cause on Context.
 	l.cancel(err)
+	close(l.lost)
 	if h != nil {
 		h.Cancel()
 	}
@@ -333,9 +336,9 @@ func (l *Lock) release(ctx context.Context) error {
 	answered := t.Yes + t.No
 	switch {
 	case answered < c.quorum:
-		return joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
+		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
 	case t.Yes == 0:
-		return joinNodeErrors(ErrNotHeld, t)
+		return c.joinNodeErrors(ErrNotHeld, t)
 	}
 	return nil
 }

@@ -1,9 +1,20 @@
 package redlock
 
 import (
+	"context"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	// Fault tests kill and cut nodes on purpose; go-redis would log every
+	// failed dial.
+	redis.SetLogger(quietLogger{})
+	goleak.VerifyTestMain(m)
+}

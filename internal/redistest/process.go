@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -192,15 +193,58 @@ func (p *process) resume() error {
 	return p.cmd.Process.Signal(syscall.SIGCONT)
 }
 
-// freePort returns a port that was free a moment ago. Someone may take it
-// before our server binds it; spawn reports errAddrInUse then.
+// Server ports are drawn from [minPort, the kernel's ephemeral range), when
+// that leaves at least minPortSpan ports.
+const (
+	minPort     = 15000
+	minPortSpan = 1000
+)
+
+// freePort returns a port on 127.0.0.1 that was free a moment ago; someone may
+// still take it before our server binds it, and spawn reports errAddrInUse
+// then.
+//
+// It prefers a random port below the ephemeral range over asking the kernel
+// for 127.0.0.1:0. Ports from :0 are ephemeral ports, and every outgoing
+// connection on the machine (each client dial in a parallel test, say) takes
+// one too: after Kill, the dead server's port would soon be some
+// connection's local port, and Restart could not bind it again.
 func freePort() (int, error) {
+	if hi := ephemeralLow(); hi-minPort >= minPortSpan {
+		for range 20 {
+			port := minPort + rand.IntN(hi-minPort)
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err == nil {
+				ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range: from
+// Linux's ip_local_port_range, else 32768, which is below the default of
+// Linux (32768), the BSDs and macOS (49152).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 // readFrom returns the end of the file at path from offset, at most logTail

@@ -1,0 +1,429 @@
+// Command lockbench measures what a distributed lock costs: quorumlock,
+// go-redsync/redsync and bsm/redislock side by side with the floor (one
+// parallel round of plain SET NX PX / DEL), in a few scenarios, on embedded
+// nodes or on yours.
+//
+//	cd benchmarks && go run ./cmd/lockbench                # 5 embedded nodes
+//	go run ./cmd/lockbench -nodes redis://10.0.0.1:6379,redis://:secret@10.0.0.2:6379/0,rediss://10.0.0.3:6380
+//	go run ./cmd/lockbench -scenarios contended -clients 16 -duration 10s -svg out.svg
+//
+// Embedded nodes are local redis-server processes when redis-server is on
+// PATH, in-process miniredis nodes (TTLs on the real clock) otherwise; the
+// header says which. lockbench stops the servers it started when it ends,
+// also on Ctrl-C. It is bounded in time: every library × scenario runs for
+// -duration, plus at most -grace for operations in flight.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "lockbench: interrupted:", err)
+		os.Exit(130)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// config is the command line.
+type config struct {
+	nodes     string
+	n         int
+	embedded  string
+	ttl       time.Duration
+	clients   int
+	resources int
+	duration  time.Duration
+	grace     time.Duration
+	hold      time.Duration
+	slow      time.Duration
+	libs      string
+	scenarios string
+	csv       string
+	json      string
+	svg       string
+	markdown  bool
+	progress  string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.nodes, "nodes", "", "comma-separated `URLs` of your Redis masters (redis://[user:pass@]host:port[/db], rediss:// for TLS); default: embedded nodes")
+	fs.IntVar(&c.n, "n", 5, "number of embedded nodes")
+	fs.StringVar(&c.embedded, "embedded", "auto", "embedded nodes: auto (redis-server if on PATH, else miniredis), redis-server or miniredis")
+	fs.DurationVar(&c.ttl, "ttl", 8*time.Second, "lock TTL for every library (8s is redsync's default expiry)")
+	fs.IntVar(&c.clients, "clients", 8, "goroutines in the contended and parallel scenarios")
+	fs.IntVar(&c.resources, "resources", 1, "resources the contended scenario's clients share (client i uses resource i mod resources)")
+	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measuring time per library and scenario")
+	fs.DurationVar(&c.grace, "grace", 5*time.Second, "longest an operation in flight may run past -duration before it is abandoned")
+	fs.DurationVar(&c.hold, "hold", 0, "time a lock is held in the contended scenario (handoff holds at least 10ms)")
+	fs.DurationVar(&c.slow, "slow", 20*time.Millisecond, "latency added to each direction of node 0 in the slow scenario")
+	fs.StringVar(&c.libs, "libs", "all", "libraries, comma-separated: "+strings.Join(libs.Names(), ", "))
+	fs.StringVar(&c.scenarios, "scenarios", "all", "scenarios, comma-separated: "+strings.Join(scenarioNames(), ", "))
+	fs.StringVar(&c.csv, "csv", "", "write every sample to this CSV `file`")
+	fs.StringVar(&c.json, "json", "", "write the results and every sample to this JSON `file`")
+	fs.StringVar(&c.svg, "svg", "", "draw the latency distributions (CDF per library, one panel per scenario) to this SVG `file`")
+	fs.BoolVar(&c.markdown, "markdown", false, "print the tables as Markdown")
+	fs.StringVar(&c.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: lockbench [flags]\n\nMeasures lock latency and throughput of quorumlock, redsync and redislock next to\nthe floor (one parallel round of SET NX PX / DEL). Scenarios:\n")
+		for _, s := range scenarios {
+			fmt.Fprintf(fs.Output(), "  %-12s %s\n", s.name, s.about)
+		}
+		fmt.Fprintf(fs.Output(), "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lockbench: unexpected argument %q\n", fs.Arg(0))
+		return c, errUsage
+	}
+	var bad []string
+	if c.n < 1 {
+		bad = append(bad, "-n must be at least 1")
+	}
+	if c.ttl <= 0 || c.duration <= 0 || c.grace <= 0 {
+		bad = append(bad, "-ttl, -duration and -grace must be positive")
+	}
+	if c.clients < 1 || c.resources < 1 {
+		bad = append(bad, "-clients and -resources must be at least 1")
+	}
+	if c.hold < 0 || c.slow < 0 {
+		bad = append(bad, "-hold and -slow must not be negative")
+	}
+	switch c.progress {
+	case "auto", "on", "off":
+	default:
+		bad = append(bad, "-progress must be auto, on or off")
+	}
+	if len(bad) > 0 {
+		fmt.Fprintln(stderr, "lockbench: "+strings.Join(bad, "; "))
+		return c, errUsage
+	}
+	return c, nil
+}
+
+// Report is everything one lockbench invocation measured.
+type Report struct {
+	Nodes     string    `json:"nodes"`
+	NodeCount int       `json:"node_count"`
+	Machine   string    `json:"machine"`
+	Started   time.Time `json:"started"`
+	TTL       string    `json:"ttl"`
+	Duration  string    `json:"duration"`
+	Clients   int       `json:"clients"`
+	Resources int       `json:"resources"`
+	Slow      string    `json:"slow"`
+	Results   []*Result `json:"results"`
+}
+
+// Result is one library in one scenario.
+type Result struct {
+	Scenario  string        `json:"scenario"`
+	Lib       string        `json:"lib"`
+	Nodes     int           `json:"nodes"`
+	Note      string        `json:"note,omitempty"`
+	Ops       int           `json:"ops"`
+	Errors    int           `json:"errors"`
+	Err       string        `json:"error,omitempty"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	OpsPerSec float64       `json:"ops_per_sec"`
+	Summary   Summary       `json:"summary"`
+	// Ratios of p50 to the floor's and to redsync's p50 in the same
+	// scenario; 0 when there is none.
+	VsFloor   float64   `json:"vs_floor,omitempty"`
+	VsRedsync float64   `json:"vs_redsync,omitempty"`
+	Fair      *Fairness `json:"fairness,omitempty"`
+	Samples   []sample  `json:"-"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	selLibs, err := libs.Select(cfg.libs)
+	if err != nil {
+		return err
+	}
+	selScen, err := selectScenarios(cfg.scenarios)
+	if err != nil {
+		return err
+	}
+
+	// Nodes: the user's, or embedded ones that we stop on the way out,
+	// whatever happens (Ctrl-C cancels ctx; deferred calls still run).
+	var opts []*redis.Options
+	var desc string
+	if cfg.nodes != "" {
+		if opts, err = nodes.ParseURLs(cfg.nodes); err != nil {
+			return err
+		}
+		addrs := make([]string, len(opts))
+		for i, o := range opts {
+			addrs[i] = o.Addr
+		}
+		desc = fmt.Sprintf("%d of your nodes: %s", len(opts), strings.Join(addrs, ", "))
+	} else {
+		e, err := nodes.StartEmbedded(cfg.n, nodes.Kind(cfg.embedded))
+		if err != nil {
+			if errors.Is(err, redistest.ErrNoRedisServer) {
+				return fmt.Errorf("%w (or use -embedded miniredis)", err)
+			}
+			return err
+		}
+		defer e.Close()
+		for _, a := range e.Addrs {
+			opts = append(opts, nodes.Options(a))
+		}
+		switch e.Kind {
+		case nodes.RedisServer:
+			desc = fmt.Sprintf("%d embedded redis-server processes on 127.0.0.1 (started by lockbench)", cfg.n)
+		default:
+			desc = fmt.Sprintf("%d embedded in-process miniredis nodes with ClockTTL(true) (redis-server not used%s)", cfg.n, onPath())
+		}
+	}
+	fast := nodes.Clients(opts)
+	defer nodes.CloseAll(fast)
+	if v := serverVersion(ctx, fast[0]); v != "" {
+		desc += ", Redis " + v
+	}
+
+	e := &env{fast: fast, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow}
+	if hasScenario(selScen, "slow") {
+		// The slow node sits behind a proxy of our own (redistest.Proxy,
+		// not toxiproxy): every byte each way waits cfg.slow.
+		p, err := redistest.NewProxy(opts[0].Addr)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		p.SetLatency(cfg.slow)
+		o := *opts[0]
+		o.Addr = p.Addr()
+		slow := redis.NewClient(&o)
+		defer slow.Close()
+		e.slow = append([]redis.UniversalClient{slow}, fast[1:]...)
+	}
+
+	rep := &Report{
+		Nodes:     desc,
+		NodeCount: len(fast),
+		Machine:   fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d), %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()),
+		Started:   time.Now(),
+		TTL:       cfg.ttl.String(),
+		Duration:  cfg.duration.String(),
+		Clients:   cfg.clients,
+		Resources: cfg.resources,
+		Slow:      cfg.slow.String(),
+	}
+	type job struct {
+		s   scenario
+		lib libs.Lib
+	}
+	var jobs []job
+	for _, s := range selScen {
+		for _, l := range selLibs {
+			if s.waits && !l.Waits {
+				continue
+			}
+			jobs = append(jobs, job{s, l})
+		}
+	}
+	fmt.Fprintf(stdout, "lockbench: %s\nmachine: %s\nTTL %v, %v per run, %d runs: done in about %v (at most %v)\n\n",
+		desc, rep.Machine, cfg.ttl, cfg.duration, len(jobs),
+		(time.Duration(len(jobs)) * cfg.duration).Round(time.Second), (time.Duration(len(jobs)) * (cfg.duration + cfg.grace)).Round(time.Second))
+
+	prog := newProgress(stderr, cfg.progress)
+	var runErr error
+	for i, j := range jobs {
+		if ctx.Err() != nil {
+			runErr = ctx.Err()
+			break
+		}
+		res := runOne(ctx, e, j.s, j.lib, cfg, prog, fmt.Sprintf("[%d/%d]", i+1, len(jobs)))
+		rep.Results = append(rep.Results, res)
+	}
+	prog.done()
+	ratios(rep.Results)
+
+	writeTables(stdout, rep, cfg.markdown)
+	for _, w := range []struct {
+		path  string
+		write func(io.Writer, *Report) error
+	}{{cfg.csv, writeCSV}, {cfg.json, writeJSON}, {cfg.svg, writeSVG}} {
+		if w.path == "" {
+			continue
+		}
+		if err := writeFile(w.path, rep, w.write); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", w.path)
+	}
+	if runErr == nil {
+		for _, r := range rep.Results {
+			if r.Err != "" {
+				runErr = fmt.Errorf("%s/%s: %s", r.Lib, r.Scenario, r.Err)
+				break
+			}
+		}
+	}
+	return runErr
+}
+
+func hasScenario(ss []scenario, name string) bool {
+	for _, s := range ss {
+		if s.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func onPath() string {
+	if redistest.Available() {
+		return ", though it is on PATH"
+	}
+	return ": not on PATH"
+}
+
+// runOne measures lib in scenario s for cfg.duration.
+func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, prog *progress, tag string) *Result {
+	ns := e.fast
+	note := ""
+	if s.name == "slow" {
+		if lib.Name == "floor" && s.floorOnFast {
+			note = "floor without the slow node"
+		} else {
+			ns = e.slow
+		}
+	}
+	ns = lib.Nodes(ns)
+	if lib.MaxNodes > 0 && len(e.fast) > lib.MaxNodes {
+		note = strings.TrimPrefix(note+"; single-node library: node 0 only", "; ")
+	}
+	res := &Result{Scenario: s.name, Lib: lib.Name, Nodes: len(ns), Note: note}
+	lk, err := lib.New(ns, cfg.ttl)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	rec := &recorder{}
+	hard, cancelHard := context.WithTimeout(ctx, cfg.duration+cfg.grace)
+	defer cancelHard()
+	soft, cancelSoft := context.WithTimeout(context.WithValue(ctx, hardKey{}, hard), cfg.duration)
+	defer cancelSoft()
+	prog.start(tag+" "+lib.Name+" · "+s.name, cfg.duration, &rec.ops)
+	start := time.Now()
+	err = s.run(soft, e, lk, fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano()), rec)
+	res.Elapsed = time.Since(start)
+	if cerr := lk.Close(); err == nil {
+		err = cerr
+	}
+	prog.stop()
+	if err != nil && ctx.Err() == nil {
+		res.Err = err.Error()
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.lastErr != nil && res.Err == "" {
+		res.Err = rec.lastErr.Error()
+	}
+	res.Samples = rec.samples
+	res.Errors = rec.errs
+	res.Fair = rec.fair
+	res.Ops = len(rec.samples)
+	d := make([]time.Duration, len(rec.samples))
+	for i, sm := range rec.samples {
+		d[i] = sm.D
+	}
+	res.Summary = summarize(d)
+	if res.Elapsed > 0 {
+		res.OpsPerSec = float64(res.Ops) / res.Elapsed.Seconds()
+	}
+	return res
+}
+
+// ratios fills VsFloor and VsRedsync from the p50s of the same scenario.
+func ratios(rs []*Result) {
+	p50 := map[[2]string]time.Duration{}
+	for _, r := range rs {
+		if r.Err == "" && r.Summary.N > 0 {
+			p50[[2]string{r.Scenario, r.Lib}] = r.Summary.P50
+		}
+	}
+	for _, r := range rs {
+		if r.Summary.N == 0 {
+			continue
+		}
+		if f := p50[[2]string{r.Scenario, "floor"}]; f > 0 && r.Lib != "floor" {
+			r.VsFloor = float64(r.Summary.P50) / float64(f)
+		}
+		if s := p50[[2]string{r.Scenario, "redsync"}]; s > 0 && r.Lib != "redsync" {
+			r.VsRedsync = float64(r.Summary.P50) / float64(s)
+		}
+	}
+}
+
+func serverVersion(ctx context.Context, c redis.UniversalClient) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func writeFile(path string, rep *Report, write func(io.Writer, *Report) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f, rep); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
+)
+
+// env is what a scenario runs against.
+type env struct {
+	fast      []redis.UniversalClient // every node, directly
+	slow      []redis.UniversalClient // node 0 through the delaying proxy, the others directly
+	slowBy    time.Duration           // added to each direction of node 0 in slow
+	clients   int
+	resources int
+	hold      time.Duration
+}
+
+// scenario is one row group of the table. Add new ones to scenarios: a
+// wake-up row needs nothing new (handoff and contended show it), a fencing
+// row is a new library in libs.All.
+type scenario struct {
+	name  string
+	about string
+	// waits: the scenario needs a Lock that waits for a held lock, so the
+	// floor (which never waits) takes no part.
+	waits bool
+	// floorOnFast: the floor runs on the fast nodes, so that ratios compare
+	// with the round trip that would be possible without the fault.
+	floorOnFast bool
+	// concurrent: the scenario runs several goroutines at once.
+	concurrent bool
+	run         func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+}
+
+var scenarios = []scenario{
+	{
+		name:  "uncontended",
+		about: "Lock+Unlock of a free resource, one goroutine",
+		run:   runUncontended,
+	},
+	{
+		name:  "extend",
+		about: "Extend of a held lock (one renewal round)",
+		run:   runExtend,
+	},
+	{
+		name:        "slow",
+		about:       "Lock alone, node 0 delayed by -slow per direction (floor: without the slow node)",
+		floorOnFast: true,
+		run:         runSlow,
+	},
+	{
+		name:       "contended",
+		about:      "-clients goroutines Lock+Unlock -resources resources; sample = wait in Lock",
+		waits:      true,
+		concurrent: true,
+		run:        runContended,
+	},
+	{
+		name:  "handoff",
+		about: "holder calls Unlock → waiter blocked in Lock holds it",
+		waits: true,
+		run:   runHandoff,
+	},
+	{
+		name:       "parallel",
+		about:      "-clients goroutines Lock+Unlock a resource each",
+		concurrent: true,
+		run:        runParallel,
+	},
+}
+
+func scenarioNames() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}
+
+// selectScenarios returns the scenarios named in a comma-separated list, in
+// table order; "all" or "" selects every one.
+func selectScenarios(list string) ([]scenario, error) {
+	if list == "" || list == "all" {
+		return slices.Clone(scenarios), nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if !slices.Contains(scenarioNames(), n) {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", n, strings.Join(scenarioNames(), ", "))
+		}
+		want[n] = true
+	}
+	var out []scenario
+	for _, s := range scenarios {
+		if want[s.name] {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// sample is one measured operation.
+type sample struct {
+	Client int
+	D      time.Duration
+}
+
+// recorder collects one run's samples. It is safe for concurrent use.
+type recorder struct {
+	ops atomic.Int64 // read by the progress line
+
+	mu      sync.Mutex // protects the fields below
+	samples []sample
+	errs    int
+	lastErr error
+	fair    *Fairness
+}
+
+func (r *recorder) add(client int, d time.Duration) {
+	r.mu.Lock()
+	r.samples = append(r.samples, sample{client, d})
+	r.mu.Unlock()
+	r.ops.Add(1)
+}
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	r.errs++
+	r.lastErr = err
+	r.mu.Unlock()
+}
+
+// Fairness is what the contended scenario measures besides the waits.
+type Fairness struct {
+	// LongestWait is the longest time a goroutine spent in one Lock call,
+	// including a call still waiting when the run ended (Censored).
+	LongestWait time.Duration `json:"longest_wait_ns"`
+	Censored    bool          `json:"censored"`
+	// Handoffs counts acquisitions that followed a release of the same
+	// resource; ToOther those where the acquirer was not the releaser.
+	Handoffs int `json:"handoffs"`
+	ToOther  int `json:"to_other"`
+}
+
+// Share returns the share of handoffs that went to another goroutine.
+func (f *Fairness) Share() float64 {
+	if f == nil || f.Handoffs == 0 {
+		return 0
+	}
+	return float64(f.ToOther) / float64(f.Handoffs)
+}
+
+// Each run gets two contexts: ctx ends at the end of the measuring time (no
+// new operation starts after it), hard some seconds later (operations in
+// flight are abandoned). Runners take ctx and read hard from it.
+type hardKey struct{}
+
+func hardCtx(ctx context.Context) context.Context {
+	if h, ok := ctx.Value(hardKey{}).(context.Context); ok {
+		return h
+	}
+	return ctx
+}
+
+func runUncontended(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	for ctx.Err() == nil {
+		start := time.Now()
+		h, err := lk.Lock(hard, res)
+		if err != nil {
+			return err
+		}
+		if err := h.Unlock(hard); err != nil {
+			return err
+		}
+		r.add(0, time.Since(start))
+	}
+	return nil
+}
+
+func runExtend(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	h, err := lk.Lock(hard, res)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		start := time.Now()
+		if err := h.Extend(hard); err != nil {
+			_ = h.Unlock(context.WithoutCancel(hard))
+			return err
+		}
+		r.add(0, time.Since(start))
+	}
+	return h.Unlock(context.WithoutCancel(hard))
+}
+
+func runSlow(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	for ctx.Err() == nil {
+		start := time.Now()
+		h, err := lk.Lock(hard, res)
+		if err != nil {
+			return err
+		}
+		r.add(0, time.Since(start))
+		if err := h.Unlock(hard); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runContended runs e.clients goroutines; goroutine i uses resource
+// i % e.resources. Each sample is the time one Lock call waited.
+func runContended(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	nres := max(1, min(e.resources, e.clients))
+	type resState struct {
+		mu   sync.Mutex // protects last
+		last int        // goroutine that released last, -1 before the first release
+	}
+	states := make([]*resState, nres)
+	for i := range states {
+		states[i] = &resState{last: -1}
+	}
+	var (
+		mu   sync.Mutex // protects fair
+		fair Fairness
+		wg   sync.WaitGroup
+	)
+	for g := range e.clients {
+		st := states[g%nres]
+		name := fmt.Sprintf("%s:%d", res, g%nres)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				h, err := lk.Lock(hard, name)
+				wait := time.Since(start)
+				if err != nil {
+					mu.Lock()
+					if wait > fair.LongestWait {
+						fair.LongestWait, fair.Censored = wait, true
+					}
+					mu.Unlock()
+					if hard.Err() == nil {
+						r.fail(err)
+					}
+					return
+				}
+				st.mu.Lock()
+				last := st.last
+				st.last = g
+				st.mu.Unlock()
+				mu.Lock()
+				if wait > fair.LongestWait {
+					fair.LongestWait, fair.Censored = wait, false
+				}
+				if last >= 0 {
+					fair.Handoffs++
+					if last != g {
+						fair.ToOther++
+					}
+				}
+				mu.Unlock()
+				r.add(g, wait)
+				if e.hold > 0 {
+					time.Sleep(e.hold)
+				}
+				if err := h.Unlock(context.WithoutCancel(hard)); err != nil {
+					r.fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.mu.Lock()
+	r.fair = &fair
+	r.mu.Unlock()
+	return nil
+}
+
+// runHandoff measures from the holder calling Unlock to the waiter, blocked
+// in Lock, holding the lock. The holder keeps the lock for e.hold (at least
+// 10ms) first, so that the waiter has tried once and is waiting.
+func runHandoff(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	hold := max(e.hold, 10*time.Millisecond)
+	for ctx.Err() == nil {
+		h, err := lk.Lock(hard, res)
+		if err != nil {
+			return err
+		}
+		type got struct {
+			h   libs.Held
+			at  time.Time
+			err error
+		}
+		ch := make(chan got, 1)
+		go func() {
+			w, err := lk.Lock(hard, res)
+			ch <- got{w, time.Now(), err}
+		}()
+		time.Sleep(hold)
+		start := time.Now()
+		uerr := h.Unlock(hard)
+		g := <-ch // the waiter's Lock ends at the latest with hard
+		if uerr != nil {
+			if g.err == nil {
+				_ = g.h.Unlock(context.WithoutCancel(hard))
+			}
+			return uerr
+		}
+		if g.err != nil {
+			if hard.Err() != nil {
+				return nil
+			}
+			return g.err
+		}
+		r.add(1, g.at.Sub(start))
+		if err := g.h.Unlock(hard); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runParallel(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	hard := hardCtx(ctx)
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+		ferr error
+	)
+	for g := range e.clients {
+		name := fmt.Sprintf("%s:%d", res, g)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				h, err := lk.Lock(hard, name)
+				if err == nil {
+					err = h.Unlock(hard)
+				}
+				if err != nil {
+					once.Do(func() { ferr = err })
+					return
+				}
+				r.add(g, time.Since(start))
+			}
+		})
+	}
+	wg.Wait()
+	if ferr != nil && hard.Err() != nil && errors.Is(ferr, hard.Err()) {
+		return nil
+	}
+	return ferr
+}

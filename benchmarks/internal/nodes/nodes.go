@@ -1,0 +1,162 @@
+// Package nodes makes the Redis node clients the benchmarks use, all with the
+// same settings for every library: embedded nodes (local redis-server
+// processes, or in-process miniredis when redis-server is not on PATH) or the
+// user's own nodes given as redis:// URLs.
+package nodes
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// Options returns the client settings every library gets for the node at
+// addr: go-redis defaults plus ContextTimeoutEnabled (so that a node timeout
+// frees the connection, as quorumlock's README asks) and a handshake of
+// HELLO alone (no CLIENT SETINFO, no maintenance notifications, which Redis
+// 7.0 rejects). These only change how a connection is opened, not a
+// request.
+func Options(addr string) *redis.Options {
+	o := &redis.Options{Addr: addr}
+	tune(o)
+	return o
+}
+
+func tune(o *redis.Options) {
+	o.ContextTimeoutEnabled = true
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// ParseURLs parses a comma-separated list of redis:// or rediss:// URLs
+// (user, password, database and TLS as go-redis's ParseURL reads them) into
+// client options with the common settings.
+func ParseURLs(list string) ([]*redis.Options, error) {
+	var out []*redis.Options
+	for _, u := range strings.Split(list, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "redis://" + u
+		}
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("node %q: %w", redact(u), err)
+		}
+		tune(o)
+		out = append(out, o)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no node URL given")
+	}
+	return out, nil
+}
+
+// redact hides a password in a URL for error messages.
+func redact(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 {
+		return u
+	}
+	return u[:scheme+3] + "***" + u[at:]
+}
+
+// Kind is how embedded nodes run.
+type Kind string
+
+// The kinds of embedded nodes.
+const (
+	Auto        Kind = "auto"         // RedisServer when redis-server is on PATH, else Miniredis
+	RedisServer Kind = "redis-server" // local redis-server processes on 127.0.0.1
+	Miniredis   Kind = "miniredis"    // in-process miniredis with ClockTTL(true)
+)
+
+// Embedded is a set of nodes this process started.
+type Embedded struct {
+	Kind  Kind
+	Addrs []string
+
+	cluster *redistest.Cluster
+	minis   []*miniredis.Miniredis
+}
+
+// StartEmbedded starts n nodes of kind k.
+func StartEmbedded(n int, k Kind) (*Embedded, error) {
+	if k == Auto {
+		k = Miniredis
+		if redistest.Available() {
+			k = RedisServer
+		}
+	}
+	e := &Embedded{Kind: k}
+	switch k {
+	case RedisServer:
+		c, err := redistest.StartCluster(n)
+		if err != nil {
+			return nil, err
+		}
+		e.cluster = c
+		for i := range n {
+			// The server itself, not redistest's proxy: no hop on the way.
+			e.Addrs = append(e.Addrs, c.ServerAddr(i))
+		}
+	case Miniredis:
+		for range n {
+			m := miniredis.NewMiniRedis()
+			// TTLs run in real time, as on a real server; by default
+			// miniredis keys never expire unless FastForward is called.
+			m.ClockTTL(true)
+			if err := m.Start(); err != nil {
+				e.Close()
+				return nil, err
+			}
+			e.minis = append(e.minis, m)
+			e.Addrs = append(e.Addrs, m.Addr())
+		}
+	default:
+		return nil, fmt.Errorf("unknown node kind %q (want auto, redis-server or miniredis)", k)
+	}
+	return e, nil
+}
+
+// Close stops every node it started. It is safe to call more than once.
+func (e *Embedded) Close() error {
+	var err error
+	if e.cluster != nil {
+		err = e.cluster.Close()
+	}
+	for _, m := range e.minis {
+		m.Close()
+	}
+	e.minis = nil
+	return err
+}
+
+// Clients opens one client per options value.
+func Clients(opts []*redis.Options) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(opts))
+	for i, o := range opts {
+		out[i] = redis.NewClient(o)
+	}
+	return out
+}
+
+// CloseAll closes clients.
+func CloseAll(clients []redis.UniversalClient) error {
+	var errs []error
+	for _, c := range clients {
+		if err := c.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,73 @@
+// Package quorumlock is a Redlock client for Go: a distributed lock held on a
+// majority of N independent Redis masters, acquired in one parallel round
+// trip, kept alive by a quorum-aware watchdog, and reported lost the moment it
+// can no longer be trusted. The API is in package
+// [github.com/quorumlock/quorumlock/redlock]; start with redlock.New and
+// Client.Lock or Client.Do.
+//
+// # The algorithm
+//
+//  1. Acquire: one round, in parallel on all N nodes, of a Lua script that
+//     sets key = token with PX ttl where the key is absent (or refreshes it
+//     where it already holds this token). The token is a uuid v4: 122 bits
+//     from crypto/rand, fresh for every attempt.
+//  2. Decide early: the call returns as soon as a majority (N/2+1) granted, or
+//     as soon as a majority became impossible. Slower nodes finish in the
+//     background, bounded by the node timeout, which the fan-out enforces
+//     itself (it stops waiting for that node).
+//  3. Validity = TTL − elapsed − (TTL·drift + 2ms), on the monotonic clock
+//     from before the first request. A majority reached with no validity
+//     left is a failure.
+//  4. A failed or cancelled attempt releases its key on every node, on a
+//     context without the caller's cancellation. On each node the release
+//     goes out after the attempt's own request there has answered or timed
+//     out, so the acquire cannot land after its release; a late grant
+//     triggers another release.
+//  5. Extend re-arms the TTL only where the key holds our token, and sets it
+//     again where the key is absent (a node that restarted empty is healed);
+//     a node where another token holds the key counts against us.
+//  6. Release is check-and-delete on every node.
+//  7. Renewal: one scheduler per Client extends every held lock each TTL/3,
+//     retrying a failed round quickly with jittered backoff while validity
+//     remains. A lock is lost when a majority says the key is not ours, or
+//     when its ValidUntil passes without a successful renewal, whichever comes
+//     first; a timer armed at ValidUntil fires even if a renewal hangs.
+//
+// # What is guaranteed
+//
+// Mutual exclusion: while Lock.Valid reports true, no other client holds the
+// lock on a majority, provided that (a) the nodes are independent masters
+// (no replication between them: replication is asynchronous, and a failover
+// can hand a promoted replica an empty keyspace), (b) clocks advance at
+// roughly the same rate — drift is bounded by the drift factor; clocks may be
+// slewed but not stepped (a wall-clock jump on a node can expire a key early),
+// and (c) a node that crashes either persists its keys (appendfsync always)
+// or stays down longer than the longest TTL before it rejoins (the Redlock
+// spec's delayed restart). Validity counts from before the first request was
+// sent, so the time the grant took to travel back is not counted as held.
+//
+// Any two majorities of the same N nodes intersect, and a node holds at most
+// one token per key; so two clients cannot both have a majority of
+// unexpired keys at once. Every script checks the token before it re-arms or
+// deletes, so a client whose lease ran out never extends or deletes a key
+// that a later holder set.
+//
+// Loss is reported, not hidden: Lock.Lost is closed and Lock.Context is
+// cancelled (cause ErrLockLost) no later than ValidUntil, give or take
+// scheduling delay, which is before any other client can reach a majority.
+// A renewal that is decided after the old ValidUntil does not count: another
+// client might have held the lock in the gap.
+//
+// # The limits
+//
+// A lock service cannot stop a holder that does not look: a process that is
+// paused (GC, SIGSTOP, a VM migration) longer than its validity wakes up
+// believing it holds a lock that another client may now hold. Lost and
+// Context tell a running process; only fencing tokens, checked by the
+// resource itself, protect against a paused one. Without them, treat the
+// lock as an efficiency device, not a correctness guarantee.
+//
+// If a majority of nodes restart empty within one TTL, the guarantees above
+// do not hold: another client can acquire while the old holder is still
+// valid.
+package quorumlock

@@ -1,0 +1,573 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// Tests in this file run against real redis-server processes, for faults
+// miniredis cannot show: kill, SIGSTOP, restart, latency.
+
+// keyOn returns the value of key on node i, read directly from the server,
+// or "" when absent.
+func keyOn(t *testing.T, rc *redistest.Cluster, i int, key string) string {
+	t.Helper()
+	v, err := rc.Admin(i).Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET %s on node %d: %v", key, i, err)
+	}
+	return v
+}
+
+// holders counts the nodes whose key holds token.
+func holders(t *testing.T, rc *redistest.Cluster, key, token string) int {
+	t.Helper()
+	n := 0
+	for i := range rc.N() {
+		if keyOn(t, rc, i, key) == token {
+			n++
+		}
+	}
+	return n
+}
+
+// eventually polls cond every 5ms until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func TestReal_exclusionBetweenClients(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	l, err := a.Lock(t.Context(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(t.Context(), "x"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("second client TryLock = %v; want ErrNotObtained", err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.TryLock(t.Context(), "x")
+	if err != nil {
+		t.Fatalf("TryLock after Unlock = %v", err)
+	}
+	l2.Unlock(t.Context())
+}
+
+func TestReal_minorityKilledStillAcquires(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	rc.Kill(0)
+	rc.Kill(3)
+	l, err := c.TryLock(t.Context(), "m")
+	if err != nil {
+		t.Fatalf("TryLock with 2 of 5 down = %v; want success", err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock with 2 of 5 down = %v; want nil", err)
+	}
+}
+
+func TestReal_majorityDownFailsFastWithNodeErrors(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	for _, i := range []int{1, 2, 4} {
+		rc.Kill(i)
+	}
+	start := time.Now()
+	_, err := c.TryLock(t.Context(), "m")
+	took := time.Since(start)
+	var ne *NodeError
+	if !errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotObtained) || !errors.As(err, &ne) {
+		t.Fatalf("TryLock with 3 of 5 down = %v; want ErrNoQuorum with *NodeError, not ErrNotObtained", err)
+	}
+	var failed []int
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if errors.As(e, &ne) {
+			failed = append(failed, ne.Node)
+		}
+	}
+	slices.Sort(failed)
+	if !slices.Equal(failed, []int{1, 2, 4}) {
+		t.Errorf("node errors name nodes %v; want [1 2 4]", failed)
+	}
+	// Refused connections answer at once: no node timeout (1s) is waited.
+	if took > 500*time.Millisecond {
+		t.Errorf("TryLock took %v with refused connections; want a fast failure", took)
+	}
+}
+
+func TestReal_evenNNeedsThreeOfFour(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 4)
+	c := newClient(t, rc.Clients())
+	rc.Kill(0)
+	rc.Kill(1)
+	if _, err := c.TryLock(t.Context(), "even"); !errors.Is(err, ErrNoQuorum) {
+		t.Errorf("TryLock with 2 of 4 up = %v; want ErrNoQuorum", err)
+	}
+	rc.Restart(1)
+	l, err := c.TryLock(t.Context(), "even")
+	if err != nil {
+		t.Fatalf("TryLock with 3 of 4 up = %v; want success", err)
+	}
+	l.Unlock(t.Context())
+}
+
+// go-redsync v4.18.1 leaves its key on nodes when the caller's ctx expires
+// mid-acquire, because its release reuses the dead ctx. Ours must not.
+func TestReal_ctxExpiresMidAcquireLeavesNoKey(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	for i := range 5 {
+		rc.SetLatency(i, 40*time.Millisecond) // requests land after ctx ends
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Lock(ctx, "slow")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v; want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("Lock returned %v after a 30ms ctx; want promptly", took)
+	}
+	if !eventually(3*time.Second, func() bool {
+		for i := range 5 {
+			if keyOn(t, rc, i, "lock:slow") != "" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("a key is left on a node after the cancelled attempt")
+	}
+}
+
+func TestReal_ctxCancelledWhileContending(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	held, err := a.Lock(t.Context(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(150*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = b.Lock(ctx, "busy")
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotObtained) {
+		t.Errorf("Lock = %v; want ErrNotObtained joined with context.Canceled", err)
+	}
+	if took := time.Since(start) - 150*time.Millisecond; took > 400*time.Millisecond {
+		t.Errorf("Lock returned %v after cancel; want promptly", took)
+	}
+	// The waiter's releases never touch the holder's key; an extension heals
+	// a node the waiter may have reached first.
+	if err := held.Extend(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := holders(t, rc, "lock:busy", held.Token()); n != 5 {
+		t.Errorf("holder's key on %d nodes after the waiter gave up; want 5", n)
+	}
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if v := keyOn(t, rc, i, "lock:busy"); v != "" {
+			t.Errorf("node %d keeps %q; want no key of the waiter", i, v)
+		}
+	}
+}
+
+func TestReal_partialGrantReleasedBeforeReturn(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	for i := range 3 {
+		rc.Admin(i).Set(t.Context(), "lock:part", "foreign", time.Minute)
+	}
+	_, err := c.TryLock(t.Context(), "part")
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock = %v; want ErrNotObtained", err)
+	}
+	// No waiting: the two nodes that granted are released before TryLock returns.
+	for i := 3; i < 5; i++ {
+		if v := keyOn(t, rc, i, "lock:part"); v != "" {
+			t.Errorf("node %d keeps our key %q after TryLock returned", i, v)
+		}
+	}
+	for i := range 3 {
+		if v := keyOn(t, rc, i, "lock:part"); v != "foreign" {
+			t.Errorf("node %d: foreign key became %q", i, v)
+		}
+	}
+}
+
+func TestReal_slowNodeNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	// Warm up connections, then slow one node down.
+	l, err := c.TryLock(t.Context(), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(t.Context())
+	rc.SetLatency(2, 300*time.Millisecond)
+	start := time.Now()
+	l, err = c.TryLock(t.Context(), "fast")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Measured ~1-3ms here; 150ms is far above that and far below 600ms.
+	if took > 150*time.Millisecond {
+		t.Errorf("TryLock took %v with one node +300ms; want it not to wait for that node", took)
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_scriptFlush(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	l, err := c.Lock(t.Context(), "sf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := rc.Admin(i).ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Extend(t.Context()); err != nil {
+		t.Errorf("Extend after SCRIPT FLUSH = %v", err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock after SCRIPT FLUSH = %v", err)
+	}
+	if l, err = c.TryLock(t.Context(), "sf"); err != nil {
+		t.Errorf("TryLock after SCRIPT FLUSH = %v", err)
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_expiredUnlockSparesNextHolder(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	old, err := a.Lock(t.Context(), "exp", WithTTL(200*time.Millisecond), WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-old.Lost()
+	next, err := b.Lock(t.Context(), "exp", WithRetryDelay(10*time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Extend(t.Context()); err != nil { // settles every node
+		t.Fatal(err)
+	}
+	if err := old.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of an expired lock = %v; want ErrNotHeld", err)
+	}
+	if n := holders(t, rc, "lock:exp", next.Token()); n != 5 {
+		t.Errorf("next holder's key on %d of 5 nodes after the stale Unlock; want 5 (untouched)", n)
+	}
+	next.Unlock(t.Context())
+}
+
+// --- the watchdog (DESIGN step 7) ---
+
+func TestReal_renewedBeyondTTL(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	l, err := a.Lock(t.Context(), "long", WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(3 * time.Second)
+	for time.Now().Before(end) {
+		if !l.Valid() {
+			t.Fatalf("lock invalid after %v", 3*time.Second-time.Until(end))
+		}
+		if _, err := b.TryLock(t.Context(), "long"); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("other client TryLock = %v; want ErrNotObtained", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	positive := 0
+	for i := range 5 {
+		if d := rc.Admin(i).PTTL(t.Context(), "lock:long").Val(); d > 0 {
+			positive++
+		}
+	}
+	if positive < 3 {
+		t.Errorf("positive PTTL on %d nodes; want a majority", positive)
+	}
+	select {
+	case <-l.Lost():
+		t.Errorf("lock reported lost on healthy nodes")
+	default:
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lossTrials is how many times TestReal_pauseMajorityLossBeforeValidity
+// repeats; QUORUMLOCK_LOSS_TRIALS raises it for a longer profile.
+func lossTrials() int {
+	if n, err := strconv.Atoi(os.Getenv("QUORUMLOCK_LOSS_TRIALS")); err == nil && n > 0 {
+		return n
+	}
+	return 15
+}
+
+func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
+	t.Parallel()
+	const ttl = 500 * time.Millisecond
+	// Allowance for the timer and the goroutine scheduler under -race on a
+	// busy 2-core machine; a renewal that waited for a hung node would be
+	// late by a whole node timeout or more.
+	const allowance = 40 * time.Millisecond
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	var (
+		late        int
+		toLost      []time.Duration // from pausing the majority to Lost()
+		beforeValid []time.Duration // how long before ValidUntil the loss was reported (negative: after)
+	)
+	for trial := range lossTrials() {
+		var onLost atomic.Int32
+		l, err := c.Lock(t.Context(), "p", WithTTL(ttl), WithOnLost(func(*Lock, error) { onLost.Add(1) }))
+		if err != nil {
+			t.Fatalf("trial %d: Lock = %v", trial, err)
+		}
+		// Pause at a random point of the renewal cycle.
+		time.Sleep(time.Duration(trial*37%150) * time.Millisecond)
+		paused := time.Now()
+		for _, i := range []int{0, 2, 4} {
+			rc.Pause(i)
+		}
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * ttl):
+			t.Fatalf("trial %d: not lost %v after pausing 3 of 5", trial, 5*ttl)
+		}
+		lostAt := time.Now()
+		until := l.ValidUntil()
+		toLost = append(toLost, lostAt.Sub(paused))
+		beforeValid = append(beforeValid, until.Sub(lostAt))
+		if lostAt.After(until.Add(allowance)) {
+			late++
+		}
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Errorf("trial %d: Context cause = %v; want ErrLockLost", trial, cause)
+		}
+		for _, i := range []int{0, 2, 4} {
+			rc.Resume(i)
+		}
+		l.Unlock(t.Context())
+		if !eventually(time.Second, func() bool { return onLost.Load() == 1 }) || onLost.Load() != 1 {
+			t.Errorf("trial %d: OnLost called %d times; want 1", trial, onLost.Load())
+		}
+	}
+	slices.Sort(toLost)
+	slices.Sort(beforeValid)
+	t.Logf("pause majority -> Lost(), %d trials, TTL %v: median %v, p99 %v, max %v; reported before ValidUntil by min %v, median %v",
+		len(toLost), ttl, toLost[len(toLost)/2], toLost[len(toLost)*99/100], toLost[len(toLost)-1], beforeValid[0], beforeValid[len(beforeValid)/2])
+	if late > 0 {
+		t.Errorf("%d of %d loss reports came later than ValidUntil + %v", late, len(toLost), allowance)
+	}
+}
+
+func TestReal_restartedNodeHealed(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	l, err := c.Lock(t.Context(), "heal", WithTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Restart(1)
+	if v := keyOn(t, rc, 1, "lock:heal"); v != "" {
+		t.Fatalf("restarted node not empty: %q", v)
+	}
+	// Within one interval (300ms), plus a node timeout for a reconnect and
+	// slack for a loaded machine.
+	if !eventually(time.Second, func() bool { return keyOn(t, rc, 1, "lock:heal") == l.Token() }) {
+		t.Errorf("restarted node does not hold our token again after one interval")
+	}
+	if !l.Valid() {
+		t.Errorf("lock not valid after a node restart")
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_scriptFlushWhileHeld(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	l, err := c.Lock(t.Context(), "flush", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		rc.Admin(i).ScriptFlush(t.Context())
+	}
+	time.Sleep(2 * time.Second) // several renewals, each after NOSCRIPT
+	if !l.Valid() {
+		t.Errorf("lock lost after SCRIPT FLUSH; renewals must fall back to EVAL")
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_killTwoHeldKillThirdLost(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	l, err := c.Lock(t.Context(), "k", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Kill(0)
+	rc.Kill(1)
+	time.Sleep(2 * time.Second) // two TTLs of renewals on 3 nodes
+	if !l.Valid() {
+		t.Fatalf("lock lost with 3 of 5 nodes up")
+	}
+	rc.Kill(2)
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatalf("lock not lost 3s after a 3rd node was killed")
+	}
+	if err := l.Extend(t.Context()); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Extend after loss = %v; want ErrLockLost", err)
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_DoCancelledOnLoss(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	start := time.Now()
+	err := c.Do(t.Context(), "job", func(ctx context.Context) error {
+		for _, i := range []int{1, 2, 3} {
+			rc.Pause(i)
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, WithTTL(500*time.Millisecond))
+	for _, i := range []int{1, 2, 3} {
+		rc.Resume(i)
+	}
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("Do = %v; want ErrLockLost", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Do took %v; fn's ctx must be cancelled at the loss (TTL 500ms)", took)
+	}
+}
+
+// A holder whose renewals cannot get through (as if its process were paused)
+// must report the loss, and its later Unlock must not delete the next
+// holder's key. Client a reaches the nodes through the proxies, which are
+// slowed to a crawl; client b goes to the servers directly.
+func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	var direct []redis.UniversalClient
+	for i := range 5 {
+		cl := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { cl.Close() })
+		direct = append(direct, cl)
+	}
+	b := newClient(t, direct)
+	l, err := a.Lock(t.Context(), "stall", WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		rc.SetLatency(i, 2*time.Second)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatalf("stalled holder not reported lost")
+	}
+	next, err := b.Lock(t.Context(), "stall", WithRetryDelay(10*time.Millisecond, 30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		rc.SetLatency(i, 0)
+	}
+	if err := l.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
+		t.Errorf("stale Unlock = %v; want ErrNotHeld", err)
+	}
+	time.Sleep(2500 * time.Millisecond) // let a's delayed requests land
+	if n := holders(t, rc, "lock:stall", next.Token()); n < 3 || !next.Valid() {
+		t.Errorf("next holder's key on %d nodes, valid %v; want a majority, valid", n, next.Valid())
+	}
+	next.Unlock(t.Context())
+}
+
+func TestReal_closeLeavesNothing(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c, err := New(rc.Clients(), WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := c.Lock(t.Context(), fmt.Sprint("r", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if keys := rc.Admin(i).Keys(t.Context(), "lock:*").Val(); len(keys) != 0 {
+			t.Errorf("node %d keeps %v after Close", i, keys)
+		}
+	}
+	// goleak in TestMain checks that no goroutine is left.
+}
