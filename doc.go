@@ -32,6 +32,20 @@
 //     remains. A lock is lost when a majority says the key is not ours, or
 //     when its ValidUntil passes without a successful renewal, whichever comes
 //     first; a timer armed at ValidUntil fires even if a renewal hangs.
+//  8. Fencing (opt-in, WithFencing): the acquire script also returns the
+//     node's fence counter for the resource; t = max(counters) + 1; then a
+//     second phase raises the counter to max(counter, t) on every node that
+//     granted, only where the key still holds our token. The lock and its
+//     token count only when a majority committed, with validity measured
+//     over both phases. Extend raises the counter to t wherever it re-arms
+//     or heals a key.
+//  9. Wake-up: a release publishes on the resource's channel; a waiting Lock
+//     listens through one subscription per node per Client, attempts again
+//     on every message, and keeps its jittered retry delay only as a
+//     fallback. A Client's own Lock calls on one resource take turns in
+//     arrival order, and a release that has listeners leaves, for a few
+//     milliseconds, a marker only a waiter may take: a holder that unlocks
+//     and locks again at once goes behind the waiters.
 //
 // # What is guaranteed
 //
@@ -58,6 +72,31 @@
 // A renewal that is decided after the old ValidUntil does not count: another
 // client might have held the lock in the gap.
 //
+// # Why fencing tokens strictly increase
+//
+// Let holder A commit its token t_A on a set of nodes M_A, a majority, and
+// let B be the next holder, granted on a majority M_B. Two majorities of the
+// same N nodes intersect: take a node x in both. On x, A's commit ran while
+// x held A's key (the commit script checks the token), and B's grant ran when
+// x held no key of A's — so A's commit ran before B's phase-1 read on x, and
+// B read a counter ≥ t_A there. B's token is max(counters it read) + 1 >
+// t_A. A commit can never land late and raise a counter after the key moved
+// on, because it needs the key to still hold its token. A per-node INCR
+// with the maximum over the granting nodes would not do: failed attempts
+// bump counters on a minority, and a later grant on another majority can
+// then return a smaller maximum.
+//
+// This needs the counters to survive: run the nodes with appendonly yes and
+// appendfsync always, and with no eviction (maxmemory-policy noeviction);
+// counters are small keys that are never deleted (one per resource per
+// node). If a majority of nodes restarts empty, tokens can go back (a test
+// shows it, behind QUORUMLOCK_BOUNDARY=1).
+//
+// A token protects a resource only if the resource checks it: it must
+// remember the highest token it has accepted and refuse writes with a lower
+// one. redlock.FencedSet does that for a resource stored in Redis; the
+// example ExampleLock_Fence does it for one in the process.
+//
 // # The limits
 //
 // A lock service cannot stop a holder that does not look: a process that is
@@ -65,7 +104,7 @@
 // believing it holds a lock that another client may now hold. Lost and
 // Context tell a running process; only fencing tokens, checked by the
 // resource itself, protect against a paused one. Without them, treat the
-// lock as an efficiency device, not a correctness guarantee.
+// lock as an efficiency device, not a correctness guarantee, or use fencing.
 //
 // If a majority of nodes restart empty within one TTL, the guarantees above
 // do not hold: another client can acquire while the old holder is still

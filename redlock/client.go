@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,9 +34,27 @@ var errBusy = errors.New("too many requests in flight on this node")
 
 // node is one Redis master.
 type node struct {
-	c    redis.UniversalClient
-	addr string
-	sem  chan struct{} // requests in flight, capped
+	c       redis.UniversalClient
+	addr    string
+	sem     chan struct{} // requests in flight, capped
+	cluster bool          // a Redis Cluster client: keys of a lock share a hash tag
+}
+
+// fenceSuffix names a resource's fence counter: key + fenceSuffix.
+const fenceSuffix = ":fence"
+
+// keys names the keys of resource on this node. On a Cluster node the lock
+// key and the fence counter share a hash tag, so they live in one slot and
+// one script may touch both.
+func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
+	k := scripts.Keys{Lock: prefix + resource}
+	if n.cluster {
+		k.Lock = prefix + "{" + resource + "}"
+	}
+	if fencing {
+		k.Fence = k.Lock + fenceSuffix
+	}
+	return k
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is
@@ -46,10 +65,17 @@ type Client struct {
 	cfg    config // defaults for every lock
 	quorum int
 	sched  *renew.Scheduler
+	wake   *wakeups
+	// anyCluster is set when a node is a Cluster client: resources may then
+	// not contain braces, which would change the hash tag.
+	anyCluster bool
 	// wg owns every goroutine an operation leaves behind: stragglers after an
 	// early decision, background releases, OnLost callbacks.
 	wg      sync.WaitGroup
 	closing chan struct{} // closed by Close
+
+	lineMu sync.Mutex                 // protects lines
+	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
 
 	mu      sync.Mutex // protects closed, locks, maxWait
 	closed  bool
@@ -80,6 +106,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		quorum:  quorum.Size(len(nodes)),
 		closing: make(chan struct{}),
 		locks:   make(map[*Lock]struct{}),
+		lines:   make(map[string][]chan struct{}),
 		maxWait: cfg.timeout(),
 	}
 	for i, n := range nodes {
@@ -89,10 +116,13 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if _, ok := n.(*redis.Ring); ok {
 			return nil, invalid("nodes[%d] is a *redis.Ring: it moves keys between shards, so it is not one independent master", i)
 		}
-		c.nodes[i] = node{c: n, addr: nodeAddr(n), sem: make(chan struct{}, maxInFlight)}
+		_, cluster := n.(*redis.ClusterClient)
+		c.nodes[i] = node{c: n, addr: nodeAddr(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
+		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet = false
 	c.sched = renew.New()
+	c.wake = newWakeups(c)
 	return c, nil
 }
 
@@ -136,13 +166,26 @@ func (c *Client) end() { c.wg.Done() }
 // the result.
 func (c *Client) callConfig(resource string, opts []Option) (config, error) {
 	cfg := buildConfig(c.cfg, opts)
-	if resource == "" {
-		return cfg, invalid("resource must not be empty")
+	if err := c.checkResource(resource); err != nil {
+		return cfg, err
 	}
 	if cfg.keyPrefixSet {
 		return cfg, invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
 	}
 	return cfg, cfg.validate()
+}
+
+// checkResource refuses resource names that would collide with other keys.
+func (c *Client) checkResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalid("resource must not be empty")
+	case strings.HasSuffix(resource, fenceSuffix):
+		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
+	case c.anyCluster && strings.ContainsAny(resource, "{}"):
+		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
+	}
+	return nil
 }
 
 // call runs fn on node i with the in-flight cap, and turns any failure into
@@ -193,16 +236,30 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	}
 	defer c.end()
 	c.noteTimeout(cfg.timeout())
+	if !once {
+		// Fairness within this Client: its Lock calls on one resource take
+		// turns in arrival order, and only the first contends on the
+		// nodes. A goroutine that unlocks and locks again goes to the back.
+		leave, err := c.line(ctx, resource)
+		if err != nil {
+			return nil, err
+		}
+		defer leave()
+	}
 
 	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
 	var timer *time.Timer
+	var w *waiter // set once this call waits for releases (step 9)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		if w != nil {
+			w.leave()
+		}
 	}()
 	for attempt := 1; ; attempt++ {
-		l, err := c.attempt(ctx, resource, cfg)
+		l, granted, err := c.attempt(ctx, resource, cfg, w != nil)
 		if err == nil {
 			return l, nil
 		}
@@ -215,19 +272,88 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		if once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			return nil, err
 		}
+		// Step 9: after the first refusal, subscribe to the resource's
+		// release channel, then attempt again at once, so that a release
+		// published before the subscription took effect is not missed.
+		if w == nil && cfg.wakeUp && errors.Is(err, ErrNotObtained) {
+			if w, err = c.wake.join(c.cfg.keyPrefix + resource); err != nil {
+				return nil, err
+			}
+			w.awaitReady(ctx, cfg.timeout())
+			continue
+		}
 		d := delay.NextBackOff()
+		if granted > 0 {
+			// A split vote: nobody holds the lock now, but the others that
+			// lost it too will retry; a short random pause breaks the tie
+			// sooner than the full retry delay.
+			d = splitPause()
+		}
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
 			timer.Reset(d)
 		}
+		var woken <-chan struct{}
+		if w != nil {
+			woken = w.c
+		}
 		select {
 		case <-timer.C:
+		case <-woken:
+			// Waiters woken together spread their attempts a little, so
+			// that one of them reaches a majority first.
+			time.Sleep(splitPause())
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
 		case <-c.closing:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// splitPause is a random pause of up to 3ms: long enough to order the
+// attempts of waiters on one host (a local round trip is ~0.1ms), short
+// against any retry delay.
+func splitPause() time.Duration { return rand.N(3 * time.Millisecond) }
+
+// line queues a Lock call behind this Client's earlier calls on resource
+// and returns when it is first. leave must be called when the call is done
+// contending: it hands the turn to the next in line.
+func (c *Client) line(ctx context.Context, resource string) (leave func(), err error) {
+	turn := make(chan struct{})
+	c.lineMu.Lock()
+	q := append(c.lines[resource], turn)
+	c.lines[resource] = q
+	ahead := len(q) - 1
+	c.lineMu.Unlock()
+	leave = func() {
+		c.lineMu.Lock()
+		defer c.lineMu.Unlock()
+		q := c.lines[resource]
+		i := slices.Index(q, turn)
+		q = slices.Delete(q, i, i+1)
+		if len(q) == 0 {
+			delete(c.lines, resource)
+			return
+		}
+		c.lines[resource] = q
+		if i == 0 {
+			close(q[0]) // the next caller's turn
+		}
+	}
+	if ahead == 0 {
+		return leave, nil
+	}
+	select {
+	case <-turn:
+		return leave, nil
+	case <-ctx.Done():
+		leave()
+		return nil, errors.Join(fmt.Errorf("%w: %d earlier Lock calls of this client were waiting for it", ErrNotObtained, ahead), ctx.Err())
+	case <-c.closing:
+		leave()
+		return nil, ErrClosed
 	}
 }
 
@@ -237,47 +363,95 @@ func (c *Client) noteTimeout(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// attempt is one acquisition round (DESIGN steps 1–4). Each attempt uses a
-// fresh token: a background release left by a failed attempt must never
-// delete the key of a later attempt.
-func (c *Client) attempt(ctx context.Context, resource string, cfg config) (*Lock, error) {
+// attempt is one acquisition round (DESIGN steps 1–4, and 8 with fencing).
+// It returns the lock, or the number of nodes that granted and the error.
+// Each attempt uses a fresh token: a background release left by a failed
+// attempt must never delete the key of a later attempt.
+func (c *Client) attempt(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
 	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
 	if err != nil {
-		return nil, fmt.Errorf("redlock: token: %w", err)
+		return nil, 0, fmt.Errorf("redlock: token: %w", err)
 	}
+	n := len(c.nodes)
 	l := &Lock{
 		c:        c,
 		resource: resource,
-		key:      c.cfg.keyPrefix + resource,
+		keys:     make([]scripts.Keys, n),
 		token:    id.String(),
 		cfg:      cfg,
 		lost:     make(chan struct{}),
 	}
+	for i := range c.nodes {
+		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing)
+	}
 	// Step 1: one parallel round on every node.
-	r := quorum.Start(ctx, len(c.nodes), cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Acquire(ctx, s, l.key, l.token, cfg.ttl)
-			return reply{ours: ok}, err
+			ok, fence, err := scripts.Acquire(ctx, s, l.keys[i], l.token, cfg.ttl, waiter)
+			return reply{ours: ok, fence: fence}, err
 		})
 	})
 	l.track(r)
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
-	if t.Quorum() {
-		// Step 3: validity, from before the first request was sent.
-		if v := quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift); v > 0 {
-			return c.hold(ctx, l, quorum.Deadline(r.Started(), cfg.ttl, cfg.drift))
+	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
+	// Step 3: validity, from before the first request was sent.
+	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
+		if !cfg.fencing {
+			l, err := c.hold(ctx, l, deadline)
+			return l, t.Yes, err
 		}
+		t2 := c.commitFence(ctx, l, r)
+		if t2.Quorum() && time.Now().Before(deadline) {
+			l, err := c.hold(ctx, l, deadline)
+			return l, t.Yes, err
+		}
+		c.abandon(ctx, l, r, t)
+		return nil, t.Yes, c.attemptError(ctx, t2, cfg)
 	}
 	// Step 4: a failed or cancelled attempt releases what it may have set.
 	c.abandon(ctx, l, r, t)
-	return nil, c.attemptError(ctx, t, cfg)
+	return nil, t.Yes, c.attemptError(ctx, t, cfg)
+}
+
+// commitFence is phase 2 of a fenced acquire (step 8). t = max(counters
+// read in phase 1) + 1; phase 1's granting majority is among the nodes
+// read, and any earlier holder committed its token on a majority, which
+// intersects it, so t exceeds every earlier token. Each node that granted is
+// sent the commit as soon as its own phase-1 reply is in; the lock counts
+// only if a majority commits.
+func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply]) quorum.Tally {
+	var top int64
+	for i := range r.N() {
+		if rep, ok := r.Reply(i); ok && rep.Err == nil {
+			top = max(top, rep.Val.fence)
+		}
+	}
+	l.fence = top + 1
+	r2 := quorum.Start(ctx, r.N(), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		select {
+		case <-r.Done(i):
+		case <-ctx.Done():
+			return reply{}, ctx.Err()
+		}
+		rep, _ := r.Reply(i)
+		if rep.Err != nil || !rep.Val.ours {
+			return reply{}, rep.Err // not granted: nothing to commit there
+		}
+		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, err := scripts.Commit(ctx, s, l.keys[i], l.token, l.fence)
+			return reply{ours: ok}, err
+		})
+	})
+	l.track(r2)
+	return r2.Collect(ctx, classify, quorum.Majority)
 }
 
 // reply is one node's answer to a lock script.
 type reply struct {
-	ours   bool // the key holds our token there now
-	healed bool // extend set it again where it was absent
+	ours   bool  // the key holds our token there now
+	healed bool  // extend set it again where it was absent
+	fence  int64 // the node's fence counter (fenced acquire only)
 }
 
 func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
@@ -375,12 +549,12 @@ func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t
 		case quorum.No:
 			// Another token holds the key there: nothing of ours to delete.
 		case quorum.Yes:
-			wg.Go(func() { l.releaseNode(dctx, i) })
+			wg.Go(func() { l.releaseNode(dctx, i, false) })
 		default:
 			c.wg.Go(func() {
 				<-r.Done(i)
 				if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
-					l.releaseNode(dctx, i)
+					l.releaseNode(dctx, i, false)
 				}
 			})
 		}
@@ -392,18 +566,17 @@ func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t
 // whoever owns it. It returns an error matching ErrNoQuorum when too few
 // nodes answered to tell.
 func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
-	if resource == "" {
-		return false, invalid("resource must not be empty")
+	if err := c.checkResource(resource); err != nil {
+		return false, err
 	}
 	if err := c.begin(); err != nil {
 		return false, err
 	}
 	defer c.end()
-	key := c.cfg.keyPrefix + resource
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Exists(ctx, s, key)
+			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false).Lock)
 			return reply{ours: ok}, err
 		})
 	})
@@ -455,6 +628,7 @@ func (c *Client) Close() error {
 		})
 	}
 	wg.Wait()
+	c.wake.close()
 	waitTimeout(&c.wg, wait)
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -91,4 +92,92 @@ func ExampleClient_Lock_retry() {
 	// Output:
 	// not obtained: true
 	// deadline: true true
+}
+
+// account is a resource that accepts a write only with a fencing token at
+// least as high as any it has seen, so a holder that lost its lock without
+// knowing (paused past its TTL) cannot overwrite a later holder's work.
+type account struct {
+	mu      sync.Mutex
+	seen    int64
+	balance int
+}
+
+func (a *account) set(fence int64, balance int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fence < a.seen {
+		return fmt.Errorf("stale token %d, already saw %d", fence, a.seen)
+	}
+	a.seen, a.balance = fence, balance
+	return nil
+}
+
+func ExampleLock_Fence() {
+	nodes, stop := nodes(3)
+	defer stop()
+	client, err := redlock.New(nodes, redlock.WithFencing(true))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	acct := &account{}
+
+	first, _ := client.Lock(ctx, "account:7")
+	_ = acct.set(first.Fence(), 100)
+	_ = first.Unlock(ctx) // say it had expired while its holder was paused
+
+	second, _ := client.Lock(ctx, "account:7")
+	_ = acct.set(second.Fence(), 70)
+	fmt.Println("tokens increase:", second.Fence() > first.Fence())
+
+	// The first holder wakes up and writes with its old token: refused.
+	fmt.Println("stale write:", acct.set(first.Fence(), 130) != nil, "balance:", acct.balance)
+	_ = second.Unlock(ctx)
+	// Output:
+	// tokens increase: true
+	// stale write: true balance: 70
+}
+
+func ExampleClient_Do() {
+	nodes, stop := nodes(3)
+	defer stop()
+	client, err := redlock.New(nodes)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	err = client.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost: long work checks it.
+		fmt.Println("working under the lock")
+		return nil
+	}, redlock.WithTTL(5*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// working under the lock
+	// err: <nil>
+}
+
+func ExampleLock_Context() {
+	nodes, stop := nodes(3)
+	defer stop()
+	client, err := redlock.New(nodes)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	lock, err := client.Lock(context.Background(), "job")
+	if err != nil {
+		panic(err)
+	}
+	// Hand lock.Context() to the work: it ends on loss, Unlock or Close,
+	// and its cause says which.
+	_ = lock.Unlock(context.Background())
+	<-lock.Context().Done()
+	fmt.Println(context.Cause(lock.Context()))
+	// Output:
+	// redlock: unlocked
 }

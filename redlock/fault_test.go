@@ -45,6 +45,19 @@ func holders(t *testing.T, rc *redistest.Cluster, key, token string) int {
 	return n
 }
 
+// directClients returns clients that reach the servers directly, bypassing
+// the proxies (whose latency or cuts then affect other clients only).
+func directClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient {
+	t.Helper()
+	var direct []redis.UniversalClient
+	for i := range rc.N() {
+		cl := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { cl.Close() })
+		direct = append(direct, cl)
+	}
+	return direct
+}
+
 // eventually polls cond every 5ms until it holds or d passes.
 func eventually(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
@@ -513,13 +526,7 @@ func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
-	var direct []redis.UniversalClient
-	for i := range 5 {
-		cl := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { cl.Close() })
-		direct = append(direct, cl)
-	}
-	b := newClient(t, direct)
+	b := newClient(t, directClients(t, rc))
 	l, err := a.Lock(t.Context(), "stall", WithTTL(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 type Lock struct {
 	c        *Client
 	resource string
-	key      string
+	keys     []scripts.Keys // per node
 	token    string
+	fence    int64 // write-once before the Lock is handed out
 	cfg      config
 	lost     chan struct{}           // closed once, on loss
 	ctx      context.Context         // write-once before the Lock is handed out
@@ -74,7 +75,10 @@ func (l *Lock) Token() string {
 // across successive holders of the resource. It is 0 unless the lock was
 // acquired with WithFencing(true).
 func (l *Lock) Fence() int64 {
-	return 0
+	if l == nil {
+		return 0
+	}
+	return l.fence
 }
 
 // ValidUntil returns the local deadline until which the lock may be trusted,
@@ -156,7 +160,7 @@ func (l *Lock) extend(ctx context.Context) error {
 	// Step 5: re-arm where ours, set where absent, on every node.
 	r := quorum.Start(ctx, n, l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			e, err := scripts.Extend(ctx, s, l.key, l.token, l.cfg.ttl)
+			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
 			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
 		})
 	})
@@ -322,7 +326,7 @@ func (l *Lock) release(ctx context.Context) error {
 	n := len(c.nodes)
 	dctx := context.WithoutCancel(ctx)
 	r := quorum.Start(dctx, n, 2*l.cfg.timeout()+closeGrace, &c.wg, func(ctx context.Context, i int) (bool, error) {
-		return l.releaseNode(ctx, i)
+		return l.releaseNode(ctx, i, true)
 	})
 	t := r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
@@ -347,7 +351,16 @@ func (l *Lock) release(ctx context.Context) error {
 // flight there have answered or timed out, so that none of them lands after
 // the release. A request that outlives that wait and turns out to have set
 // our key triggers another release when it answers.
-func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
+//
+// The release publishes on the resource's channel, waking waiters (step 9);
+// with handoff, the key is left as a short-lived marker that only those
+// waiters may take, when any are listening on the node.
+func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, error) {
+	channel := l.c.cfg.keyPrefix + l.resource
+	var window time.Duration
+	if handoff {
+		window = handoffWindow(l.cfg.ttl)
+	}
 	l.mu.Lock()
 	rounds := l.rounds
 	l.mu.Unlock()
@@ -366,7 +379,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 	defer cancel()
 	ok, err := call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		return scripts.Release(ctx, s, l.key, l.token)
+		return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
 	})
 	for _, r := range late {
 		l.c.goCallback(func() {
@@ -375,12 +388,20 @@ func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
 				rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					return scripts.Release(ctx, s, l.key, l.token)
+					return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
 				})
 			}
 		})
 	}
 	return ok, err
+}
+
+// handoffWindow is how long a released key stays reserved for the waiters
+// that were woken: long enough for a woken waiter's attempt to arrive, short
+// enough that a waiter that has gone away costs little. A quarter of the TTL
+// at most.
+func handoffWindow(ttl time.Duration) time.Duration {
+	return min(30*time.Millisecond, ttl/4)
 }
 
 // track remembers a round of this lock until all its requests have answered.

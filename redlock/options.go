@@ -37,6 +37,7 @@ type config struct {
 	keyPrefix     string
 	keyPrefixSet  bool // WithKeyPrefix was given (invalid per call)
 	fencing       bool
+	wakeUp        bool
 	onLost        func(*Lock, error)
 }
 
@@ -44,6 +45,7 @@ func defaultConfig() config {
 	return config{
 		ttl:       DefaultTTL,
 		autoRenew: true,
+		wakeUp:    true,
 		retryMin:  DefaultRetryDelayMin,
 		retryMax:  DefaultRetryDelayMax,
 		drift:     DefaultDriftFactor,
@@ -165,6 +167,15 @@ func WithKeyPrefix(p string) Option {
 // strictly increases across successive holders of a resource. Off by default.
 func WithFencing(on bool) Option {
 	return optionFunc(func(c *config) { c.fencing = on })
+}
+
+// WithWakeUp turns wake-up on release on or off. On by default: a Lock call
+// that finds the lock held subscribes (one connection per node, shared by
+// the Client's waiters) to the resource's release channel, and attempts
+// again as soon as a release is published; the jittered retry delay is then
+// only a fallback for a lost message. Off, it polls with the retry delay.
+func WithWakeUp(on bool) Option {
+	return optionFunc(func(c *config) { c.wakeUp = on })
 }
 
 // WithOnLost sets a function called once when the lock is lost, with an

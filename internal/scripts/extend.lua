@@ -1,15 +1,24 @@
--- extend.lua: KEYS => [lock key]; ARGV => [token, ttl in ms]
+-- extend.lua: KEYS => [lock key, fence key (only with fencing)]
+--             ARGV => [token, ttl in ms, fence t (only with fencing)]
 -- Re-arms the lease only where the key holds our token (returns 1), and sets
 -- it again where the key is absent (returns 2: the node restarted empty or
 -- the key expired there; like acquire, this can never take a key that
--- another token holds). Returns 0 when another token holds the key.
+-- another token holds). Returns 0 when another token holds the key. With a
+-- fence key, wherever it re-arms or heals it also raises the fence counter to
+-- t, so a node that restarted empty carries the current counter again.
 local v = redis.call('GET', KEYS[1])
+local r = 0
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if v == false then
+  r = 1
+elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
+  r = 2
 end
-return 0
+if r > 0 and KEYS[2] then
+  local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tonumber(ARGV[3]) > c then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+end
+return r

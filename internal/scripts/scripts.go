@@ -19,18 +19,37 @@ import (
 var (
 	//go:embed acquire.lua
 	acquireSrc string
+	//go:embed commit.lua
+	commitSrc string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed release.lua
 	releaseSrc string
 	//go:embed exists.lua
 	existsSrc string
+	//go:embed fenced_set.lua
+	fencedSetSrc string
 
 	acquire = redis.NewScript(acquireSrc)
+	commit  = redis.NewScript(commitSrc)
 	extend  = redis.NewScript(extendSrc)
 	release = redis.NewScript(releaseSrc)
 	exists  = redis.NewScript(existsSrc)
+	fenced  = redis.NewScript(fencedSetSrc)
 )
+
+// Keys names the keys of one lock on one node.
+type Keys struct {
+	Lock  string // holds the owner's token, with a TTL
+	Fence string // the fence counter; "" when fencing is off
+}
+
+func (k Keys) list() []string {
+	if k.Fence == "" {
+		return []string{k.Lock}
+	}
+	return []string{k.Lock, k.Fence}
+}
 
 // Extended is the outcome of Extend on one node.
 type Extended int8
@@ -42,18 +61,48 @@ const (
 	Healed                  // the key was absent; it was set again with our token
 )
 
-// Acquire sets key to token for ttl where it is absent, or refreshes it where
-// it already holds token. It reports false when another token holds the key.
-// A key of another type is an error (WRONGTYPE).
-func Acquire(ctx context.Context, c redis.Scripter, key, token string, ttl time.Duration) (bool, error) {
-	n, err := acquire.Run(ctx, c, []string{key}, token, ms(ttl)).Int64()
+// Acquire sets the lock key to token for ttl where it is absent, or
+// refreshes it where it already holds token; a waiter may also take a
+// handoff marker left by Release. It reports whether the key holds token
+// now, and, with a fence key, the node's fence counter (0 without). A key of
+// another type is an error (WRONGTYPE).
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, waiter bool) (bool, int64, error) {
+	w := "0"
+	if waiter {
+		w = "1"
+	}
+	v, err := acquire.Run(ctx, c, k.list(), token, ms(ttl), w).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v == 1, 0, nil
+	case []any:
+		if len(v) == 2 {
+			ok, ok1 := v[0].(int64)
+			fence, ok2 := v[1].(int64)
+			if ok1 && ok2 {
+				return ok == 1, fence, nil
+			}
+		}
+	}
+	return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+}
+
+// Commit is phase 2 of a fenced acquire: it raises the fence counter to
+// max(counter, t) where the lock key still holds token, and reports whether
+// it did.
+func Commit(ctx context.Context, c redis.Scripter, k Keys, token string, t int64) (bool, error) {
+	n, err := commit.Run(ctx, c, k.list(), token, t).Int64()
 	return n == 1, err
 }
 
-// Extend re-arms key for ttl where it holds token, and sets it where it is
-// absent.
-func Extend(ctx context.Context, c redis.Scripter, key, token string, ttl time.Duration) (Extended, error) {
-	n, err := extend.Run(ctx, c, []string{key}, token, ms(ttl)).Int64()
+// Extend re-arms the lock key for ttl where it holds token, and sets it
+// where it is absent; with a fence key it also raises the counter to t
+// there.
+func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
+	n, err := extend.Run(ctx, c, k.list(), token, ms(ttl), t).Int64()
 	if err != nil {
 		return NotOurs, err
 	}
@@ -64,15 +113,28 @@ func Extend(ctx context.Context, c redis.Scripter, key, token string, ttl time.D
 	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
 }
 
-// Release deletes key if it holds token, and reports whether it did.
-func Release(ctx context.Context, c redis.Scripter, key, token string) (bool, error) {
-	n, err := release.Run(ctx, c, []string{key}, token).Int64()
+// Release deletes key if it holds token, and reports whether it did. It
+// publishes on channel (unless ""); when someone listens there and handoff
+// is positive, it leaves a marker for handoff that only a waiter may take.
+func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff time.Duration) (bool, error) {
+	h := int64(0)
+	if handoff > 0 {
+		h = ms(handoff)
+	}
+	n, err := release.Run(ctx, c, []string{key}, token, channel, h).Int64()
 	return n == 1, err
 }
 
 // Exists reports whether key exists, whoever holds it.
 func Exists(ctx context.Context, c redis.Scripter, key string) (bool, error) {
 	n, err := exists.Run(ctx, c, []string{key}).Int64()
+	return n == 1, err
+}
+
+// FencedSet writes value to the hash key if token is at least the highest
+// fence token the key has seen, and reports whether it did.
+func FencedSet(ctx context.Context, c redis.Scripter, key string, token int64, value string) (bool, error) {
+	n, err := fenced.Run(ctx, c, []string{key}, token, value).Int64()
 	return n == 1, err
 }
 

@@ -24,7 +24,7 @@ var paths = []struct {
 	setup func(ctx context.Context, c *redis.Client) error
 }{
 	{"evalsha", func(ctx context.Context, c *redis.Client) error {
-		for _, s := range []*redis.Script{acquire, extend, release, exists} {
+		for _, s := range []*redis.Script{acquire, commit, extend, release, exists} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}
@@ -45,23 +45,24 @@ func TestScripts(t *testing.T) {
 				t.Fatal(err)
 			}
 			const key, tok, other = "lock:r", "tok-a", "tok-b"
+			k := Keys{Lock: key}
 
-			if ok, err := Acquire(ctx, c, key, tok, time.Second); !ok || err != nil {
+			if ok, err := acquire1(ctx, c, k, tok, time.Second); !ok || err != nil {
 				t.Fatalf("Acquire on empty = %v, %v; want true, nil", ok, err)
 			}
-			if ok, err := Acquire(ctx, c, key, tok, 5*time.Second); !ok || err != nil {
+			if ok, err := acquire1(ctx, c, k, tok, 5*time.Second); !ok || err != nil {
 				t.Fatalf("Acquire again with our token = %v, %v; want true, nil (idempotent)", ok, err)
 			}
 			if got := m.TTL(key); got != 5*time.Second {
 				t.Errorf("TTL after refresh = %v; want 5s", got)
 			}
-			if ok, err := Acquire(ctx, c, key, other, time.Second); ok || err != nil {
+			if ok, err := acquire1(ctx, c, k, other, time.Second); ok || err != nil {
 				t.Fatalf("Acquire by another token = %v, %v; want false, nil", ok, err)
 			}
-			if got, err := Extend(ctx, c, key, other, time.Second); got != NotOurs || err != nil {
+			if got, err := Extend(ctx, c, k, other, time.Second, 0); got != NotOurs || err != nil {
 				t.Errorf("Extend by another token = %v, %v; want NotOurs", got, err)
 			}
-			if got, err := Extend(ctx, c, key, tok, 7*time.Second); got != Rearmed || err != nil {
+			if got, err := Extend(ctx, c, k, tok, 7*time.Second, 0); got != Rearmed || err != nil {
 				t.Errorf("Extend = %v, %v; want Rearmed", got, err)
 			}
 			if got := m.TTL(key); got != 7*time.Second {
@@ -70,13 +71,13 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); !ok || err != nil {
 				t.Errorf("Exists = %v, %v; want true", ok, err)
 			}
-			if ok, err := Release(ctx, c, key, other); ok || err != nil {
+			if ok, err := Release(ctx, c, key, other, "", 0); ok || err != nil {
 				t.Errorf("Release by another token = %v, %v; want false", ok, err)
 			}
 			if got, _ := m.Get(key); got != tok {
 				t.Errorf("key after foreign Release = %q; want %q", got, tok)
 			}
-			if ok, err := Release(ctx, c, key, tok); !ok || err != nil {
+			if ok, err := Release(ctx, c, key, tok, "", 0); !ok || err != nil {
 				t.Errorf("Release = %v, %v; want true", ok, err)
 			}
 			if m.Exists(key) {
@@ -85,7 +86,7 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); ok || err != nil {
 				t.Errorf("Exists after release = %v, %v; want false", ok, err)
 			}
-			if got, err := Extend(ctx, c, key, tok, time.Second); got != Healed || err != nil {
+			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != Healed || err != nil {
 				t.Errorf("Extend where absent = %v, %v; want Healed", got, err)
 			}
 			if got, _ := m.Get(key); got != tok || m.TTL(key) != time.Second {
@@ -101,13 +102,13 @@ func TestScripts_wrongType(t *testing.T) {
 	if _, err := m.Lpush("lock:list", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := Acquire(ctx, c, "lock:list", "tok", time.Second); ok || err == nil {
+	if ok, err := acquire1(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second); ok || err == nil {
 		t.Errorf("Acquire on a list = %v, %v; want an error (WRONGTYPE), not a refusal", ok, err)
 	}
-	if _, err := Extend(ctx, c, "lock:list", "tok", time.Second); err == nil {
+	if _, err := Extend(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second, 0); err == nil {
 		t.Errorf("Extend on a list: err = nil; want WRONGTYPE")
 	}
-	if _, err := Release(ctx, c, "lock:list", "tok"); err == nil {
+	if _, err := Release(ctx, c, "lock:list", "tok", "", 0); err == nil {
 		t.Errorf("Release on a list: err = nil; want WRONGTYPE")
 	}
 }
@@ -121,5 +122,102 @@ func TestMs(t *testing.T) {
 		if got := ms(tc.d); got != tc.want {
 			t.Errorf("ms(%v) = %d; want %d", tc.d, got, tc.want)
 		}
+	}
+}
+
+// acquire1 is Acquire for a non-waiter without fencing.
+func acquire1(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, error) {
+	ok, _, err := Acquire(ctx, c, k, token, ttl, false)
+	return ok, err
+}
+
+func TestFencing(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	k := Keys{Lock: "lock:f", Fence: "lock:f:fence"}
+	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, false)
+	if !ok || fence != 0 || err != nil {
+		t.Fatalf("Acquire on a new resource = %v, %d, %v; want true, 0, nil", ok, fence, err)
+	}
+	if ok, err := Commit(ctx, c, k, "a", 7); !ok || err != nil {
+		t.Fatalf("Commit = %v, %v; want true", ok, err)
+	}
+	if ok, err := Commit(ctx, c, k, "a", 5); !ok || err != nil {
+		t.Fatalf("Commit of a lower t = %v, %v; want true (no-op)", ok, err)
+	}
+	if got, _ := m.Get("lock:f:fence"); got != "7" {
+		t.Errorf("counter = %q; want 7 (max, never lowered)", got)
+	}
+	ok, fence, err = Acquire(ctx, c, k, "b", time.Second, false)
+	if ok || fence != 7 || err != nil {
+		t.Errorf("Acquire by another = %v, %d, %v; want false, 7 (counter from a refusing node too)", ok, fence, err)
+	}
+	if ok, err := Commit(ctx, c, k, "b", 8); ok || err != nil {
+		t.Errorf("Commit by a non-owner = %v, %v; want false", ok, err)
+	}
+	if got, _ := m.Get("lock:f:fence"); got != "7" {
+		t.Errorf("counter after a foreign commit = %q; want 7", got)
+	}
+	// Release never deletes the counter; a node restarted empty is healed
+	// with the counter by Extend.
+	if ok, err := Release(ctx, c, k.Lock, "a", "", 0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if !m.Exists("lock:f:fence") {
+		t.Errorf("Release deleted the fence counter")
+	}
+	m.FlushAll()
+	if got, err := Extend(ctx, c, k, "a", time.Second, 7); got != Healed || err != nil {
+		t.Errorf("Extend on an empty node = %v, %v; want Healed", got, err)
+	}
+	if got, _ := m.Get("lock:f:fence"); got != "7" {
+		t.Errorf("counter after heal = %q; want 7", got)
+	}
+	if got, err := Extend(ctx, c, k, "b", time.Second, 9); got != NotOurs || err != nil {
+		t.Errorf("Extend by a non-owner = %v, %v; want NotOurs", got, err)
+	}
+	if got, _ := m.Get("lock:f:fence"); got != "7" {
+		t.Errorf("counter after a foreign extend = %q; want 7", got)
+	}
+}
+
+func TestRelease_wakeAndHandoff(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	k := Keys{Lock: "lock:h"}
+	// No subscriber: plain delete.
+	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if m.Exists(k.Lock) {
+		t.Errorf("key left with no subscriber")
+	}
+	// A subscriber: it is told, and a marker only a waiter can take is left.
+	sub := c.Subscribe(ctx, "lock:h")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
+		t.Fatal(err)
+	}
+	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Channel != "lock:h" {
+		t.Fatalf("ReceiveMessage = %v, %v; want a message on lock:h", msg, err)
+	}
+	if ok, err := acquire1(ctx, c, k, "a", time.Second); ok || err != nil {
+		t.Errorf("non-waiter Acquire over the marker = %v, %v; want false", ok, err)
+	}
+	if ok, _, err := Acquire(ctx, c, k, "w", time.Second, true); !ok || err != nil {
+		t.Errorf("waiter Acquire over the marker = %v, %v; want true", ok, err)
+	}
+	if got, _ := m.Get(k.Lock); got != "w" {
+		t.Errorf("key = %q; want the waiter's token", got)
 	}
 }

@@ -92,9 +92,9 @@ func writeSVG(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fafafa"/>`+"\n", chartWidth, height)
 	fmt.Fprintf(&b, `<text class="t" x="%d" y="%d">Lock latency: share of operations completed within a time</text>`+"\n", chartMargin, chartMargin+18)
 	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+40,
-		esc(fmt.Sprintf("%s · %s · TTL %s, %s per run · %s", rep.Nodes, rep.Machine, rep.TTL, rep.Duration, rep.Started.Format("2006-01-02"))))
+		esc(fmt.Sprintf("%s · TTL %s, %s per run · %s", rep.Nodes, rep.TTL, rep.Duration, rep.Started.Format("2006-01-02"))))
 	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+58,
-		esc("Curves further left are faster; a curve that rises late or has a long tail to the right waits. Log time axis. slow: node 0 +"+rep.Slow+" each way."))
+		esc(rep.Machine+" · further left is faster; a curve that rises late or trails right waits · slow: node 0 +"+rep.Slow+" each way"))
 
 	// Legend.
 	lx := chartMargin
@@ -159,7 +159,7 @@ func drawPanel(b *strings.Builder, px, py int, scen string, rs []*Result, libsSe
 	for _, t := range ticks {
 		x := xOf(t)
 		fmt.Fprintf(b, `<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`+"\n", x, y0, x, y1)
-		fmt.Fprintf(b, `<text class="ax" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, y0+16, esc(fmtDur(t)))
+		fmt.Fprintf(b, `<text class="ax" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, y0+16, esc(fmtTick(t)))
 	}
 	fmt.Fprintf(b, `<line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`+"\n", x0, y0, x1, y0)
 	fmt.Fprintf(b, `<line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`+"\n", x0, y0, x0, y1)
@@ -227,6 +227,19 @@ func logTicks(lo, hi time.Duration) []time.Duration {
 		ticks = dec
 	}
 	return ticks
+}
+
+// fmtTick prints a 1-2-5 tick without trailing zeros: 50µs, 1ms, 200ms.
+func fmtTick(d time.Duration) string {
+	for _, u := range []struct {
+		name string
+		size time.Duration
+	}{{"s", time.Second}, {"ms", time.Millisecond}, {"µs", time.Microsecond}} {
+		if d >= u.size && d%u.size == 0 {
+			return fmt.Sprintf("%d%s", d/u.size, u.name)
+		}
+	}
+	return fmtDur(d)
 }
 
 func isPow10(v int64) bool {

@@ -260,7 +260,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var jobs []job
 	for _, s := range selScen {
 		for _, l := range selLibs {
-			if s.waits && !l.Waits {
+			if (s.waits && !l.Waits) || (s.multiNode && l.MaxNodes == 1) {
 				continue
 			}
 			jobs = append(jobs, job{s, l})
@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "lockbench: %s\nmachine: %s\nTTL %v, %v per run, %d runs: done in about %v (at most %v)\n\n",
 		desc, rep.Machine, cfg.ttl, cfg.duration, len(jobs),
-		(time.Duration(len(jobs)) * cfg.duration).Round(time.Second), (time.Duration(len(jobs)) * (cfg.duration + cfg.grace)).Round(time.Second))
+		roundDur(time.Duration(len(jobs))*cfg.duration), roundDur(time.Duration(len(jobs))*(cfg.duration+cfg.grace)))
 
 	prog := newProgress(stderr, cfg.progress)
 	var runErr error
@@ -305,6 +305,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return runErr
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 func hasScenario(ss []scenario, name string) bool {

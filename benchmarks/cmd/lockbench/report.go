@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,7 +110,9 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 	for _, r := range rep.Results {
 		lib := r.Lib
 		if r.Note != "" {
-			notes = append(notes, fmt.Sprintf("%s/%s: %s", r.Scenario, r.Lib, r.Note))
+			if n := r.Lib + ": " + r.Note; !slices.Contains(notes, n) {
+				notes = append(notes, n)
+			}
 			lib += "*"
 		}
 		if r.Err != "" && r.Summary.N == 0 {

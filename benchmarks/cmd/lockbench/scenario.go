@@ -39,7 +39,10 @@ type scenario struct {
 	floorOnFast bool
 	// concurrent: the scenario runs several goroutines at once.
 	concurrent bool
-	run         func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+	// multiNode: only libraries over several nodes take part (a slow node
+	// is all a single-node library has).
+	multiNode bool
+	run       func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
 }
 
 var scenarios = []scenario{
@@ -57,6 +60,7 @@ var scenarios = []scenario{
 		name:        "slow",
 		about:       "Lock alone, node 0 delayed by -slow per direction (floor: without the slow node)",
 		floorOnFast: true,
+		multiNode:   true,
 		run:         runSlow,
 	},
 	{

@@ -49,7 +49,8 @@ func ParseURLs(list string) ([]*redis.Options, error) {
 		}
 		o, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("node %q: %w", redact(u), err)
+			// go-redis quotes the URL in its error: hide the password there too.
+			return nil, fmt.Errorf("node %q: %s", redact(u), strings.ReplaceAll(err.Error(), u, redact(u)))
 		}
 		tune(o)
 		out = append(out, o)

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRun_smoke runs every scenario and library for a short while on the
+// embedded default (redis-server when on PATH), and checks the table and
+// the files. About two seconds.
+func TestRun_smoke(t *testing.T) {
+	if !redistest.Available() && os.Getenv("CI") != "" {
+		t.Fatal("redis-server not found on PATH (failing, not skipping, because CI is set): " + redistest.InstallHint)
+	}
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"-n", "3", "-duration", "100ms", "-grace", "3s", "-clients", "4",
+		"-csv", filepath.Join(dir, "s.csv"), "-json", filepath.Join(dir, "s.json"), "-svg", filepath.Join(dir, "s.svg")}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v\nstdout:\n%s\nstderr:\n%s", args, err, &stdout, &stderr)
+	}
+	out := stdout.String()
+	for _, s := range scenarioNames() {
+		if !strings.Contains(out, "\n"+s+" ") {
+			t.Errorf("table lacks scenario %q:\n%s", s, out)
+		}
+	}
+	for _, want := range []string{"quorumlock", "redsync", "redislock", "floor", "longest wait in Lock", "to another goroutine"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if redistest.Available() && !strings.Contains(out, "redis-server") {
+		t.Errorf("header does not say the nodes are redis-server processes:\n%s", out)
+	}
+	f, err := os.Open(filepath.Join(dir, "s.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(recs) < 10 {
+		t.Errorf("CSV: %d records, err %v; want samples", len(recs), err)
+	}
+	for _, name := range []string{"s.json", "s.svg"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", name, err)
+		}
+	}
+}
+
+// TestRun_miniredis runs on in-process nodes, as on a machine without
+// redis-server.
+func TestRun_miniredis(t *testing.T) {
+	t.Parallel()
+	var stdout bytes.Buffer
+	args := []string{"-embedded", "miniredis", "-n", "3", "-duration", "100ms", "-scenarios", "uncontended,contended", "-libs", "quorumlock,floor", "-clients", "3", "-markdown"}
+	if err := run(t.Context(), args, &stdout, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, &stdout)
+	}
+	out := stdout.String()
+	for _, want := range []string{"miniredis nodes with ClockTTL(true)", "| uncontended | quorumlock |", "| contended | quorumlock |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "| contended | floor") {
+		t.Errorf("the floor ran the contended scenario; it never waits:\n%s", out)
+	}
+}
+
+// TestRun_cancelled checks that an interrupt (ctx cancelled, as Ctrl-C does
+// through signal.NotifyContext) stops the run and the nodes: goleak in
+// TestMain finds any goroutine left behind.
+func TestRun_cancelled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := run(ctx, []string{"-embedded", "miniredis", "-n", "1", "-duration", "5s"}, io.Discard, io.Discard)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("run with a cancelled ctx = %v; want context.Canceled", err)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want error
+	}{
+		{"defaults", nil, nil},
+		{"help", []string{"-h"}, flag.ErrHelp},
+		{"unknown flag", []string{"-nope"}, errUsage},
+		{"no clients", []string{"-clients", "0"}, errUsage},
+		{"negative duration", []string{"-duration", "-1s"}, errUsage},
+		{"stray argument", []string{"extra"}, errUsage},
+		{"bad progress", []string{"-progress", "sometimes"}, errUsage},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseFlags(tc.args, io.Discard)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("parseFlags(%q) = %v; want %v", tc.args, err, tc.want)
+			}
+		})
+	}
+	err := run(t.Context(), []string{"-libs", "nope"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "unknown library") {
+		t.Errorf("run(-libs nope) = %v; want an unknown library error", err)
+	}
+}

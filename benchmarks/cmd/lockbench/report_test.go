@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFmtDur(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "0"},
+		{812, "812ns"},
+		{45300, "45.3µs"},
+		{1243 * time.Microsecond, "1.24ms"},
+		{131 * time.Millisecond, "131ms"},
+		{2050 * time.Millisecond, "2.05s"},
+		{999999, "1000µs"},
+	}
+	for _, tc := range cases {
+		if got := fmtDur(tc.in); got != tc.want {
+			t.Errorf("fmtDur(%d) = %q; want %q", int64(tc.in), got, tc.want)
+		}
+	}
+}
+
+func testReport() *Report {
+	mk := func(scen, lib string, nodes int, ds ...time.Duration) *Result {
+		r := &Result{Scenario: scen, Lib: lib, Nodes: nodes, Ops: len(ds), Elapsed: time.Second, OpsPerSec: float64(len(ds))}
+		for i, d := range ds {
+			r.Samples = append(r.Samples, sample{Client: i % 2, D: d})
+		}
+		r.Summary = summarize(ds)
+		return r
+	}
+	rep := &Report{Nodes: "3 test nodes", NodeCount: 3, Machine: "test", TTL: "8s", Duration: "1s", Clients: 8, Resources: 1, Slow: "20ms"}
+	rep.Results = []*Result{
+		mk("uncontended", "quorumlock", 3, ms(2, 2, 4)...),
+		mk("uncontended", "redsync", 3, ms(4, 4, 8)...),
+		mk("uncontended", "floor", 3, ms(1, 1, 2)...),
+		mk("contended", "quorumlock", 3, ms(1, 300)...),
+	}
+	rep.Results[3].Fair = &Fairness{LongestWait: 300 * time.Millisecond, Handoffs: 4, ToOther: 3}
+	rep.Results = append(rep.Results, &Result{Scenario: "contended", Lib: "redsync", Nodes: 3, Err: "boom", Note: "a note"})
+	ratios(rep.Results)
+	return rep
+}
+
+func TestRatios(t *testing.T) {
+	t.Parallel()
+	rep := testReport()
+	q := rep.Results[0]
+	if q.VsFloor != 2 || q.VsRedsync != 0.5 {
+		t.Errorf("quorumlock ratios = %v vs floor, %v vs redsync; want 2, 0.5", q.VsFloor, q.VsRedsync)
+	}
+	if f := rep.Results[2]; f.VsFloor != 0 {
+		t.Errorf("floor's ratio to itself = %v; want 0 (none)", f.VsFloor)
+	}
+	if c := rep.Results[3]; c.VsFloor != 0 || c.VsRedsync != 0 {
+		t.Errorf("contended ratios = %v, %v; want none (no floor, redsync failed)", c.VsFloor, c.VsRedsync)
+	}
+}
+
+func TestWriteTables(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	writeTables(&b, testReport(), false)
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	if !strings.HasPrefix(lines[0], "scenario") || !strings.Contains(lines[0], "p50 vs floor") {
+		t.Fatalf("first line = %q; want the header", lines[0])
+	}
+	// Columns are aligned: every row of the first table has the header's width.
+	w := len([]rune(lines[0]))
+	for _, l := range lines[1:5] {
+		if got := len([]rune(l)); got != w {
+			t.Errorf("row %q is %d wide; want %d like the header", l, got, w)
+		}
+	}
+	for _, want := range []string{"2.00ms", "2.00×", "0.50×", "error: boom", "redsync: a note", "300ms", "75.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+
+	b.Reset()
+	writeTables(&b, testReport(), true)
+	md := strings.Split(b.String(), "\n")
+	if !strings.HasPrefix(md[0], "| scenario |") || !strings.HasPrefix(md[1], "|---|---|---:") {
+		t.Errorf("markdown table starts %q / %q; want a header and an alignment row", md[0], md[1])
+	}
+}
+
+func TestWriteCSV(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := writeCSV(&b, testReport()); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatalf("CSV does not parse: %v", err)
+	}
+	if got, want := len(recs), 1+3+3+3+2; got != want {
+		t.Fatalf("CSV has %d records; want %d (header + one per sample)", got, want)
+	}
+	if got, want := strings.Join(recs[1], ","), "uncontended,quorumlock,3,0,0,2000000"; got != want {
+		t.Errorf("first sample = %q; want %q", got, want)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := writeJSON(&b, testReport()); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		NodeCount int `json:"node_count"`
+		Results   []struct {
+			Lib       string  `json:"lib"`
+			SamplesNS []int64 `json:"samples_ns"`
+			Summary   struct {
+				P50 int64 `json:"p50_ns"`
+			} `json:"summary"`
+			VsFloor  float64 `json:"vs_floor"`
+			Fairness *struct {
+				Handoffs int `json:"handoffs"`
+			} `json:"fairness"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("JSON does not parse: %v", err)
+	}
+	if got.NodeCount != 3 || len(got.Results) != 5 {
+		t.Fatalf("JSON has node_count %d and %d results; want 3 and 5", got.NodeCount, len(got.Results))
+	}
+	r := got.Results[0]
+	if r.Lib != "quorumlock" || len(r.SamplesNS) != 3 || r.Summary.P50 != int64(2*time.Millisecond) || r.VsFloor != 2 {
+		t.Errorf("first result = %+v; want quorumlock, 3 samples, p50 2ms, 2× the floor", r)
+	}
+	if f := got.Results[3].Fairness; f == nil || f.Handoffs != 4 {
+		t.Errorf("contended fairness = %+v; want 4 handoffs", f)
+	}
+}

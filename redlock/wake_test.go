@@ -1,0 +1,217 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+func TestReal_wakeUpOnRelease(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	held, err := a.Lock(t.Context(), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		// The fallback delay is 2-3s: only a wake-up can be faster.
+		l, err := b.Lock(t.Context(), "w", WithRetryDelay(2*time.Second, 3*time.Second))
+		if err != nil {
+			t.Errorf("waiter Lock = %v", err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		l.Unlock(context.Background())
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and waiting
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := time.Now()
+	select {
+	case at, ok := <-got:
+		// Measured a few ms here; 400ms is far below the 2s fallback.
+		if d := at.Sub(unlocked); ok && d > 400*time.Millisecond {
+			t.Errorf("waiter acquired %v after Unlock; want a wake-up, not the 2-3s retry delay", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter did not acquire")
+	}
+}
+
+func TestReal_fallbackWithoutMessage(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	// The holder never unlocks: its fixed lease expires, and no release is
+	// ever published. The waiter must get the lock through its retry delay.
+	if _, err := a.Lock(t.Context(), "f", WithTTL(300*time.Millisecond), WithAutoRenew(false)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := b.Lock(t.Context(), "f", WithRetryDelay(50*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("waiter took %v to get an expired lock", d)
+	}
+	l.Unlock(t.Context())
+}
+
+func TestReal_subscriptionDroppedStillAcquires(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	held, err := a.Lock(t.Context(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(t.Context(), "d", WithRetryDelay(200*time.Millisecond, 300*time.Millisecond))
+		if err == nil {
+			l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	// Drop every subscription connection, then release at once: the
+	// message may be lost; the fallback must still get the waiter the lock.
+	for i := range 5 {
+		rc.Admin(i).ClientKillByFilter(t.Context(), "TYPE", "pubsub")
+	}
+	held.Unlock(t.Context())
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("waiter Lock = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter did not acquire after the subscription was dropped")
+	}
+}
+
+// contend runs g goroutines on one resource for d, each looping
+// Lock → hold briefly → Unlock (with an immediate re-Lock, the pattern that
+// starves waiters when a releaser can take the lock straight back).
+type contention struct {
+	acquisitions int
+	handoffs     int // acquisitions by another goroutine than the previous holder
+	maxWait      time.Duration
+	waits        []time.Duration
+	perGoroutine []int
+	overlaps     int
+}
+
+func contend(t *testing.T, clients []*Client, g int, d time.Duration, opts ...Option) contention {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		res     = contention{perGoroutine: make([]int, g)}
+		last    = -1
+		holding atomic.Int32
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for id := range g {
+		c := clients[id%len(clients)]
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				l, err := c.Lock(ctx, "hot", opts...)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("Lock = %v", err)
+					}
+					return
+				}
+				wait := time.Since(start)
+				if holding.Add(1) > 1 {
+					mu.Lock()
+					res.overlaps++
+					mu.Unlock()
+				}
+				mu.Lock()
+				res.acquisitions++
+				res.perGoroutine[id]++
+				if last != id && last != -1 {
+					res.handoffs++
+				}
+				last = id
+				res.waits = append(res.waits, wait)
+				res.maxWait = max(res.maxWait, wait)
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the critical section
+				holding.Add(-1)
+				_ = l.Unlock(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+func TestReal_contentionNoStarvation(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	var clients []*Client
+	for range 4 {
+		clients = append(clients, newClient(t, rc.Clients()))
+	}
+	res := contend(t, clients, 16, 4*time.Second)
+	slices.Sort(res.waits)
+	share := float64(res.handoffs) / float64(max(res.acquisitions-1, 1))
+	t.Logf("16 goroutines, 4 clients, 5 nodes, 4s: %d acquisitions, %.0f%% handed to another goroutine, wait p50 %v p99 %v max %v, per goroutine %v",
+		res.acquisitions, 100*share, res.waits[len(res.waits)/2], res.waits[len(res.waits)*99/100], res.maxWait, res.perGoroutine)
+	if res.overlaps > 0 {
+		t.Errorf("%d overlapping holds", res.overlaps)
+	}
+	for id, n := range res.perGoroutine {
+		if n == 0 {
+			t.Errorf("goroutine %d never acquired in 4s: starved", id)
+		}
+	}
+	if share < 0.5 {
+		t.Errorf("%.0f%% of handoffs went to another goroutine; want most", 100*share)
+	}
+	// The bound that matters: no goroutine waits anywhere near the whole run.
+	if res.maxWait > 3*time.Second {
+		t.Errorf("longest wait %v; want well under the 4s run", res.maxWait)
+	}
+}
+
+func TestWakeups_leaveUnsubscribes(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes)
+	held, err := c.Lock(t.Context(), "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "u"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v; want DeadlineExceeded", err)
+	}
+	c.wake.mu.Lock()
+	left := len(c.wake.entries)
+	c.wake.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d wake-up entries left after the waiter gave up; want 0", left)
+	}
+	held.Unlock(t.Context())
+}
