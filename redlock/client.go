@@ -188,22 +188,34 @@ func (c *Client) checkResource(resource string) error {
 	return nil
 }
 
+// site says what a request is for, so that a failure can be reported.
+type site struct {
+	obs      Hooks // nil: none
+	op       string
+	resource string
+}
+
 // call runs fn on node i with the in-flight cap, and turns any failure into
-// a *NodeError.
-func call[T any](c *Client, ctx context.Context, i int, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+// a *NodeError, reported to the hooks.
+func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	n := &c.nodes[i]
 	var zero T
+	var err error
 	select {
 	case n.sem <- struct{}{}:
+		var v T
+		v, err = fn(ctx, n.c)
+		<-n.sem
+		if err == nil {
+			return v, nil
+		}
 	default:
-		return zero, &NodeError{Node: i, Addr: n.addr, Err: errBusy}
+		err = errBusy
 	}
-	v, err := fn(ctx, n.c)
-	<-n.sem
-	if err != nil {
-		return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
+	if at.obs != nil {
+		at.obs.NodeError(NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
 	}
-	return v, nil
+	return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
 }
 
 // Lock acquires the lock on resource, retrying with a jittered delay (see
@@ -226,10 +238,18 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (
 	return c.lock(ctx, resource, opts, true)
 }
 
-func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (*Lock, error) {
+func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
 		return nil, err
+	}
+	attempts := 0
+	if obs := cfg.obs; obs != nil {
+		start := time.Now()
+		defer func() {
+			obs.Acquire(AcquireInfo{Resource: resource, Wait: time.Since(start), Attempts: attempts,
+				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err})
+		}()
 	}
 	if err := c.begin(); err != nil {
 		return nil, err
@@ -259,6 +279,7 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		}
 	}()
 	for attempt := 1; ; attempt++ {
+		attempts = attempt
 		l, granted, err := c.attempt(ctx, resource, cfg, w != nil)
 		if err == nil {
 			return l, nil
@@ -368,6 +389,16 @@ func (c *Client) noteTimeout(d time.Duration) {
 // Each attempt uses a fresh token: a background release left by a failed
 // attempt must never delete the key of a later attempt.
 func (c *Client) attempt(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
+	start := time.Now()
+	l, granted, err := c.try(ctx, resource, cfg, waiter)
+	if cfg.obs != nil {
+		cfg.obs.Attempt(AttemptInfo{Resource: resource, Latency: time.Since(start), Granted: granted,
+			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err})
+	}
+	return l, granted, err
+}
+
+func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
 	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
 	if err != nil {
 		return nil, 0, fmt.Errorf("redlock: token: %w", err)
@@ -386,7 +417,7 @@ func (c *Client) attempt(ctx context.Context, resource string, cfg config, waite
 	}
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+		return call(c, ctx, i, site{cfg.obs, "acquire", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			ok, fence, err := scripts.Acquire(ctx, s, l.keys[i], l.token, cfg.ttl, waiter)
 			return reply{ours: ok, fence: fence}, err
 		})
@@ -438,7 +469,7 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 		if rep.Err != nil || !rep.Val.ours {
 			return reply{}, rep.Err // not granted: nothing to commit there
 		}
-		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+		return call(c, ctx, i, site{l.cfg.obs, "commit", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			ok, err := scripts.Commit(ctx, s, l.keys[i], l.token, l.fence)
 			return reply{ours: ok}, err
 		})
@@ -513,6 +544,7 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 // (so Close releases it) and with the renewal scheduler.
 func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock, error) {
 	l.validUntil = validUntil
+	l.acquired = time.Now()
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	c.mu.Lock()
 	if c.closed {
@@ -575,7 +607,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	defer c.end()
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false).Lock)
 			return reply{ours: ok}, err
 		})

@@ -39,7 +39,8 @@ type Lock struct {
 	resource string
 	keys     []scripts.Keys // per node
 	token    string
-	fence    int64 // write-once before the Lock is handed out
+	fence    int64     // write-once before the Lock is handed out
+	acquired time.Time // write-once before the Lock is handed out
 	cfg      config
 	lost     chan struct{}           // closed once, on loss
 	ctx      context.Context         // write-once before the Lock is handed out
@@ -144,10 +145,12 @@ func (l *Lock) Extend(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
 	}
-	return l.extend(ctx)
+	return l.extend(ctx, time.Time{})
 }
 
-func (l *Lock) extend(ctx context.Context) error {
+// extend runs one extension round; due is set for a renewal (when it was
+// due), zero for an Extend call.
+func (l *Lock) extend(ctx context.Context, due time.Time) (err error) {
 	if err := l.usable(); err != nil {
 		return err
 	}
@@ -157,15 +160,35 @@ func (l *Lock) extend(ctx context.Context) error {
 	}
 	defer c.end()
 	n := len(c.nodes)
+	var (
+		r *quorum.Round[reply]
+		t quorum.Tally
+	)
+	if obs := l.cfg.obs; obs != nil {
+		defer func() {
+			healed := 0
+			for i, v := range t.Votes {
+				if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
+					healed++
+				}
+			}
+			info := ExtendInfo{Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
+				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err}
+			if !due.IsZero() && err == nil {
+				info.Lag = time.Since(due)
+			}
+			obs.Extend(info)
+		}()
+	}
 	// Step 5: re-arm where ours, set where absent, on every node.
-	r := quorum.Start(ctx, n, l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, func(ctx context.Context, s redis.Scripter) (reply, error) {
+	r = quorum.Start(ctx, n, l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
 			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
 		})
 	})
 	l.track(r)
-	t := r.Collect(ctx, classify, quorum.Majority)
+	t = r.Collect(ctx, classify, quorum.Majority)
 	switch {
 	case t.Quorum():
 		until := quorum.Deadline(r.Started(), l.cfg.ttl, l.cfg.drift)
@@ -243,6 +266,9 @@ func (l *Lock) lose(err error) {
 	l.state, l.lostErr = stateLost, err
 	h := l.handle
 	l.mu.Unlock()
+	if obs := l.cfg.obs; obs != nil {
+		obs.Lost(LostInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
+	}
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
 	l.cancel(err)
@@ -321,8 +347,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 
 // release runs check-and-delete on every node (step 6) and waits for every
 // answer, bounded by the node timeout.
-func (l *Lock) release(ctx context.Context) error {
+func (l *Lock) release(ctx context.Context) (err error) {
 	c := l.c
+	released := 0
+	if obs := l.cfg.obs; obs != nil {
+		l.mu.Lock()
+		wasLost := l.state == stateLost || !time.Now().Before(l.validUntil)
+		l.mu.Unlock()
+		defer func() {
+			obs.Release(ReleaseInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), WasLost: wasLost, Released: released, Err: err})
+		}()
+	}
 	n := len(c.nodes)
 	dctx := context.WithoutCancel(ctx)
 	r := quorum.Start(dctx, n, 2*l.cfg.timeout()+closeGrace, &c.wg, func(ctx context.Context, i int) (bool, error) {
@@ -338,6 +373,7 @@ func (l *Lock) release(ctx context.Context) error {
 		return quorum.No, nil
 	}, quorum.All)
 	answered := t.Yes + t.No
+	released = t.Yes
 	switch {
 	case answered < c.quorum:
 		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
@@ -378,7 +414,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 	defer cancel()
-	ok, err := call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
+	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
 	})
 	for _, r := range late {
@@ -387,7 +423,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 			if rep, _ := r.Reply(i); rep.Val.ours {
 				rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 				defer cancel()
-				_, _ = call(l.c, rctx, i, func(ctx context.Context, s redis.Scripter) (bool, error) {
+				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 					return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
 				})
 			}
@@ -431,8 +467,8 @@ type watch struct{ l *Lock }
 
 var _ renew.Target = watch{}
 
-func (w watch) Renew(ctx context.Context) error {
-	err := w.l.extend(ctx)
+func (w watch) Renew(ctx context.Context, due time.Time) error {
+	err := w.l.extend(ctx, due)
 	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
 		return backoff.Permanent(err)
 	}

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/quorumlock/quorumlock/quorum"
@@ -39,6 +40,9 @@ type config struct {
 	fencing       bool
 	wakeUp        bool
 	onLost        func(*Lock, error)
+	hooks         Hooks
+	logger        *slog.Logger
+	obs           Hooks // hooks and logger together; set by finish
 }
 
 func defaultConfig() config {
@@ -62,6 +66,7 @@ func buildConfig(base config, opts []Option) config {
 			o.apply(&c)
 		}
 	}
+	c.obs = c.observer()
 	return c
 }
 

@@ -35,8 +35,10 @@ type Target interface {
 	// Renew runs one extension round on the nodes and, on success, moves the
 	// lock's ValidUntil. It returns a *backoff.PermanentError when the lock
 	// is gone for good; any other error is retried while validity remains.
-	// ctx is cancelled when the renewal is stopped.
-	Renew(ctx context.Context) error
+	// ctx is cancelled when the renewal is stopped. due is when this
+	// renewal was due: the first retry after a failure keeps the due time
+	// of the renewal that failed, so time.Since(due) is the renewal lag.
+	Renew(ctx context.Context, due time.Time) error
 	// ValidUntil returns the lock's current local deadline. It never moves
 	// back.
 	ValidUntil() time.Time
@@ -68,7 +70,8 @@ type Handle struct {
 	// Owned by the scheduler's goroutine.
 	index    int       // position in the heap; -1 when not in it
 	at       time.Time // next event
-	renewAt  time.Time // when the next renewal is due
+	renewAt  time.Time // when the next renewal (or retry) is due
+	dueSince time.Time // when the renewal being retried was first due; zero when none failed
 	inflight bool
 	lastErr  error
 	bo       *backoff.ExponentialBackOff
@@ -308,10 +311,14 @@ func (s *Scheduler) launch(h *Handle) {
 	h.mu.Unlock()
 	h.inflight = true
 	start := time.Now()
+	due := h.renewAt
+	if !h.dueSince.IsZero() {
+		due = h.dueSince
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		err := h.t.Renew(ctx)
+		err := h.t.Renew(ctx, due)
 		cancel()
 		h.mu.Lock()
 		h.cancel, h.running = nil, nil
@@ -340,6 +347,7 @@ func (s *Scheduler) finish(r result) {
 	switch {
 	case r.err == nil:
 		h.lastErr = nil
+		h.dueSince = time.Time{}
 		h.bo.Reset()
 		h.renewAt = r.start.Add(h.opts.Interval)
 	case errors.As(r.err, &perm):
@@ -350,6 +358,9 @@ func (s *Scheduler) finish(r result) {
 		return
 	default:
 		h.lastErr = r.err
+		if h.dueSince.IsZero() {
+			h.dueSince = h.renewAt
+		}
 		h.renewAt = time.Now().Add(h.bo.NextBackOff())
 	}
 	h.at = s.next(h)

@@ -29,7 +29,7 @@ func newFake(ttl time.Duration, renew func(n int) (time.Duration, error)) *fake 
 	return &fake{ttl: ttl, until: time.Now().Add(ttl), renew: renew}
 }
 
-func (f *fake) Renew(ctx context.Context) error {
+func (f *fake) Renew(ctx context.Context, due time.Time) error {
 	start := time.Now()
 	f.mu.Lock()
 	f.renews++
@@ -219,7 +219,7 @@ func TestScheduler_deadlineFollowsManualExtend(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
-		if err := f.Renew(t.Context()); err != nil { // what Lock.Extend does
+		if err := f.Renew(t.Context(), time.Now()); err != nil { // what Lock.Extend does
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
@@ -262,8 +262,8 @@ type wrap struct {
 	after func()
 }
 
-func (w *wrap) Renew(ctx context.Context) error {
-	err := w.fake.Renew(ctx)
+func (w *wrap) Renew(ctx context.Context, due time.Time) error {
+	err := w.fake.Renew(ctx, due)
 	w.after()
 	return err
 }

@@ -1,0 +1,131 @@
+package redlock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type recorder struct {
+	mu       sync.Mutex
+	attempts []AttemptInfo
+	acquires []AcquireInfo
+	extends  []ExtendInfo
+	losts    []LostInfo
+	releases []ReleaseInfo
+	nodeErrs []NodeErrorInfo
+}
+
+func (r *recorder) Attempt(i AttemptInfo) { r.mu.Lock(); r.attempts = append(r.attempts, i); r.mu.Unlock() }
+func (r *recorder) Acquire(i AcquireInfo) { r.mu.Lock(); r.acquires = append(r.acquires, i); r.mu.Unlock() }
+func (r *recorder) Extend(i ExtendInfo)   { r.mu.Lock(); r.extends = append(r.extends, i); r.mu.Unlock() }
+func (r *recorder) Lost(i LostInfo)       { r.mu.Lock(); r.losts = append(r.losts, i); r.mu.Unlock() }
+func (r *recorder) Release(i ReleaseInfo) { r.mu.Lock(); r.releases = append(r.releases, i); r.mu.Unlock() }
+func (r *recorder) NodeError(i NodeErrorInfo) {
+	r.mu.Lock()
+	r.nodeErrs = append(r.nodeErrs, i)
+	r.mu.Unlock()
+}
+
+func TestHooks(t *testing.T) {
+	t.Parallel()
+	ms, nodes := miniNodes(t, 3)
+	rec := &recorder{}
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := newClient(t, nodes, WithHooks(rec), WithLogger(logger))
+
+	l, err := c.Lock(t.Context(), "h", WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(450 * time.Millisecond) // two renewals at TTL/3
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// A loss: every node taken over.
+	l2, err := c.Lock(t.Context(), "h2", WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		m.Set("lock:h2", "thief")
+	}
+	<-l2.Lost()
+	_ = l2.Unlock(t.Context())
+	// A node error: a key of another type.
+	ms[0].Lpush("lock:list", "x")
+	ms[1].Lpush("lock:list", "x")
+	_, _ = c.TryLock(t.Context(), "list")
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquires) != 3 || rec.acquires[0].Outcome != OutcomeAcquired || rec.acquires[0].Attempts != 1 {
+		t.Errorf("acquires = %+v; want 3, the first acquired in 1 attempt", rec.acquires)
+	}
+	if len(rec.attempts) < 3 || rec.attempts[0].Granted < 2 || rec.attempts[0].Quorum != 2 {
+		t.Errorf("attempts = %+v; want ≥ 3 with granted ≥ quorum 2", rec.attempts)
+	}
+	renewals := 0
+	for _, e := range rec.extends {
+		if e.Renewal && e.Err == nil {
+			renewals++
+			if e.Lag < 0 || e.Lag > 300*time.Millisecond || e.Confirmed < 2 {
+				t.Errorf("renewal %+v: want lag in [0, 300ms), confirmed ≥ 2", e)
+			}
+		}
+	}
+	if renewals < 2 {
+		t.Errorf("%d successful renewals reported; want ≥ 2", renewals)
+	}
+	if len(rec.losts) != 1 || rec.losts[0].Resource != "h2" || !errors.Is(rec.losts[0].Err, ErrLockLost) {
+		t.Errorf("losts = %+v; want one for h2 matching ErrLockLost", rec.losts)
+	}
+	if len(rec.releases) != 2 || rec.releases[0].WasLost || !rec.releases[1].WasLost || rec.releases[0].Released != 3 {
+		t.Errorf("releases = %+v; want h (not lost, 3 nodes) then h2 (lost)", rec.releases)
+	}
+	var reply bool
+	for _, ne := range rec.nodeErrs {
+		if ne.Kind == "reply" && ne.Op == "acquire" && ne.Node == 0 && ne.Resource == "list" {
+			reply = true
+		}
+	}
+	if !reply {
+		t.Errorf("node errors = %+v; want a reply error from node 0 on acquire", rec.nodeErrs)
+	}
+	out := logs.String()
+	for _, want := range []string{"redlock: acquire", "redlock: lock lost", "redlock: release", "redlock: node error"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q", want)
+		}
+	}
+	if strings.Contains(out, l.Token()) || strings.Contains(out, l2.Token()) {
+		t.Errorf("a token was logged")
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		err  error
+		want Outcome
+	}{
+		{nil, OutcomeAcquired},
+		{ErrNotObtained, OutcomeNotObtained},
+		{errors.Join(ErrNotObtained, context.DeadlineExceeded), OutcomeCanceled},
+		{ErrNoQuorum, OutcomeNoQuorum},
+		{errors.Join(ErrNoQuorum, context.Canceled), OutcomeNoQuorum},
+		{ErrClosed, OutcomeClosed},
+		{ErrInvalidArgument, OutcomeError},
+	}
+	for _, tc := range cases {
+		if got := outcomeOf(tc.err); got != tc.want {
+			t.Errorf("outcomeOf(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+}
