@@ -213,7 +213,7 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 		err = errBusy
 	}
 	if at.obs != nil {
-		at.obs.NodeError(NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
+		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
 	}
 	return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
 }
@@ -247,7 +247,7 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	if obs := cfg.obs; obs != nil {
 		start := time.Now()
 		defer func() {
-			obs.Acquire(AcquireInfo{Resource: resource, Wait: time.Since(start), Attempts: attempts,
+			obs.Acquire(ctx, AcquireInfo{Resource: resource, Wait: time.Since(start), Attempts: attempts,
 				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err})
 		}()
 	}
@@ -390,18 +390,19 @@ func (c *Client) noteTimeout(d time.Duration) {
 // attempt must never delete the key of a later attempt.
 func (c *Client) attempt(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
 	start := time.Now()
-	l, granted, err := c.try(ctx, resource, cfg, waiter)
+	l, t, err := c.try(ctx, resource, cfg, waiter)
 	if cfg.obs != nil {
-		cfg.obs.Attempt(AttemptInfo{Resource: resource, Latency: time.Since(start), Granted: granted,
-			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err})
+		cfg.obs.Attempt(ctx, AttemptInfo{Resource: resource, Latency: time.Since(start), Granted: t.Yes,
+			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: nodeErrors(t.Errs)})
 	}
-	return l, granted, err
+	return l, t.Yes, err
 }
 
-func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
+// try is attempt without the hook; it also returns the tally of phase 1.
+func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, quorum.Tally, error) {
 	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
 	if err != nil {
-		return nil, 0, fmt.Errorf("redlock: token: %w", err)
+		return nil, quorum.Tally{}, fmt.Errorf("redlock: token: %w", err)
 	}
 	n := len(c.nodes)
 	l := &Lock{
@@ -430,19 +431,19 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
 			l, err := c.hold(ctx, l, deadline)
-			return l, t.Yes, err
+			return l, t, err
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
 			l, err := c.hold(ctx, l, deadline)
-			return l, t.Yes, err
+			return l, t, err
 		}
 		c.abandon(ctx, l, r, t)
-		return nil, t.Yes, c.attemptError(ctx, t2, cfg)
+		return nil, t, c.attemptError(ctx, t2, cfg)
 	}
 	// Step 4: a failed or cancelled attempt releases what it may have set.
 	c.abandon(ctx, l, r, t)
-	return nil, t.Yes, c.attemptError(ctx, t, cfg)
+	return nil, t, c.attemptError(ctx, t, cfg)
 }
 
 // commitFence is phase 2 of a fenced acquire (step 8). t = max(counters

@@ -16,33 +16,38 @@ import (
 // Embed NoHooks to implement only some methods.
 //
 // Methods are called synchronously on the goroutine doing the work (a Lock
-// call, a renewal, an Unlock), never while the library holds a mutex. They
+// call, a renewal, an Unlock), never while the library holds a mutex. ctx
+// is the caller's context (for Attempt, Acquire, Release, and Extend from an
+// Extend call), the lock's Context for Lost, a background context for
+// renewals, and the request's
+// context for NodeError; a tracing adapter can parent spans on it. Info
+// fields with a time (Latency, Wait) let an adapter date its spans. They
 // must be safe for concurrent use, return quickly and never block: a slow
 // hook delays acquisitions and renewals. Tokens are never passed to hooks.
 type Hooks interface {
 	// Attempt is called after each acquisition round on the nodes.
-	Attempt(AttemptInfo)
+	Attempt(ctx context.Context, info AttemptInfo)
 	// Acquire is called when a Lock or TryLock call ends, acquired or not.
-	Acquire(AcquireInfo)
+	Acquire(ctx context.Context, info AcquireInfo)
 	// Extend is called after each extension round: a renewal, or Extend.
-	Extend(ExtendInfo)
+	Extend(ctx context.Context, info ExtendInfo)
 	// Lost is called once when a lock is lost (before OnLost runs).
-	Lost(LostInfo)
+	Lost(ctx context.Context, info LostInfo)
 	// Release is called when Unlock or Close has released a lock.
-	Release(ReleaseInfo)
+	Release(ctx context.Context, info ReleaseInfo)
 	// NodeError is called for every request to a node that failed.
-	NodeError(NodeErrorInfo)
+	NodeError(ctx context.Context, info NodeErrorInfo)
 }
 
 // NoHooks implements Hooks with methods that do nothing; embed it.
 type NoHooks struct{}
 
-func (NoHooks) Attempt(AttemptInfo)     {}
-func (NoHooks) Acquire(AcquireInfo)     {}
-func (NoHooks) Extend(ExtendInfo)       {}
-func (NoHooks) Lost(LostInfo)           {}
-func (NoHooks) Release(ReleaseInfo)     {}
-func (NoHooks) NodeError(NodeErrorInfo) {}
+func (NoHooks) Attempt(context.Context, AttemptInfo)     {}
+func (NoHooks) Acquire(context.Context, AcquireInfo)     {}
+func (NoHooks) Extend(context.Context, ExtendInfo)       {}
+func (NoHooks) Lost(context.Context, LostInfo)           {}
+func (NoHooks) Release(context.Context, ReleaseInfo)     {}
+func (NoHooks) NodeError(context.Context, NodeErrorInfo) {}
 
 // Outcome is how an acquisition attempt or call ended.
 type Outcome string
@@ -85,6 +90,9 @@ type AttemptInfo struct {
 	Nodes    int
 	Outcome  Outcome
 	Err      error
+	// NodeErrors lists the nodes that failed in this round (also reported
+	// one by one through NodeError).
+	NodeErrors []*NodeError
 }
 
 // AcquireInfo describes a whole Lock or TryLock call.
@@ -108,6 +116,8 @@ type ExtendInfo struct {
 	Quorum    int
 	Nodes     int
 	Err       error // nil on success; matches ErrLockLost when the round lost the lock
+	// NodeErrors lists the nodes that failed in this round.
+	NodeErrors []*NodeError
 }
 
 // LostInfo describes a lost lock.
@@ -134,6 +144,18 @@ type NodeErrorInfo struct {
 	Addr     string
 	Kind     string // "timeout", "canceled", "connection", "reply" (an error reply such as WRONGTYPE or NOPERM), "busy"
 	Err      error
+}
+
+// nodeErrors collects the *NodeError of each failed node of a round.
+func nodeErrors(errs []error) []*NodeError {
+	var out []*NodeError
+	for _, e := range errs {
+		var ne *NodeError
+		if errors.As(e, &ne) {
+			out = append(out, ne)
+		}
+	}
+	return out
 }
 
 func errorKind(err error) string {
@@ -178,75 +200,75 @@ func (c *config) observer() Hooks {
 
 type multiHooks []Hooks
 
-func (m multiHooks) Attempt(i AttemptInfo) {
+func (m multiHooks) Attempt(ctx context.Context, i AttemptInfo) {
 	for _, h := range m {
-		h.Attempt(i)
+		h.Attempt(ctx, i)
 	}
 }
-func (m multiHooks) Acquire(i AcquireInfo) {
+func (m multiHooks) Acquire(ctx context.Context, i AcquireInfo) {
 	for _, h := range m {
-		h.Acquire(i)
+		h.Acquire(ctx, i)
 	}
 }
-func (m multiHooks) Extend(i ExtendInfo) {
+func (m multiHooks) Extend(ctx context.Context, i ExtendInfo) {
 	for _, h := range m {
-		h.Extend(i)
+		h.Extend(ctx, i)
 	}
 }
-func (m multiHooks) Lost(i LostInfo) {
+func (m multiHooks) Lost(ctx context.Context, i LostInfo) {
 	for _, h := range m {
-		h.Lost(i)
+		h.Lost(ctx, i)
 	}
 }
-func (m multiHooks) Release(i ReleaseInfo) {
+func (m multiHooks) Release(ctx context.Context, i ReleaseInfo) {
 	for _, h := range m {
-		h.Release(i)
+		h.Release(ctx, i)
 	}
 }
-func (m multiHooks) NodeError(i NodeErrorInfo) {
+func (m multiHooks) NodeError(ctx context.Context, i NodeErrorInfo) {
 	for _, h := range m {
-		h.NodeError(i)
+		h.NodeError(ctx, i)
 	}
 }
 
 // logHooks writes structured logs.
 type logHooks struct{ l *slog.Logger }
 
-func (h logHooks) Attempt(AttemptInfo) {}
+func (h logHooks) Attempt(ctx context.Context, _ AttemptInfo) {}
 
-func (h logHooks) Acquire(i AcquireInfo) {
+func (h logHooks) Acquire(ctx context.Context, i AcquireInfo) {
 	lvl := slog.LevelDebug
 	if i.Outcome != OutcomeAcquired && i.Outcome != OutcomeNotObtained && i.Outcome != OutcomeCanceled {
 		lvl = slog.LevelWarn
 	}
-	h.l.Log(context.Background(), lvl, "redlock: acquire", "resource", i.Resource, "outcome", string(i.Outcome),
+	h.l.Log(ctx, lvl, "redlock: acquire", "resource", i.Resource, "outcome", string(i.Outcome),
 		"wait", i.Wait, "attempts", i.Attempts, "fence", i.Fence, "err", i.Err)
 }
 
-func (h logHooks) Extend(i ExtendInfo) {
+func (h logHooks) Extend(ctx context.Context, i ExtendInfo) {
 	if i.Err == nil {
 		if i.Healed > 0 {
-			h.l.Info("redlock: extend healed nodes", "resource", i.Resource, "healed", i.Healed, "confirmed", i.Confirmed)
+			h.l.InfoContext(ctx, "redlock: extend healed nodes", "resource", i.Resource, "healed", i.Healed, "confirmed", i.Confirmed)
 		}
 		return
 	}
-	h.l.Warn("redlock: extend failed", "resource", i.Resource, "renewal", i.Renewal, "confirmed", i.Confirmed,
+	h.l.WarnContext(ctx, "redlock: extend failed", "resource", i.Resource, "renewal", i.Renewal, "confirmed", i.Confirmed,
 		"quorum", i.Quorum, "err", i.Err)
 }
 
-func (h logHooks) Lost(i LostInfo) {
-	h.l.Error("redlock: lock lost", "resource", i.Resource, "held_for", i.HeldFor, "err", i.Err)
+func (h logHooks) Lost(ctx context.Context, i LostInfo) {
+	h.l.ErrorContext(ctx, "redlock: lock lost", "resource", i.Resource, "held_for", i.HeldFor, "err", i.Err)
 }
 
-func (h logHooks) Release(i ReleaseInfo) {
+func (h logHooks) Release(ctx context.Context, i ReleaseInfo) {
 	lvl := slog.LevelDebug
 	if i.WasLost {
 		lvl = slog.LevelWarn
 	}
-	h.l.Log(context.Background(), lvl, "redlock: release", "resource", i.Resource, "held_for", i.HeldFor,
+	h.l.Log(ctx, lvl, "redlock: release", "resource", i.Resource, "held_for", i.HeldFor,
 		"was_lost", i.WasLost, "released", i.Released, "err", i.Err)
 }
 
-func (h logHooks) NodeError(i NodeErrorInfo) {
-	h.l.Warn("redlock: node error", "resource", i.Resource, "op", i.Op, "node", i.Node, "addr", i.Addr, "kind", i.Kind, "err", i.Err)
+func (h logHooks) NodeError(ctx context.Context, i NodeErrorInfo) {
+	h.l.WarnContext(ctx, "redlock: node error", "resource", i.Resource, "op", i.Op, "node", i.Node, "addr", i.Addr, "kind", i.Kind, "err", i.Err)
 }

@@ -21,12 +21,32 @@ type recorder struct {
 	nodeErrs []NodeErrorInfo
 }
 
-func (r *recorder) Attempt(i AttemptInfo) { r.mu.Lock(); r.attempts = append(r.attempts, i); r.mu.Unlock() }
-func (r *recorder) Acquire(i AcquireInfo) { r.mu.Lock(); r.acquires = append(r.acquires, i); r.mu.Unlock() }
-func (r *recorder) Extend(i ExtendInfo)   { r.mu.Lock(); r.extends = append(r.extends, i); r.mu.Unlock() }
-func (r *recorder) Lost(i LostInfo)       { r.mu.Lock(); r.losts = append(r.losts, i); r.mu.Unlock() }
-func (r *recorder) Release(i ReleaseInfo) { r.mu.Lock(); r.releases = append(r.releases, i); r.mu.Unlock() }
-func (r *recorder) NodeError(i NodeErrorInfo) {
+func (r *recorder) Attempt(_ context.Context, i AttemptInfo) {
+	r.mu.Lock()
+	r.attempts = append(r.attempts, i)
+	r.mu.Unlock()
+}
+func (r *recorder) Acquire(_ context.Context, i AcquireInfo) {
+	r.mu.Lock()
+	r.acquires = append(r.acquires, i)
+	r.mu.Unlock()
+}
+func (r *recorder) Extend(_ context.Context, i ExtendInfo) {
+	r.mu.Lock()
+	r.extends = append(r.extends, i)
+	r.mu.Unlock()
+}
+func (r *recorder) Lost(_ context.Context, i LostInfo) {
+	r.mu.Lock()
+	r.losts = append(r.losts, i)
+	r.mu.Unlock()
+}
+func (r *recorder) Release(_ context.Context, i ReleaseInfo) {
+	r.mu.Lock()
+	r.releases = append(r.releases, i)
+	r.mu.Unlock()
+}
+func (r *recorder) NodeError(_ context.Context, i NodeErrorInfo) {
 	r.mu.Lock()
 	r.nodeErrs = append(r.nodeErrs, i)
 	r.mu.Unlock()

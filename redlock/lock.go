@@ -173,11 +173,11 @@ func (l *Lock) extend(ctx context.Context, due time.Time) (err error) {
 				}
 			}
 			info := ExtendInfo{Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
-				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err}
+				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: nodeErrors(t.Errs)}
 			if !due.IsZero() && err == nil {
 				info.Lag = time.Since(due)
 			}
-			obs.Extend(info)
+			obs.Extend(ctx, info)
 		}()
 	}
 	// Step 5: re-arm where ours, set where absent, on every node.
@@ -267,7 +267,7 @@ func (l *Lock) lose(err error) {
 	h := l.handle
 	l.mu.Unlock()
 	if obs := l.cfg.obs; obs != nil {
-		obs.Lost(LostInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
+		obs.Lost(l.ctx, LostInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
 	}
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
@@ -355,7 +355,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 		wasLost := l.state == stateLost || !time.Now().Before(l.validUntil)
 		l.mu.Unlock()
 		defer func() {
-			obs.Release(ReleaseInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), WasLost: wasLost, Released: released, Err: err})
+			obs.Release(ctx, ReleaseInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), WasLost: wasLost, Released: released, Err: err})
 		}()
 	}
 	n := len(c.nodes)
