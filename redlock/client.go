@@ -506,6 +506,8 @@ func (c *Client) attemptError(ctx context.Context, t quorum.Tally, cfg config) e
 	if t.Quorum() {
 		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl)
 	}
+	// Failures that are only the caller giving up do not count as node
+	// failures.
 	failed := t.Failed
 	if ctx.Err() != nil {
 		for _, e := range t.Errs {
@@ -515,7 +517,7 @@ func (c *Client) attemptError(ctx context.Context, t quorum.Tally, cfg config) e
 		}
 	}
 	var head error
-	if t.Yes+failed < c.quorum {
+	if t.No > n-c.quorum || failed == 0 {
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
 	} else {
 		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed", ErrNoQuorum, t.Yes, n, c.quorum)

@@ -12,9 +12,11 @@ import (
 )
 
 const (
-	// proxyDialTimeout bounds the proxy's dial to its target. The target is a
-	// local redis-server, so anything slower than this means it is gone.
-	proxyDialTimeout = time.Second
+	// proxyDialTimeout bounds the proxy's dial to its target. The target is
+	// a local redis-server whose kernel completes the handshake even while
+	// it is paused, so only an overloaded machine gets near this; Close
+	// aborts a dial in flight anyway.
+	proxyDialTimeout = 5 * time.Second
 
 	// proxyQueueLen is how many chunks one direction may have in flight. A
 	// full queue blocks the reader, so a slow writer pushes back on the sender

@@ -132,9 +132,11 @@ func TestCluster_SetLatency(t *testing.T) {
 		t.Errorf("with latency %v: Ping() took %v; want [%v, 2s)", d, got, 2*d)
 	}
 
+	// Fast again: below the 2*d that any latency left over would add. A
+	// tighter bound flakes when many -race tests share the CPUs.
 	c.SetLatency(0, 0)
-	if got := minPing(t, cl); got >= d {
-		t.Errorf("with latency 0: Ping() took %v; want < %v", got, d)
+	if got := minPing(t, cl); got >= 2*d {
+		t.Errorf("with latency 0: Ping() took %v; want < %v", got, 2*d)
 	}
 }
 
