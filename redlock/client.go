@@ -120,8 +120,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		c.nodes[i] = node{c: n, addr: nodeAddr(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
 		c.anyCluster = c.anyCluster || cluster
 	}
-	c.cfg.keyPrefixSet = false
-	c.sched = renew.New()
+	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
+	// Renewals due within a short window go out together: a twentieth of
+	// the default interval, at most 20ms early.
+	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
 	c.wake = newWakeups(c)
 	return c, nil
 }
@@ -171,6 +173,9 @@ func (c *Client) callConfig(resource string, opts []Option) (config, error) {
 	}
 	if cfg.keyPrefixSet {
 		return cfg, invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
+	}
+	if cfg.renewBatchSet {
+		return cfg, invalid("WithRenewBatch is valid for New only")
 	}
 	return cfg, cfg.validate()
 }
@@ -423,7 +428,7 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
-	l.track(r)
+	l.track(roundRef{r})
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
@@ -475,7 +480,7 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 			return reply{ours: ok}, err
 		})
 	})
-	l.track(r2)
+	l.track(roundRef{r2})
 	return r2.Collect(ctx, classify, quorum.Majority)
 }
 

@@ -56,8 +56,8 @@ func TestHooks(t *testing.T) {
 	t.Parallel()
 	ms, nodes := miniNodes(t, 3)
 	rec := &recorder{}
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := newClient(t, nodes, WithHooks(rec), WithLogger(logger))
 
 	l, err := c.Lock(t.Context(), "h", WithTTL(600*time.Millisecond))
@@ -127,6 +127,25 @@ func TestHooks(t *testing.T) {
 	if strings.Contains(out, l.Token()) || strings.Contains(out, l2.Token()) {
 		t.Errorf("a token was logged")
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines and the
+// test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestOutcomeOf(t *testing.T) {

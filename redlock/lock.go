@@ -51,7 +51,7 @@ type Lock struct {
 	validUntil time.Time
 	lostErr    error
 	handle     *renew.Handle
-	rounds     []*quorum.Round[reply] // rounds of this lock with requests maybe still in flight
+	rounds     []inflight // rounds of this lock with requests maybe still in flight
 }
 
 // Resource returns the name of the locked resource.
@@ -150,7 +150,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 
 // extend runs one extension round; due is set for a renewal (when it was
 // due), zero for an Extend call.
-func (l *Lock) extend(ctx context.Context, due time.Time) (err error) {
+func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
@@ -159,19 +159,33 @@ func (l *Lock) extend(ctx context.Context, due time.Time) (err error) {
 		return err
 	}
 	defer c.end()
+	// Step 5: re-arm where ours, set where absent, on every node.
+	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
+			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
+		})
+	})
+	l.track(roundRef{r})
+	t := r.Collect(ctx, classify, quorum.Majority)
+	healed := 0
+	for i, v := range t.Votes {
+		if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
+			healed++
+		}
+	}
+	return l.settle(ctx, r.Started(), t, healed, due)
+}
+
+// settle applies the tally of an extension round that started at started:
+// new validity on a majority, loss when a majority says not ours, and
+// ErrNoQuorum otherwise (the lock is not lost yet). due is set for a
+// renewal: when it was due.
+func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, healed int, due time.Time) (err error) {
+	c := l.c
 	n := len(c.nodes)
-	var (
-		r *quorum.Round[reply]
-		t quorum.Tally
-	)
 	if obs := l.cfg.obs; obs != nil {
 		defer func() {
-			healed := 0
-			for i, v := range t.Votes {
-				if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
-					healed++
-				}
-			}
 			info := ExtendInfo{Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
 				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: nodeErrors(t.Errs)}
 			if !due.IsZero() && err == nil {
@@ -180,18 +194,9 @@ func (l *Lock) extend(ctx context.Context, due time.Time) (err error) {
 			obs.Extend(ctx, info)
 		}()
 	}
-	// Step 5: re-arm where ours, set where absent, on every node.
-	r = quorum.Start(ctx, n, l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
-			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
-		})
-	})
-	l.track(r)
-	t = r.Collect(ctx, classify, quorum.Majority)
 	switch {
 	case t.Quorum():
-		until := quorum.Deadline(r.Started(), l.cfg.ttl, l.cfg.drift)
+		until := quorum.Deadline(started, l.cfg.ttl, l.cfg.drift)
 		l.mu.Lock()
 		if l.state != stateHeld {
 			l.mu.Unlock()
@@ -400,7 +405,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 	l.mu.Lock()
 	rounds := l.rounds
 	l.mu.Unlock()
-	var late []*quorum.Round[reply]
+	var late []inflight
 	if len(rounds) > 0 {
 		wait := time.NewTimer(l.cfg.timeout() + closeGrace)
 		for _, r := range rounds {
@@ -420,7 +425,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 	for _, r := range late {
 		l.c.goCallback(func() {
 			<-r.Done(i)
-			if rep, _ := r.Reply(i); rep.Val.ours {
+			if r.ours(i) {
 				rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
@@ -440,26 +445,42 @@ func handoffWindow(ttl time.Duration) time.Duration {
 	return min(30*time.Millisecond, ttl/4)
 }
 
-// track remembers a round of this lock until all its requests have answered.
-func (l *Lock) track(r *quorum.Round[reply]) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	keep := l.rounds[:0]
-	for _, old := range l.rounds {
-		if !settled(old) {
-			keep = append(keep, old)
-		}
-	}
-	l.rounds = append(keep, r)
+// inflight is a round of requests of this lock, seen by release: on each
+// node, the release waits for the lock's requests there.
+type inflight interface {
+	Done(i int) <-chan struct{} // closed when node i has answered or given up
+	ours(i int) bool            // node i answered that our key is set there
+	settled() bool              // every node has answered or given up
 }
 
-func settled(r *quorum.Round[reply]) bool {
-	for i := range r.N() {
-		if _, ok := r.Reply(i); !ok {
+// roundRef is a round of this lock alone.
+type roundRef struct{ r *quorum.Round[reply] }
+
+func (p roundRef) Done(i int) <-chan struct{} { return p.r.Done(i) }
+func (p roundRef) ours(i int) bool {
+	rep, ok := p.r.Reply(i)
+	return ok && rep.Err == nil && rep.Val.ours
+}
+func (p roundRef) settled() bool {
+	for i := range p.r.N() {
+		if _, ok := p.r.Reply(i); !ok {
 			return false
 		}
 	}
 	return true
+}
+
+// track remembers a round until all its requests have answered.
+func (l *Lock) track(r inflight) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keep := l.rounds[:0]
+	for _, old := range l.rounds {
+		if !old.settled() {
+			keep = append(keep, old)
+		}
+	}
+	l.rounds = append(keep, r)
 }
 
 // watch is what the renewal scheduler sees of a Lock.
@@ -468,7 +489,11 @@ type watch struct{ l *Lock }
 var _ renew.Target = watch{}
 
 func (w watch) Renew(ctx context.Context, due time.Time) error {
-	err := w.l.extend(ctx, due)
+	return renewError(w.l.extend(ctx, due))
+}
+
+// renewError marks the errors that end a lock's renewal for good.
+func renewError(err error) error {
 	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
 		return backoff.Permanent(err)
 	}

@@ -42,25 +42,28 @@ type config struct {
 	onLost        func(*Lock, error)
 	hooks         Hooks
 	logger        *slog.Logger
-	obs           Hooks // hooks and logger together; set by finish
+	obs           Hooks // hooks and logger together; set by buildConfig
+	renewBatch    int
+	renewBatchSet bool // WithRenewBatch was given (invalid per call)
 }
 
 func defaultConfig() config {
 	return config{
-		ttl:       DefaultTTL,
-		autoRenew: true,
-		wakeUp:    true,
-		retryMin:  DefaultRetryDelayMin,
-		retryMax:  DefaultRetryDelayMax,
-		drift:     DefaultDriftFactor,
-		keyPrefix: DefaultKeyPrefix,
+		ttl:        DefaultTTL,
+		autoRenew:  true,
+		wakeUp:     true,
+		retryMin:   DefaultRetryDelayMin,
+		retryMax:   DefaultRetryDelayMax,
+		drift:      DefaultDriftFactor,
+		keyPrefix:  DefaultKeyPrefix,
+		renewBatch: DefaultRenewBatch,
 	}
 }
 
 // buildConfig applies opts over base. A nil option is ignored.
 func buildConfig(base config, opts []Option) config {
 	c := base
-	c.keyPrefixSet = false
+	c.keyPrefixSet, c.renewBatchSet = false, false
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
@@ -105,6 +108,8 @@ func (c *config) validate() error {
 		return invalid("WithRenewInterval: interval %v must be shorter than the TTL %v", c.interval(), c.ttl)
 	case c.retryCount < 0:
 		return invalid("WithRetryCount: count must be ≥ 0 (0 = until ctx is done), got %d", c.retryCount)
+	case c.renewBatch < 0:
+		return invalid("WithRenewBatch: size must be ≥ 0, got %d", c.renewBatch)
 	case c.retryMin < 0 || c.retryMax < c.retryMin:
 		return invalid("WithRetryDelay: need 0 ≤ min ≤ max, got min %v, max %v", c.retryMin, c.retryMax)
 	}

@@ -111,7 +111,7 @@ func (h *Handle) Cancel() {
 // usable; call [New].
 type Scheduler struct {
 	wake      chan struct{}  // buffered 1: the heap changed
-	results   chan result    // renewals report here
+	results   chan []result  // renewals report here, a batch at a time
 	quit      chan struct{}  // closed by Close
 	loopDone  chan struct{}  // closed when the loop has returned
 	wg        sync.WaitGroup // renewals in flight
@@ -122,6 +122,26 @@ type Scheduler struct {
 	closed bool
 
 	h entries // owned by the loop
+
+	base     context.Context // cancelled by Close: batches in flight stop
+	stopBase context.CancelFunc
+	batcher  Batcher       // nil: one renewal call per lock
+	maxBatch int           // most locks per batch
+	window   time.Duration // renewals due within window of now go out together
+}
+
+// Batcher renews many locks in one round: per node, one pipeline for all of
+// them. It returns one error per target, with the same meaning as
+// Target.Renew's. It is given targets only of the scheduler it was passed
+// to.
+type Batcher interface {
+	RenewBatch(ctx context.Context, ts []Target, dues []time.Time) []error
+}
+
+// Batching are the settings of NewBatched.
+type Batching struct {
+	Max    int           // most locks in one batch (one pipeline per node); ≤ 1 turns batching off
+	Window time.Duration // a renewal due within Window from now joins the current batch (it is renewed that much early)
 }
 
 type result struct {
@@ -130,13 +150,23 @@ type result struct {
 	err   error
 }
 
-// New starts a scheduler. Close stops it.
-func New() *Scheduler {
+// New starts a scheduler that renews each lock with its own call. Close
+// stops it.
+func New() *Scheduler { return NewBatched(nil, Batching{}) }
+
+// NewBatched starts a scheduler that renews the locks due in one tick
+// together, through b, in batches of at most bs.Max. Quorum decisions and
+// loss semantics are those of New: b decides per lock. Close stops it.
+func NewBatched(b Batcher, bs Batching) *Scheduler {
 	s := &Scheduler{
 		wake:     make(chan struct{}, 1),
-		results:  make(chan result),
+		results:  make(chan []result),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+	}
+	s.base, s.stopBase = context.WithCancel(context.Background())
+	if b != nil && bs.Max > 1 {
+		s.batcher, s.maxBatch, s.window = b, bs.Max, max(bs.Window, 0)
 	}
 	go s.loop()
 	return s
@@ -197,6 +227,7 @@ func (s *Scheduler) Close() {
 		s.mu.Unlock()
 		close(s.quit)
 		<-s.loopDone
+		s.stopBase()
 		s.wg.Wait()
 	})
 }
@@ -219,8 +250,10 @@ func (s *Scheduler) loop() {
 			return
 		case <-s.wake:
 		case <-timer.C:
-		case r := <-s.results:
-			s.finish(r)
+		case rs := <-s.results:
+			for _, r := range rs {
+				s.finish(r)
+			}
 		}
 	}
 }
@@ -259,28 +292,98 @@ func (s *Scheduler) next(h *Handle) time.Time {
 }
 
 func (s *Scheduler) fireDue(now time.Time) {
-	for len(s.h) > 0 && !s.h[0].at.After(now) {
-		h := s.h[0]
+	// Renewals due up to the window ahead go out now, together; deadlines
+	// are never anticipated nor postponed.
+	horizon := now.Add(s.window)
+	var due, keep []*Handle
+	for len(s.h) > 0 && !s.h[0].at.After(horizon) {
+		h := heap.Pop(&s.h).(*Handle)
 		h.mu.Lock()
 		stopped := h.stopped
 		h.mu.Unlock()
 		if stopped {
-			heap.Pop(&s.h)
 			continue
 		}
 		// Step 7: the deadline. ValidUntil is read afresh, since a manual
 		// Extend may have moved it since this event was armed.
 		if !now.Before(h.t.ValidUntil()) {
-			heap.Pop(&s.h)
 			s.lose(h, errors.Join(ErrExpired, h.lastErr))
 			continue
 		}
-		if h.opts.AutoRenew && !h.inflight && !now.Before(h.renewAt) {
+		if h.opts.AutoRenew && !h.inflight && !horizon.Before(h.renewAt) {
+			due = append(due, h)
+			h.inflight = true
+		}
+		keep = append(keep, h)
+	}
+	for _, h := range keep {
+		h.at = s.next(h)
+		heap.Push(&s.h, h)
+	}
+	if s.batcher == nil || len(due) == 1 {
+		for _, h := range due {
 			s.launch(h)
 		}
-		h.at = s.next(h)
-		heap.Fix(&s.h, 0)
+		return
 	}
+	for len(due) > 0 {
+		n := min(len(due), s.maxBatch)
+		s.launchBatch(due[:n])
+		due = due[n:]
+	}
+}
+
+// due returns when h's renewal was due: the first retry after a failure
+// keeps the due time of the renewal that failed.
+func (h *Handle) due() time.Time {
+	if !h.dueSince.IsZero() {
+		return h.dueSince
+	}
+	return h.renewAt
+}
+
+// launchBatch renews hs in one call to the batcher. Stop on one of them
+// waits for the whole batch (bounded by the node timeout) but does not
+// cancel it: the others' renewals must go on.
+func (s *Scheduler) launchBatch(hs []*Handle) {
+	running := make(chan struct{})
+	var ts []Target
+	var dues []time.Time
+	var live []*Handle
+	for _, h := range hs {
+		h.mu.Lock()
+		if h.stopped {
+			h.mu.Unlock()
+			h.inflight = false
+			continue
+		}
+		h.running = running
+		h.mu.Unlock()
+		live = append(live, h)
+		ts = append(ts, h.t)
+		dues = append(dues, h.due())
+	}
+	if len(live) == 0 {
+		return
+	}
+	start := time.Now()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		errs := s.batcher.RenewBatch(s.base, ts, dues)
+		rs := make([]result, len(live))
+		for i, h := range live {
+			h.mu.Lock()
+			h.running = nil
+			h.mu.Unlock()
+			rs[i] = result{h: h, start: start, err: errs[i]}
+		}
+		close(running)
+		select {
+		case s.results <- rs:
+		case <-s.quit:
+		}
+	}()
 }
 
 // lose marks h stopped and tells its target, unless Stop came first. A
@@ -311,10 +414,7 @@ func (s *Scheduler) launch(h *Handle) {
 	h.mu.Unlock()
 	h.inflight = true
 	start := time.Now()
-	due := h.renewAt
-	if !h.dueSince.IsZero() {
-		due = h.dueSince
-	}
+	due := h.due()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -325,7 +425,7 @@ func (s *Scheduler) launch(h *Handle) {
 		h.mu.Unlock()
 		close(running)
 		select {
-		case s.results <- result{h: h, start: start, err: err}:
+		case s.results <- []result{{h: h, start: start, err: err}}:
 		case <-s.quit:
 		}
 	}()

@@ -330,3 +330,99 @@ func TestRetryBackOff(t *testing.T) {
 		}
 	}
 }
+
+// batchRecorder renews every target of a batch by calling its Renew, and
+// records the batch sizes.
+type batchRecorder struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batchRecorder) RenewBatch(ctx context.Context, ts []Target, dues []time.Time) []error {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(ts))
+	b.mu.Unlock()
+	errs := make([]error, len(ts))
+	for i, t := range ts {
+		errs[i] = t.Renew(ctx, dues[i])
+	}
+	return errs
+}
+
+func TestScheduler_batches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &batchRecorder{}
+		s := NewBatched(rec, Batching{Max: 64, Window: 10 * time.Millisecond})
+		defer s.Close()
+		var fakes []*fake
+		// 200 locks added within 5ms: each tick renews them in batches of
+		// at most 64.
+		for i := range 200 {
+			f := newFake(900*time.Millisecond, func(int) (time.Duration, error) { return 0, nil })
+			fakes = append(fakes, f)
+			if _, err := s.Add(f, Options{AutoRenew: true, Interval: 300 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			if i%40 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		time.Sleep(3 * time.Second)
+		for i, f := range fakes {
+			if renews, lost, _ := f.state(); len(lost) != 0 || renews < 9 {
+				t.Errorf("lock %d: %d renewals, lost %v; want ≥ 9 and no loss", i, renews, lost)
+			}
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		total := 0
+		for _, n := range rec.sizes {
+			if n > 64 {
+				t.Errorf("batch of %d; want ≤ 64", n)
+			}
+			total += n
+		}
+		// 200 locks × 10 rounds in batches of ≤ 64: 4 batches a round.
+		if len(rec.sizes) > 4*11 || total < 200*9 {
+			t.Errorf("%d batches for %d renewals; want ≤ 44 (batched), ≥ 1800 renewals", len(rec.sizes), total)
+		}
+	})
+}
+
+func TestScheduler_batchLossSemantics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewBatched(&batchRecorder{}, Batching{Max: 16, Window: 5 * time.Millisecond})
+		defer s.Close()
+		notOurs := errors.New("majority: not ours")
+		healthy := newFake(300*time.Millisecond, ok)
+		taken := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n == 2 {
+				return 0, backoff.Permanent(notOurs)
+			}
+			return 0, nil
+		})
+		failing := newFake(300*time.Millisecond, func(n int) (time.Duration, error) {
+			if n >= 2 {
+				return 0, errTransient
+			}
+			return 0, nil
+		})
+		start := time.Now()
+		for _, f := range []*fake{healthy, taken, failing} {
+			if _, err := s.Add(f, Options{AutoRenew: true, Interval: 100 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		if _, lost, _ := healthy.state(); len(lost) != 0 {
+			t.Errorf("healthy lock lost: %v", lost)
+		}
+		if _, lost, at := taken.state(); len(lost) != 1 || !errors.Is(lost[0], notOurs) || at.Sub(start) > 210*time.Millisecond {
+			t.Errorf("taken lock: lost %v at %v; want once, with the renewal's error, at the second renewal", lost, at.Sub(start))
+		}
+		// The last success started at ~100ms (after the healthy lock's 1ms in the batch): lost at its deadline.
+		if _, lost, at := failing.state(); len(lost) != 1 || !errors.Is(lost[0], ErrExpired) || at.Sub(start) > 410*time.Millisecond {
+			t.Errorf("failing lock: lost %v at %v; want once with ErrExpired by 400ms", lost, at.Sub(start))
+		}
+	})
+}

@@ -69,7 +69,15 @@ func spawn(port int, dataDir, logPath string, extra []string) (*process, error) 
 	// Later arguments override earlier ones in redis-server, so WithArgs
 	// can change any of the defaults above.
 	args = append(args, extra...)
+	return startProcess(path, args, dataDir, port, logPath)
+}
 
+// startProcess runs the program at path with args in directory dir,
+// appending its output to logPath, and waits until it answers INFO server on
+// 127.0.0.1:port as itself. On failure it kills and reaps the process before
+// returning. It is spawn without the default arguments, for servers started
+// differently (a Sentinel, whose config file comes first).
+func startProcess(path string, args []string, dir string, port int, logPath string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -81,7 +89,7 @@ func spawn(port int, dataDir, logPath string, extra []string) (*process, error) 
 	}
 
 	cmd := exec.Command(path, args...)
-	cmd.Dir = dataDir
+	cmd.Dir = dir
 	// An *os.File is handed to the child as is; any other io.Writer would
 	// make exec start copying goroutines that Wait must drain.
 	cmd.Stdout = logFile

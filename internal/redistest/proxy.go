@@ -25,6 +25,10 @@ const (
 
 	// proxyBufSize is the read size per chunk.
 	proxyBufSize = 32 << 10
+
+	// refuseWait is how long a refused connection may stay open waiting for
+	// the client's first bytes; see refuse.
+	refuseWait = time.Second
 )
 
 // Proxy is a TCP proxy on 127.0.0.1 in front of one target address, used to
@@ -41,17 +45,18 @@ type Proxy struct {
 	latency atomic.Int64 // time.Duration added to each direction
 	wg      sync.WaitGroup
 
-	mu     sync.Mutex // protects the fields below
-	target string
-	cut    bool // set by Cut, cleared by Heal
-	down   bool // set while the Cluster has killed the target; see setDown
-	closed bool
-	links  map[*link]struct{}
+	mu      sync.Mutex // protects the fields below
+	target  string
+	cut     bool // set by Cut, cleared by Heal
+	down    bool // set while the Cluster has killed the target; see setDown
+	closed  bool
+	links   map[*link]struct{}
+	refused map[net.Conn]struct{} // being refused; Close resets them
 }
 
 // NewProxy starts a proxy that listens on 127.0.0.1 on a free port and
 // forwards every connection to target. It returns an error only when it cannot
-// listen; a target that is down makes each accepted connection reset instead.
+// listen; if target is down, each accepted connection is reset instead.
 func NewProxy(target string) (*Proxy, error) {
 	return newProxy(target, func(string, ...any) {})
 }
@@ -63,12 +68,13 @@ func newProxy(target string, logf func(string, ...any)) (*Proxy, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
-		ln:     ln,
-		logf:   logf,
-		ctx:    ctx,
-		cancel: cancel,
-		target: target,
-		links:  make(map[*link]struct{}),
+		ln:      ln,
+		logf:    logf,
+		ctx:     ctx,
+		cancel:  cancel,
+		target:  target,
+		links:   make(map[*link]struct{}),
+		refused: make(map[net.Conn]struct{}),
 	}
 	p.wg.Go(p.acceptLoop)
 	return p, nil
@@ -86,9 +92,9 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency.Store(int64(max(d, 0)))
 }
 
-// Cut resets every current connection and resets each new one right after
-// accepting it, until Heal. Clients see "connection reset by peer" (or EOF),
-// as if the network between them and the target were gone.
+// Cut resets every current connection, and each new one as soon as the
+// client sends on it, until Heal. Clients see "connection reset by peer" (or
+// EOF): the network between them and the target is gone.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
@@ -118,6 +124,11 @@ func (p *Proxy) Close() error {
 	p.cancel()
 	err := p.ln.Close()
 	p.resetAll()
+	p.mu.Lock()
+	for c := range p.refused {
+		reset(c)
+	}
+	p.mu.Unlock()
 	p.wg.Wait()
 	return err
 }
@@ -184,7 +195,7 @@ func (p *Proxy) serve(c net.Conn) {
 	refuse, target := p.cut || p.down || p.closed, p.target
 	p.mu.Unlock()
 	if refuse {
-		reset(c)
+		p.refuse(c)
 		return
 	}
 
@@ -194,9 +205,7 @@ func (p *Proxy) serve(c net.Conn) {
 		if p.ctx.Err() == nil {
 			p.logf("redistest: proxy %s: %v", p.Addr(), err)
 		}
-		// Reset rather than close, so the client sees the failure the way
-		// it would see a refused connection: as an error, not a clean EOF.
-		reset(c)
+		p.refuse(c)
 		return
 	}
 
@@ -223,6 +232,29 @@ func (p *Proxy) serve(c net.Conn) {
 	p.mu.Lock()
 	delete(p.links, l)
 	p.mu.Unlock()
+}
+
+// refuse resets c once the client has sent something, or after refuseWait.
+// Resetting at once would race the client's connect(2): a reset that lands
+// first becomes a dial error, and a go-redis pool that has seen PoolSize dial
+// errors fails every dial for up to a second after the fault has ended (its
+// tryDial loop). A reset in answer to the first command is unambiguous.
+// It is a reset, not a close, so the client sees an error, not a clean EOF.
+func (p *Proxy) refuse(c net.Conn) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.refused[c] = struct{}{}
+	}
+	p.mu.Unlock()
+	if !closed {
+		_ = c.SetReadDeadline(time.Now().Add(refuseWait))
+		_, _ = c.Read(make([]byte, 1))
+		p.mu.Lock()
+		delete(p.refused, c)
+		p.mu.Unlock()
+	}
+	reset(c)
 }
 
 // chunk is data read from one side, to be written to the other side no

@@ -113,6 +113,36 @@ func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl tim
 	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
 }
 
+// ExtendCmd queues Extend on a pipeline, as EVALSHA: load the script on
+// the node first (LoadExtend), or redo the commands that fail with NOSCRIPT
+// after loading it. Read the outcome with ExtendResult after Exec.
+func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64) *redis.Cmd {
+	return extend.EvalSha(ctx, p, k.list(), token, ms(ttl), t)
+}
+
+// ExtendResult reads the outcome of a command queued by ExtendCmd.
+func ExtendResult(cmd *redis.Cmd) (Extended, error) {
+	n, err := cmd.Int64()
+	if err != nil {
+		return NotOurs, err
+	}
+	switch n {
+	case 0, 1, 2:
+		return Extended(n), nil
+	}
+	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
+}
+
+// LoadExtend loads the extend script on a node (SCRIPT LOAD).
+func LoadExtend(ctx context.Context, c redis.Scripter) error {
+	return extend.Load(ctx, c).Err()
+}
+
+// IsNoScript reports whether err is a node's NOSCRIPT reply.
+func IsNoScript(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
 // Release deletes key if it holds token, and reports whether it did. It
 // publishes on channel (unless ""); when someone listens there and handoff
 // is positive, it leaves a marker for handoff that only a waiter may take.

@@ -1,0 +1,262 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// maxExamples is how many examples of violations a Result keeps.
+const maxExamples = 20
+
+// Result is what the checker found in one history. Durations are measured
+// on the run's one monotonic clock.
+type Result struct {
+	Acquisitions int            `json:"acquisitions"`
+	FailedLocks  map[string]int `json:"failed_lock_calls"` // by outcome
+	Faults       map[string]int `json:"faults"`            // by kind
+
+	// Mutual exclusion: pairs of holds of one resource whose intervals
+	// [Start, End] intersect.
+	Overlaps   int           `json:"overlaps"`
+	MaxOverlap time.Duration `json:"max_overlap_ns"`
+	// Tokens: holds of one resource, in the order they started, whose
+	// fencing token is not above every earlier hold's.
+	TokenOrderViolations int `json:"token_order_violations"`
+
+	// Writes offered to the register.
+	Writes        int `json:"writes"`
+	Accepted      int `json:"writes_accepted"`
+	Refused       int `json:"writes_refused"`
+	StaleAccepted int `json:"stale_writes_accepted"` // token below one applied earlier, yet applied
+	StaleRefused  int `json:"stale_writes_refused"`
+	// Writes made outside the writer's own hold interval, and of those, the
+	// ones applied: after another hold of the resource had started
+	// (a violation), or while nobody else had taken the lock (harmless).
+	OutsideHold               int `json:"writes_outside_hold"`
+	OutsideAccepted           int `json:"writes_outside_hold_accepted"`
+	OutsideAcceptedAfterTakes int `json:"writes_outside_hold_accepted_after_takeover"`
+	OutsideAcceptedUnopposed  int `json:"writes_outside_hold_accepted_unopposed"`
+	// Zombie writes: the writes of holders woken from a client pause.
+	Zombie        int `json:"zombie_writes"`
+	ZombieRefused int `json:"zombie_writes_refused"`
+
+	// Loss reports.
+	Lost                int           `json:"lost"`                // holds whose loss was reported
+	LostViaChannel      int           `json:"lost_via_channel"`    // by Lost()
+	LostViaOnLost       int           `json:"lost_via_onlost"`     // by OnLost
+	LostBeforeDeadline  int           `json:"lost_before_deadline"` // reported before ValidUntil: a majority said "not ours"
+	MaxReportAfterValid time.Duration `json:"max_report_after_valid_until_ns"` // latest report, relative to ValidUntil
+	LateReports         int           `json:"late_reports"`   // reported more than the slack after ValidUntil
+	SilentExpiries      int           `json:"silent_expiries"` // ValidUntil passed by more than the slack, no report, not unlocked
+
+	// Majority loss (profiles whose nemesis hits a majority): for holds alive
+	// at the moment the majority went away.
+	MajorityEvents    int           `json:"majority_events"`
+	MajorityHolds     int           `json:"majority_holds"`         // holds alive then
+	MajorityReported  int           `json:"majority_holds_reported"` // of which reported lost
+	MaxDetect         time.Duration `json:"max_detect_ns"`          // report − majority loss
+	MaxValidityLeft   time.Duration `json:"max_validity_left_ns"`   // ValidUntil − majority loss
+	MaxDetectOverLeft time.Duration `json:"max_detect_minus_validity_left_ns"`
+
+	Examples []string `json:"examples,omitempty"`
+}
+
+// Violations is the number of safety violations: overlapping holds, tokens
+// out of order, stale writes applied, and writes applied outside the
+// writer's hold after another client took the lock.
+func (r Result) Violations() int {
+	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes
+}
+
+// CheckOptions tune the checker.
+type CheckOptions struct {
+	// Slack is how late a loss report may come after ValidUntil before it
+	// counts as late (scheduling delay on a loaded machine). Default 100ms.
+	Slack time.Duration
+}
+
+// Check checks a history:
+//
+//   - holds are intervals [Start, End], End = min(Unlock, Lost(), OnLost,
+//     ValidUntil); two holds of one resource that intersect are an overlap;
+//   - sorted by Start, each hold's fencing token must exceed every earlier
+//     hold's of the same resource (when tokens are in use);
+//   - replaying the register's writes in their order, a write applied with
+//     a token below one applied before it is a stale write;
+//   - a write whose time is outside its writer's own hold is outside; if it
+//     was applied although another hold of the resource had started since
+//     the writer's own, it is a violation.
+//
+// It also measures loss reports against ValidUntil and, for majority-loss
+// events, the time from the event to each report.
+func Check(s Snapshot, o CheckOptions) Result {
+	if o.Slack <= 0 {
+		o.Slack = 100 * time.Millisecond
+	}
+	r := Result{Acquisitions: len(s.Holds), FailedLocks: s.Failed, Faults: make(map[string]int)}
+	for _, f := range s.Faults {
+		r.Faults[f.Kind]++
+	}
+	rel := func(t time.Time) string { return t.Sub(s.Start).Round(time.Microsecond).String() }
+	example := func(format string, args ...any) {
+		if len(r.Examples) < maxExamples {
+			r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
+		}
+	}
+
+	byRes := make(map[string][]Hold)
+	for _, h := range s.Holds {
+		byRes[h.Resource] = append(byRes[h.Resource], h)
+	}
+	resources := make([]string, 0, len(byRes))
+	for res := range byRes {
+		resources = append(resources, res)
+	}
+	slices.Sort(resources)
+
+	// Overlaps and token order, per resource, holds sorted by start.
+	for _, res := range resources {
+		hs := byRes[res]
+		slices.SortFunc(hs, func(a, b Hold) int { return a.Start.Compare(b.Start) })
+		var top int64
+		for i, a := range hs {
+			if a.Fence != 0 || top != 0 {
+				if i > 0 && a.Fence <= top {
+					r.TokenOrderViolations++
+					example("token order: %s hold %d (client %d) started %s with token %d, not above %d",
+						res, a.ID, a.Client, rel(a.Start), a.Fence, top)
+				}
+				top = max(top, a.Fence)
+			}
+			aEnd := a.End()
+			for _, b := range hs[i+1:] {
+				if !b.Start.Before(aEnd) {
+					break // sorted by start: no later hold can overlap a
+				}
+				if b.End().Before(b.Start) {
+					continue
+				}
+				r.Overlaps++
+				d := min(aEnd, b.End()).Sub(b.Start)
+				r.MaxOverlap = max(r.MaxOverlap, d)
+				example("overlap: %s hold %d (client %d, token %d) [%s, %s] and hold %d (client %d, token %d) [%s, %s]: %v",
+					res, a.ID, a.Client, a.Fence, rel(a.Start), rel(aEnd), b.ID, b.Client, b.Fence, rel(b.Start), rel(b.End()), d)
+			}
+		}
+	}
+
+	// Writes, in the register's order.
+	holds := make(map[int]Hold, len(s.Holds))
+	for _, h := range s.Holds {
+		holds[h.ID] = h
+	}
+	applied := make(map[string]int64)
+	for _, w := range s.Writes {
+		r.Writes++
+		if w.Accepted {
+			r.Accepted++
+		} else {
+			r.Refused++
+		}
+		stale := w.Fence < applied[w.Resource]
+		switch {
+		case stale && w.Accepted:
+			r.StaleAccepted++
+			example("stale write applied: %s by client %d at %s with token %d after token %d", w.Resource, w.Client, rel(w.At), w.Fence, applied[w.Resource])
+		case stale:
+			r.StaleRefused++
+		}
+		if w.Accepted {
+			applied[w.Resource] = max(applied[w.Resource], w.Fence)
+		}
+		if w.Zombie {
+			r.Zombie++
+			if !w.Accepted {
+				r.ZombieRefused++
+			}
+		}
+		own, ok := holds[w.Hold]
+		if ok && !w.At.Before(own.Start) && !w.At.After(own.End()) {
+			continue
+		}
+		r.OutsideHold++
+		if !w.Accepted {
+			continue
+		}
+		r.OutsideAccepted++
+		taken := false
+		for _, b := range byRes[w.Resource] {
+			if b.ID != w.Hold && b.Start.After(own.Start) && !b.Start.After(w.At) {
+				taken = true
+				break
+			}
+		}
+		if taken {
+			r.OutsideAcceptedAfterTakes++
+			example("write applied outside its hold after a takeover: %s by client %d (hold %d, token %d, ended %s) at %s",
+				w.Resource, w.Client, w.Hold, w.Fence, rel(own.End()), rel(w.At))
+		} else {
+			r.OutsideAcceptedUnopposed++
+		}
+	}
+
+	// Loss reports.
+	for _, h := range s.Holds {
+		rep := h.Reported()
+		if !h.LostAt.IsZero() {
+			r.LostViaChannel++
+		}
+		if !h.OnLostAt.IsZero() {
+			r.LostViaOnLost++
+		}
+		if rep.IsZero() {
+			if !h.ValidUntil.IsZero() && (h.Unlock.IsZero() || h.Unlock.Sub(h.ValidUntil) > o.Slack) {
+				r.SilentExpiries++
+				example("silent expiry: %s hold %d (client %d) valid until %s, unlocked %s, no loss report",
+					h.Resource, h.ID, h.Client, rel(h.ValidUntil), rel(h.Unlock))
+			}
+			continue
+		}
+		r.Lost++
+		late := rep.Sub(h.ValidUntil)
+		if r.Lost == 1 || late > r.MaxReportAfterValid {
+			r.MaxReportAfterValid = late
+		}
+		if late < 0 {
+			r.LostBeforeDeadline++
+		}
+		if late > o.Slack {
+			r.LateReports++
+			example("late loss report: %s hold %d (client %d) valid until %s, reported %s (%v late)",
+				h.Resource, h.ID, h.Client, rel(h.ValidUntil), rel(rep), late)
+		}
+	}
+
+	// Majority loss: holds alive at the event.
+	for _, m := range s.Majority {
+		r.MajorityEvents++
+		for _, h := range s.Holds {
+			if !h.Start.Before(m.At) || (!h.Unlock.IsZero() && h.Unlock.Before(m.At)) {
+				continue
+			}
+			rep := h.Reported()
+			if !rep.IsZero() && rep.Before(m.At) {
+				continue // lost before the event
+			}
+			r.MajorityHolds++
+			left := h.ValidUntil.Sub(m.At)
+			r.MaxValidityLeft = max(r.MaxValidityLeft, left)
+			if rep.IsZero() {
+				continue // unlocked before it was lost, or the run ended
+			}
+			r.MajorityReported++
+			detect := rep.Sub(m.At)
+			r.MaxDetect = max(r.MaxDetect, detect)
+			if r.MajorityReported == 1 || detect-left > r.MaxDetectOverLeft {
+				r.MaxDetectOverLeft = detect - left
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,222 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// worker is one lock client: its own redlock.Client over its own node
+// clients (so that a gate can pause it alone), with auto-renew and fencing
+// on, as the library is meant to be used.
+type worker struct {
+	id   int
+	e    *env
+	cl   *redlock.Client
+	gate *gate
+	rng  *rand.Rand // used by the worker's goroutine only
+
+	pauseFor atomic.Int64 // a client pause the nemesis asked for, taken by the next critical section
+}
+
+func newWorker(e *env, id int) (*worker, error) {
+	nodes := e.cluster.Clients()
+	g := newGate()
+	for _, n := range nodes {
+		n.(*redis.Client).AddHook(g)
+	}
+	h := e.hist
+	cl, err := redlock.New(nodes,
+		redlock.WithTTL(e.cfg.TTL),
+		redlock.WithFencing(true),
+		redlock.WithOnLost(func(l *redlock.Lock, _ error) { h.onLostCall(l, time.Now()) }),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &worker{id: id, e: e, cl: cl, gate: g, rng: e.rand(uint64(id) + 1)}, nil
+}
+
+// held is a lock a worker holds, with a watcher that records when Lost()
+// is closed.
+type held struct {
+	w     *worker
+	l     *redlock.Lock
+	id    int // Hold.ID
+	done  chan struct{}
+	watch sync.WaitGroup
+}
+
+// lock acquires resource (one attempt with try) and records the hold. A
+// failed call is counted by outcome.
+func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, error) {
+	var (
+		l   *redlock.Lock
+		err error
+	)
+	if try {
+		l, err = w.cl.TryLock(ctx, resource)
+	} else {
+		l, err = w.cl.Lock(ctx, resource)
+	}
+	now := time.Now()
+	if err != nil {
+		w.e.hist.failedLock(outcome(err))
+		return nil, err
+	}
+	h := &held{w: w, l: l, id: w.e.hist.begin(w.id, l, now), done: make(chan struct{})}
+	h.watch.Go(func() {
+		select {
+		case <-l.Lost():
+			w.e.hist.lost(h.id, time.Now())
+		case <-h.done:
+		}
+	})
+	return h, nil
+}
+
+func outcome(err error) string {
+	switch {
+	case errors.Is(err, redlock.ErrNotObtained):
+		return "not_obtained"
+	case errors.Is(err, redlock.ErrNoQuorum):
+		return "no_quorum"
+	case errors.Is(err, redlock.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}
+
+// write offers one write to the register with this hold's token.
+func (h *held) write(zombie bool) bool {
+	return h.w.e.reg.Write(h.l.Resource(), h.w.id, h.id, h.l.Fence(), zombie)
+}
+
+// unlock calls Unlock, then records the end of the hold.
+func (h *held) unlock() {
+	at := time.Now()
+	// A failed Unlock (ErrNotHeld after a loss, ErrNoQuorum under faults)
+	// is expected here; the checker judges the hold by its times.
+	_ = h.l.Unlock(context.Background())
+	close(h.done)
+	h.watch.Wait()
+	h.w.e.hist.end(h.id, h.l, at, h.l.ValidUntil())
+}
+
+// pause is a client pause: having just checked that its lock is valid, the
+// holder stops, gate shut and goroutine asleep, for d; its lease runs out
+// meanwhile. Woken, it waits (at most wait) until another holder has written
+// with a newer token, the worst moment to act on its stale belief, and then
+// writes. It returns whether the register applied that write. The pause is
+// not cut short by ctx: a zombie write after the run has stopped still
+// counts.
+func (h *held) pause(d, wait time.Duration) (applied, wrote bool) {
+	w := h.w
+	start := time.Now()
+	if !h.l.Valid() {
+		return false, false
+	}
+	w.gate.shut()
+	time.Sleep(d)
+	w.gate.release()
+	deadline := time.Now().Add(wait)
+	for w.e.reg.Highest(h.l.Resource()) <= h.l.Fence() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	applied = h.write(true)
+	w.e.hist.fault(Fault{Kind: KindClientPause, Client: w.id, Start: start, End: time.Now()})
+	return applied, true
+}
+
+// loop is the worker's life in a randomized profile: pick a resource, lock
+// it, write to the register while the lock is valid for a random time,
+// unlock; until ctx is done.
+func (w *worker) loop(ctx context.Context) {
+	cfg := w.e.cfg
+	for ctx.Err() == nil {
+		res := resourceName(w.rng.IntN(cfg.Resources))
+		lctx, cancel := context.WithTimeout(ctx, 4*cfg.TTL)
+		h, err := w.lock(lctx, res, false)
+		cancel()
+		if err != nil {
+			if outcome(err) == "error" {
+				w.e.logf("chaos: client %d: Lock(%q): %v", w.id, res, err)
+			}
+			continue
+		}
+		w.critical(ctx, h)
+		h.unlock()
+	}
+}
+
+// critical is the critical section: a first write at once (it fences out
+// older holders), then writes at random intervals while the lock is valid.
+func (w *worker) critical(ctx context.Context, h *held) {
+	cfg := w.e.cfg
+	end := time.Now().Add(randDur(w.rng, cfg.HoldMin, cfg.HoldMax))
+	for {
+		if !h.l.Valid() || ctx.Err() != nil {
+			return
+		}
+		h.write(false)
+		if d := time.Duration(w.pauseFor.Swap(0)); d > 0 {
+			h.pause(d, 3*cfg.TTL)
+			return
+		}
+		if !time.Now().Before(end) {
+			return
+		}
+		sleepCtx(ctx, randDur(w.rng, 0, cfg.TTL/10))
+	}
+}
+
+func (w *worker) close() error { return w.cl.Close() }
+
+// env is what the workers and the nemesis of one run share.
+type env struct {
+	cfg     Config
+	cluster *redistest.Cluster
+	hist    *History
+	reg     *Register
+	logf    func(format string, args ...any)
+}
+
+// rand returns a new generator seeded from the run's seed and stream.
+func (e *env) rand(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(e.cfg.Seed, stream))
+}
+
+func resourceName(i int) string { return "r" + strconv.Itoa(i) }
+
+
+// randDur returns a duration uniform in [lo, hi).
+func randDur(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+// sleepCtx sleeps for d or until ctx is done, and reports whether it slept
+// the whole time.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,93 @@
+package redlockprom_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/prometheus"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// nodes starts n in-process Redis nodes whose TTLs run in real time, and
+// returns a client for each and a function that stops them all.
+func nodes(n int) ([]redis.UniversalClient, func()) {
+	var clients []redis.UniversalClient
+	var servers []*miniredis.Miniredis
+	for range n {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		servers = append(servers, m)
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}))
+	}
+	return clients, func() {
+		for i := range clients {
+			clients[i].Close()
+			servers[i].Close()
+		}
+	}
+}
+
+// printSeries prints the series of the /metrics page at url whose names
+// start with one of prefixes.
+func printSeries(url string, prefixes ...string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(sc.Text(), p) {
+				fmt.Println(sc.Text())
+			}
+		}
+	}
+}
+
+func Example() {
+	nodes, stop := nodes(3)
+	defer stop()
+
+	// One series per kind of resource ("invoice"), not per invoice.
+	hooks := redlockprom.New(redlockprom.WithResourceLabel(redlockprom.ResourcePrefix(":")))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(hooks)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux) // in a service: http.ListenAndServe(":9090", mux)
+	defer srv.Close()
+
+	client, err := redlock.New(nodes, redlock.WithHooks(hooks))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Lock(ctx, "invoice:1234")
+	if err != nil {
+		panic(err)
+	}
+	printSeries(srv.URL+"/metrics", "redis_lock_held", "redis_lock_expired_total")
+	if err := lock.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	printSeries(srv.URL+"/metrics", "redis_lock_held")
+	// Output:
+	// redis_lock_expired_total{resource="invoice"} 0
+	// redis_lock_held{resource="invoice"} 1
+	// redis_lock_held{resource="invoice"} 0
+}

@@ -1,0 +1,300 @@
+// Package redlockprom exports what the locks of a [redlock.Client] do as
+// Prometheus metrics. It is a module of its own, so that the core module
+// does not depend on the Prometheus client.
+//
+// [New] returns [Hooks], which are both the client's hooks and a
+// [prometheus.Collector]:
+//
+//	h := redlockprom.New()
+//	prometheus.MustRegister(h)
+//	c, err := redlock.New(nodes, redlock.WithHooks(h))
+//
+// The series (no namespace; use [WithConstLabels] to tell clients apart):
+//
+//	redis_lock_expired_total{resource}         counter    locks lost or expired before their holder released them
+//	redis_lock_held{resource}                  gauge      locks held now
+//	redis_lock_acquire_duration_seconds{outcome} histogram one acquisition round on the nodes
+//	redis_lock_wait_duration_seconds{outcome}  histogram  a whole Lock or TryLock call, retries included
+//	redis_lock_hold_duration_seconds           histogram  from acquisition to release
+//	redis_lock_renewal_lag_seconds             histogram  from when a renewal was due to its confirmation
+//	redis_lock_renewal_failures_total{reason}  counter    extension rounds that failed: lost, no_quorum, error
+//	redis_lock_quorum_margin{op}               histogram  nodes that granted (acquire) or confirmed (extend) minus the quorum
+//	redis_lock_node_errors_total{node,addr,op,kind} counter failed requests to one node
+//
+// The resource label is the resource name by default. Names that embed an id
+// ("invoice:1234") make one series per id: map them to a bounded set with
+// [WithResourceLabel] and [ResourcePrefix], or drop the label with
+// [WithoutResourceLabel].
+package redlockprom
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	resource    func(string) string // nil: the resource label is dropped
+	constLabels prometheus.Labels
+}
+
+// WithResourceLabel sets the value of the resource label of a lock on
+// resource: f(resource). f must return few distinct values, since each makes
+// its own series, and be safe for concurrent use. The default is the
+// resource name itself.
+func WithResourceLabel(f func(resource string) string) Option {
+	return optionFunc(func(c *config) { c.resource = f })
+}
+
+// WithoutResourceLabel drops the resource label: redis_lock_expired_total
+// and redis_lock_held become one series each.
+func WithoutResourceLabel() Option {
+	return optionFunc(func(c *config) { c.resource = nil })
+}
+
+// WithConstLabels adds labels with fixed values to every series, e.g. to
+// tell two Clients in one process apart. None by default.
+func WithConstLabels(l prometheus.Labels) Option {
+	return optionFunc(func(c *config) { c.constLabels = l })
+}
+
+// ResourcePrefix returns a mapping for WithResourceLabel that keeps the part
+// of a resource name before the first sep: with ":", "invoice:1234" becomes
+// "invoice". A name without sep is kept whole.
+func ResourcePrefix(sep string) func(string) string {
+	return func(resource string) string {
+		prefix, _, _ := strings.Cut(resource, sep)
+		return prefix
+	}
+}
+
+// Hooks turns the events of a redlock.Client into Prometheus metrics. It
+// implements [redlock.Hooks] and [prometheus.Collector]: pass it to
+// [redlock.WithHooks] and register it. One Hooks may serve several Clients.
+// It is safe for concurrent use; every method returns without blocking on
+// I/O.
+type Hooks struct {
+	redlock.NoHooks // methods added to redlock.Hooks later do nothing here
+
+	resource func(string) string // nil: no resource label
+	ledger   *ledger
+
+	expired  *prometheus.CounterVec
+	held     *prometheus.GaugeVec
+	acquire  *prometheus.HistogramVec
+	wait     *prometheus.HistogramVec
+	hold     prometheus.Histogram
+	lag      prometheus.Histogram
+	failures *prometheus.CounterVec
+	margin   *prometheus.HistogramVec
+	nodeErrs *prometheus.CounterVec
+}
+
+var (
+	_ redlock.Hooks        = (*Hooks)(nil)
+	_ prometheus.Collector = (*Hooks)(nil)
+)
+
+// Failure reasons of redis_lock_renewal_failures_total.
+const (
+	reasonLost     = "lost"      // a majority said the key is not ours, or validity ran out
+	reasonNoQuorum = "no_quorum" // too few nodes confirmed; retried while validity remains
+	reasonError    = "error"     // anything else
+)
+
+// New returns Hooks with their series not yet registered.
+func New(opts ...Option) *Hooks {
+	cfg := config{resource: func(r string) string { return r }}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	var resource []string
+	if cfg.resource != nil {
+		resource = []string{"resource"}
+	}
+	cl := cfg.constLabels
+	h := &Hooks{
+		resource: cfg.resource,
+		ledger:   newLedger(),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "redis_lock_expired_total",
+			Help:        "Locks lost or expired before their holder released them: the TTL is too short for the work, or the holder paused.",
+			ConstLabels: cl,
+		}, resource),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        "redis_lock_held",
+			Help:        "Locks held now: acquired, neither released nor lost.",
+			ConstLabels: cl,
+		}, resource),
+		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "redis_lock_acquire_duration_seconds",
+			Help:        "Duration of one acquisition round on the nodes, by outcome.",
+			Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms to 4s
+			ConstLabels: cl,
+		}, []string{"outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "redis_lock_wait_duration_seconds",
+			Help:        "Duration of a Lock or TryLock call, retries and waiting included, by outcome.",
+			Buckets:     prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms to 262s
+			ConstLabels: cl,
+		}, []string{"outcome"}),
+		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "redis_lock_hold_duration_seconds",
+			Help:        "Time from acquisition to release of a lock.",
+			Buckets:     prometheus.ExponentialBuckets(0.01, 4, 10), // 10ms to 44min
+			ConstLabels: cl,
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "redis_lock_renewal_lag_seconds",
+			Help:        "Time from when a renewal was due to its confirmation by a majority; retries included.",
+			Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms to 4s
+			ConstLabels: cl,
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "redis_lock_renewal_failures_total",
+			Help:        "Extension rounds (watchdog renewals and Extend calls) that failed, by reason: lost, no_quorum, error.",
+			ConstLabels: cl,
+		}, []string{"reason"}),
+		margin: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "redis_lock_quorum_margin",
+			Help:        "Nodes that granted (op=acquire) or confirmed (op=extend) a round, minus the quorum; negative: the round failed.",
+			Buckets:     []float64{-3, -2, -1, 0, 1, 2},
+			ConstLabels: cl,
+		}, []string{"op"}),
+		nodeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "redis_lock_node_errors_total",
+			Help:        "Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy).",
+			ConstLabels: cl,
+		}, []string{"node", "addr", "op", "kind"}),
+	}
+	// Start the counters whose label values are known at zero, so that
+	// their first increase is visible to rate() and increase().
+	for _, r := range []string{reasonLost, reasonNoQuorum, reasonError} {
+		h.failures.WithLabelValues(r)
+	}
+	if h.resource == nil {
+		h.expired.WithLabelValues()
+		h.held.WithLabelValues()
+	}
+	return h
+}
+
+func (h *Hooks) collectors() []prometheus.Collector {
+	return []prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs}
+}
+
+// Describe implements prometheus.Collector.
+func (h *Hooks) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range h.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (h *Hooks) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range h.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// labels returns the resource label values of a lock on resource.
+func (h *Hooks) labels(resource string) []string {
+	if h.resource == nil {
+		return nil
+	}
+	return []string{h.resource(resource)}
+}
+
+// Attempt observes the round's duration and quorum margin. The margin of a
+// round cut short by ctx is not observed: its silent nodes were not
+// waited for.
+func (h *Hooks) Attempt(ctx context.Context, i redlock.AttemptInfo) {
+	h.acquire.WithLabelValues(string(i.Outcome)).Observe(i.Latency.Seconds())
+	if ctx.Err() == nil && i.Outcome != redlock.OutcomeClosed {
+		h.margin.WithLabelValues("acquire").Observe(float64(i.Granted - i.Quorum))
+	}
+}
+
+// Acquire observes the call's wait and counts an acquired lock as held.
+func (h *Hooks) Acquire(_ context.Context, i redlock.AcquireInfo) {
+	h.wait.WithLabelValues(string(i.Outcome)).Observe(i.Wait.Seconds())
+	if i.Outcome != redlock.OutcomeAcquired {
+		return
+	}
+	lv := h.labels(i.Resource)
+	// The expired series of a resource starts at zero when it is first
+	// locked, so that its first loss shows in increase().
+	h.expired.WithLabelValues(lv...)
+	if d := h.ledger.acquired(i.Resource); d != 0 {
+		h.held.WithLabelValues(lv...).Add(float64(d))
+	}
+}
+
+// Extend observes the renewal lag of a successful renewal, the quorum
+// margin, and counts a failed round. A renewal that was cancelled (Unlock or
+// Close stopped it) is neither a failure nor a margin: its ctx is done and
+// its error does not match ErrLockLost.
+func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
+	if ctx.Err() != nil && !errors.Is(i.Err, redlock.ErrLockLost) {
+		return
+	}
+	h.margin.WithLabelValues("extend").Observe(float64(i.Confirmed - i.Quorum))
+	switch {
+	case i.Err == nil:
+		if i.Renewal {
+			h.lag.Observe(i.Lag.Seconds())
+		}
+	case errors.Is(i.Err, redlock.ErrLockLost):
+		h.failures.WithLabelValues(reasonLost).Inc()
+	case errors.Is(i.Err, redlock.ErrNoQuorum):
+		h.failures.WithLabelValues(reasonNoQuorum).Inc()
+	default:
+		h.failures.WithLabelValues(reasonError).Inc()
+	}
+}
+
+// Lost counts the lock as expired and no longer held.
+func (h *Hooks) Lost(_ context.Context, i redlock.LostInfo) {
+	d, expired := h.ledger.lost(i.Resource, i.HeldFor)
+	h.count(i.Resource, d, expired)
+}
+
+// Release observes the hold time. A lock released after it was lost counts
+// as expired only if no Lost of it was counted: see ledger.
+func (h *Hooks) Release(_ context.Context, i redlock.ReleaseInfo) {
+	h.hold.Observe(i.HeldFor.Seconds())
+	d, expired := h.ledger.released(i.Resource, i.HeldFor, i.WasLost)
+	h.count(i.Resource, d, expired)
+}
+
+func (h *Hooks) count(resource string, heldDelta int, expired bool) {
+	if heldDelta == 0 && !expired {
+		return
+	}
+	lv := h.labels(resource)
+	if heldDelta != 0 {
+		h.held.WithLabelValues(lv...).Add(float64(heldDelta))
+	}
+	if expired {
+		h.expired.WithLabelValues(lv...).Inc()
+	}
+}
+
+// NodeError counts the failed request.
+func (h *Hooks) NodeError(_ context.Context, i redlock.NodeErrorInfo) {
+	h.nodeErrs.WithLabelValues(strconv.Itoa(i.Node), i.Addr, i.Op, i.Kind).Inc()
+}

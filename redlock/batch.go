@@ -1,0 +1,211 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/renew"
+)
+
+// DefaultRenewBatch is how many renewals due together go to a node in one
+// pipeline, by default.
+const DefaultRenewBatch = 256
+
+// WithRenewBatch sets how many renewals that fall due together are sent to
+// each node in one pipeline (one round trip per node for all of them);
+// quorum decisions and loss stay per lock. The default is 256
+// ([DefaultRenewBatch]); 0 or 1 renews each lock with its own round. Valid
+// for New only.
+func WithRenewBatch(n int) Option {
+	return optionFunc(func(c *config) { c.renewBatch, c.renewBatchSet = n, true })
+}
+
+// batcher renews the Client's locks in batches (issue: one process holding
+// many locks). It is the renew.Batcher of the Client's scheduler.
+type batcher struct{ c *Client }
+
+var _ renew.Batcher = batcher{}
+
+func (b batcher) RenewBatch(ctx context.Context, ts []renew.Target, dues []time.Time) []error {
+	locks := make([]*Lock, len(ts))
+	for j, t := range ts {
+		locks[j] = t.(watch).l
+	}
+	errs := b.c.extendBatch(ctx, locks, dues)
+	for j, err := range errs {
+		errs[j] = renewError(err)
+	}
+	return errs
+}
+
+// batchReply is one node's answers for the locks of a batch.
+type batchReply struct {
+	res  []reply
+	errs []error // per lock: an error reply for that lock's script
+}
+
+// batchRef is one lock's part of a batch round, for release ordering.
+type batchRef struct {
+	r *quorum.Round[batchReply]
+	k int
+}
+
+func (p batchRef) Done(i int) <-chan struct{} { return p.r.Done(i) }
+func (p batchRef) ours(i int) bool {
+	rep, ok := p.r.Reply(i)
+	return ok && rep.Err == nil && rep.Val.errs[p.k] == nil && rep.Val.res[p.k].ours
+}
+func (p batchRef) settled() bool {
+	for i := range p.r.N() {
+		if _, ok := p.r.Reply(i); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// extendBatch extends locks in one round: per node, one pipeline of the
+// extend script for every lock. Each lock is then decided on its own
+// exactly as by extend (step 5 and 7): its own majority, its own validity
+// from the start of the round, its own loss.
+func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Time) []error {
+	errs := make([]error, len(locks))
+	if err := c.begin(); err != nil {
+		for j := range errs {
+			errs[j] = err
+		}
+		return errs
+	}
+	defer c.end()
+	var live []int
+	timeout := time.Duration(0)
+	for j, l := range locks {
+		if err := l.usable(); err != nil {
+			errs[j] = err
+			continue
+		}
+		live = append(live, j)
+		if d := l.cfg.timeout(); timeout == 0 || d < timeout {
+			timeout = d
+		}
+	}
+	if len(live) == 0 {
+		return errs
+	}
+	n, k, q := len(c.nodes), len(live), c.quorum
+	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
+		return call(c, ctx, i, site{c.cfg.obs, "extend", ""}, func(ctx context.Context, _ redis.Scripter) (batchReply, error) {
+			return c.extendPipeline(ctx, i, locks, live)
+		})
+	})
+	for kk, j := range live {
+		locks[j].track(batchRef{r, kk})
+	}
+
+	// Per lock and node: the vote and the error, in one flat slice each.
+	votes := make([]quorum.Vote, k*n)
+	verrs := make([]error, k*n)
+	yes := make([]int, k)
+	decided := make([]bool, k)
+	seen := make([]bool, n)
+	answered, undecided := 0, k
+	classify := func(i int, rep quorum.Reply[batchReply]) (quorum.Vote, error) {
+		seen[i] = true
+		answered++
+		for kk := range k {
+			v, e := quorum.No, error(nil)
+			switch {
+			case rep.Err != nil:
+				v, e = quorum.Failed, rep.Err
+			case rep.Val.errs[kk] != nil:
+				v, e = quorum.Failed, &NodeError{Node: i, Addr: c.nodes[i].addr, Err: rep.Val.errs[kk]}
+			case rep.Val.res[kk].ours:
+				v = quorum.Yes
+				yes[kk]++
+			}
+			votes[kk*n+i], verrs[kk*n+i] = v, e
+			if !decided[kk] && (yes[kk] >= q || yes[kk]+n-answered < q) {
+				decided[kk] = true
+				undecided--
+			}
+		}
+		if rep.Err != nil {
+			return quorum.Failed, rep.Err
+		}
+		return quorum.Yes, nil
+	}
+	t := r.Collect(ctx, classify, func(t quorum.Tally) bool { return undecided == 0 || t.Pending == 0 })
+
+	for kk, j := range live {
+		lt := quorum.Tally{Votes: votes[kk*n : (kk+1)*n], Errs: verrs[kk*n : (kk+1)*n], Elapsed: t.Elapsed}
+		healed := 0
+		for i := range n {
+			if !seen[i] { // timed out, or ctx ended: failed for every lock
+				lt.Votes[i], lt.Errs[i] = quorum.Failed, t.Errs[i]
+			}
+			switch lt.Votes[i] {
+			case quorum.Yes:
+				lt.Yes++
+				if rep, _ := r.Reply(i); rep.Val.res[kk].healed {
+					healed++
+				}
+			case quorum.No:
+				lt.No++
+			default:
+				lt.Failed++
+			}
+		}
+		errs[j] = locks[j].settle(ctx, r.Started(), lt, healed, dues[j])
+	}
+	return errs
+}
+
+// extendPipeline sends the extend script for every live lock to node i in
+// one pipeline. Replies that are errors for one lock (WRONGTYPE, say) stay
+// that lock's; a connection error fails the node for all. Scripts missing
+// on the node (restart, SCRIPT FLUSH) are loaded and the pipeline redone
+// for them.
+func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int) (batchReply, error) {
+	node := c.nodes[i].c
+	out := batchReply{res: make([]reply, len(live)), errs: make([]error, len(live))}
+	todo := make([]int, len(live))
+	for kk := range todo {
+		todo[kk] = kk
+	}
+	for pass := 0; len(todo) > 0; pass++ {
+		pipe := node.Pipeline()
+		cmds := make([]*redis.Cmd, len(todo))
+		for x, kk := range todo {
+			l := locks[live[kk]]
+			cmds[x] = scripts.ExtendCmd(ctx, pipe, l.keys[i], l.token, l.cfg.ttl, l.fence)
+		}
+		_, _ = pipe.Exec(ctx)
+		var again []int
+		for x, kk := range todo {
+			e, err := scripts.ExtendResult(cmds[x])
+			var re redis.Error
+			switch {
+			case err == nil:
+				out.res[kk] = reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}
+			case scripts.IsNoScript(err) && pass == 0:
+				again = append(again, kk)
+			case errors.As(err, &re):
+				out.errs[kk] = err
+			default:
+				return batchReply{}, err // the node, not the lock: a connection error or timeout
+			}
+		}
+		if len(again) > 0 {
+			if err := scripts.LoadExtend(ctx, node); err != nil {
+				return batchReply{}, err
+			}
+		}
+		todo = again
+	}
+	return out, nil
+}
