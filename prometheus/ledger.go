@@ -39,7 +39,9 @@ const (
 //     lost, so an Unlock on another goroutine may report the release first;
 //     the Lost that follows must not count again.
 //
-// It is safe for concurrent use.
+// It is safe for concurrent use. The file is the same in prometheus/ and
+// otel/ but for the package clause (.ci/run checks it): the two modules
+// share no code but the core module's.
 type ledger struct {
 	now func() time.Time
 

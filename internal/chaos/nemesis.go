@@ -1,0 +1,308 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fault kinds.
+const (
+	KindPause          = "pause"            // SIGSTOP a node for 0.5–3×TTL, then SIGCONT
+	KindKill           = "kill-restart"     // SIGKILL a node, restart it empty after more than the TTL
+	KindLatency        = "latency"          // add latency to a node's proxy for 1–3×TTL
+	KindCut            = "cut"              // the node's proxy resets every connection for 0.5–3×TTL
+	KindReset          = "reset"            // reset a node's connections once
+	KindClientPause    = "client-pause"     // a holder stops (gate shut, goroutine asleep) past its TTL
+	KindMajorityPause  = "majority-pause"   // SIGSTOP a majority of nodes at once
+	KindMajorityCut    = "majority-cut"     // cut a majority of nodes at once
+	KindRestartNoDelay = "restart-no-delay" // restart a node empty at once (negative profile)
+)
+
+// Weights are the relative frequencies of the minority nemesis's faults.
+type Weights struct {
+	Pause, Kill, Latency, Cut, Reset, ClientPause float64
+}
+
+// DefaultWeights mixes every kind of fault.
+var DefaultWeights = Weights{Pause: 3, Kill: 2, Latency: 2, Cut: 2, Reset: 1, ClientPause: 2}
+
+func (w Weights) pick(r *rand.Rand) string {
+	kinds := []string{KindPause, KindKill, KindLatency, KindCut, KindReset, KindClientPause}
+	ws := []float64{w.Pause, w.Kill, w.Latency, w.Cut, w.Reset, w.ClientPause}
+	var sum float64
+	for _, x := range ws {
+		sum += x
+	}
+	x := r.Float64() * sum
+	for i, k := range kinds {
+		if x < ws[i] {
+			return k
+		}
+		x -= ws[i]
+	}
+	return kinds[len(kinds)-1]
+}
+
+// nemesis injects faults on a random schedule drawn from the run's seed.
+// Timing still varies from run to run: the schedule of choices is seeded,
+// the interleaving with the clients is not.
+type nemesis struct {
+	e       *env
+	workers []*worker
+	rng     *rand.Rand // the nemesis goroutine's only
+	wg      sync.WaitGroup
+
+	mu   sync.Mutex // protects busy
+	busy []bool     // nodes under a fault, not yet fully recovered
+}
+
+func newNemesis(e *env, workers []*worker) *nemesis {
+	return &nemesis{e: e, workers: workers, rng: e.rand(1 << 32), busy: make([]bool, e.cfg.Nodes)}
+}
+
+// minority injects one fault every 0.2–0.8×TTL, each on a node that is not
+// already faulty, never more than a minority at once ((N-1)/2: 2 of 5). A
+// node counts as faulty until it has fully recovered (a killed node: until
+// it has been restarted). Client pauses do not count against the budget. It
+// returns when ctx is done and every fault has been undone.
+func (n *nemesis) minority(ctx context.Context) {
+	ttl := n.e.cfg.TTL
+	limit := (n.e.cfg.Nodes - 1) / 2
+	for sleepCtx(ctx, randDur(n.rng, ttl/5, ttl*4/5)) {
+		kind := n.e.cfg.Weights.pick(n.rng)
+		if kind == KindClientPause {
+			w := n.workers[n.rng.IntN(len(n.workers))]
+			w.pauseFor.CompareAndSwap(0, int64(randDur(n.rng, ttl*3/2, 3*ttl)))
+			continue
+		}
+		node := n.claim(limit)
+		if node < 0 {
+			continue
+		}
+		var d, lat time.Duration
+		switch kind {
+		case KindPause, KindCut:
+			d = randDur(n.rng, ttl/2, 3*ttl)
+		case KindKill:
+			// Redlock's delayed restart: down for longer than the longest
+			// TTL, so every key the node held would have expired anyway.
+			d = randDur(n.rng, ttl*11/10, ttl*3/2)
+		case KindLatency:
+			d = randDur(n.rng, ttl, 3*ttl)
+			lat = randDur(n.rng, ttl/100, ttl/5)
+		}
+		n.wg.Go(func() {
+			defer n.free(node)
+			n.inject(ctx, kind, node, d, lat)
+		})
+	}
+	n.wg.Wait()
+}
+
+func (n *nemesis) claim(limit int) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var free []int
+	busy := 0
+	for i, b := range n.busy {
+		if b {
+			busy++
+		} else {
+			free = append(free, i)
+		}
+	}
+	if busy >= limit || len(free) == 0 {
+		return -1
+	}
+	i := free[n.rng.IntN(len(free))]
+	n.busy[i] = true
+	return i
+}
+
+func (n *nemesis) free(i int) {
+	n.mu.Lock()
+	n.busy[i] = false
+	n.mu.Unlock()
+}
+
+// inject runs one fault on node i and undoes it. A fault is always undone,
+// sooner if ctx ends.
+func (n *nemesis) inject(ctx context.Context, kind string, i int, d, lat time.Duration) {
+	c := n.e.cluster
+	start := time.Now()
+	switch kind {
+	case KindPause:
+		c.Pause(i)
+		sleepCtx(ctx, d)
+		c.Resume(i)
+	case KindCut:
+		c.Cut(i)
+		sleepCtx(ctx, d)
+		c.Heal(i)
+	case KindReset:
+		c.Cut(i)
+		c.Heal(i)
+	case KindLatency:
+		c.SetLatency(i, lat)
+		sleepCtx(ctx, d)
+		c.SetLatency(i, 0)
+	case KindKill:
+		// The fence counters must survive a restart (DESIGN step 8:
+		// appendfsync always). redistest restarts a node empty, so the
+		// nemesis plays the part of the AOF: it cuts the node off, so that
+		// nothing changes any more, reads its counters, kills it, and writes
+		// them back into the new, empty server before any client can reach
+		// it. Lock keys are not kept: after the delay they would all have
+		// expired anyway.
+		c.Cut(i)
+		time.Sleep(10 * time.Millisecond)
+		counters, err := n.fenceCounters(i)
+		if err != nil {
+			n.e.logf("chaos: node %d: reading fence counters: %v", i, err)
+		}
+		c.Kill(i)
+		sleepCtx(ctx, d)
+		c.Restart(i)
+		if err := n.restoreCounters(i, counters); err != nil {
+			n.e.logf("chaos: node %d: restoring fence counters: %v", i, err)
+		}
+		c.Heal(i)
+	}
+	n.e.hist.fault(Fault{Kind: kind, Nodes: []int{i}, Client: -1, Start: start, End: time.Now()})
+}
+
+// fenceCounters reads every fence counter on node i, directly.
+func (n *nemesis) fenceCounters(i int) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	admin := n.e.cluster.Admin(i)
+	out := make(map[string]string)
+	var cursor uint64
+	for {
+		keys, next, err := admin.Scan(ctx, cursor, "*:fence", 1000).Result()
+		if err != nil {
+			return out, err
+		}
+		for _, k := range keys {
+			v, err := admin.Get(ctx, k).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return out, err
+			}
+			out[k] = v
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+func (n *nemesis) restoreCounters(i int, counters map[string]string) error {
+	if len(counters) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pairs := make([]any, 0, 2*len(counters))
+	for k, v := range counters {
+		pairs = append(pairs, k, v)
+	}
+	return n.e.cluster.Admin(i).MSet(ctx, pairs...).Err()
+}
+
+// majority takes a majority of nodes away at once, pausing (SIGSTOP) or
+// cutting them, alternately, for 1.2–2×TTL; then waits a TTL for the locks
+// to settle, and again. Every lock held when the majority went away must be
+// reported lost by its ValidUntil. The first event runs even if ctx ends
+// early, so that every run measures at least one.
+func (n *nemesis) majority(ctx context.Context) {
+	c := n.e.cluster
+	ttl := n.e.cfg.TTL
+	q := n.e.cfg.Nodes/2 + 1
+	for ev := 0; ev == 0 || ctx.Err() == nil; ev++ {
+		wait := randDur(n.rng, ttl/2, ttl)
+		if ev == 0 {
+			time.Sleep(wait)
+		} else if !sleepCtx(ctx, wait) {
+			return
+		}
+		nodes := n.rng.Perm(n.e.cfg.Nodes)[:q]
+		slices.Sort(nodes)
+		kind := KindMajorityPause
+		if ev%2 == 1 {
+			kind = KindMajorityCut
+		}
+		d := randDur(n.rng, ttl*6/5, 2*ttl)
+		start := time.Now()
+		for _, i := range nodes {
+			if kind == KindMajorityPause {
+				c.Pause(i)
+			} else {
+				c.Cut(i)
+			}
+		}
+		at := time.Now()
+		if ev == 0 {
+			time.Sleep(d)
+		} else {
+			sleepCtx(ctx, d)
+		}
+		for _, i := range nodes {
+			if kind == KindMajorityPause {
+				c.Resume(i)
+			} else {
+				c.Heal(i)
+			}
+		}
+		end := time.Now()
+		n.e.hist.majorityLoss(MajorityLoss{Kind: kind, Nodes: nodes, At: at, End: end})
+		n.e.hist.fault(Fault{Kind: kind, Nodes: nodes, Client: -1, Start: start, End: end})
+		sleepCtx(ctx, ttl)
+	}
+}
+
+// keysLeft counts lock keys left on the nodes (fence counters and handoff
+// markers aside), read directly from each server, and the longest TTL among
+// them. Called after every client was closed: each key left is a leak that
+// blocks its node until it expires.
+func keysLeft(e *env) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	left, longest := 0, time.Duration(0)
+	var errs []error
+	for i := range e.cfg.Nodes {
+		admin := e.cluster.Admin(i)
+		var cursor uint64
+		for {
+			keys, next, err := admin.Scan(ctx, cursor, "lock:*", 1000).Result()
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			for _, k := range keys {
+				if strings.HasSuffix(k, ":fence") {
+					continue
+				}
+				v, err := admin.Get(ctx, k).Result()
+				if err != nil || v == "<handoff>" {
+					continue
+				}
+				left++
+				if ttl, err := admin.PTTL(ctx, k).Result(); err == nil {
+					longest = max(longest, ttl)
+				}
+				e.logf("chaos: key %s left on node %d", k, i)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return left, longest, errors.Join(errs...)
+}
