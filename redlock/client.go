@@ -28,6 +28,8 @@ const (
 	// closeGrace is added to the node timeout when Close waits for requests
 	// still in flight.
 	closeGrace = 250 * time.Millisecond
+	// closeParallel is how many locks Close releases at once.
+	closeParallel = 64
 )
 
 var errBusy = errors.New("too many requests in flight on this node")
@@ -424,7 +426,7 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := scripts.Acquire(ctx, s, l.keys[i], l.token, cfg.ttl, waiter)
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, waiter) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
@@ -657,8 +659,13 @@ func (c *Client) Close() error {
 		mu   sync.Mutex
 		errs []error
 	)
+	// Release with bounded parallelism: a Client may hold many thousands of
+	// locks, and the nodes' in-flight caps must not turn Close into errors.
+	sem := make(chan struct{}, closeParallel)
 	for l := range locks {
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			l.finish(ErrClosed)
 			if err := l.release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
 				mu.Lock()
