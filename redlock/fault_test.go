@@ -580,3 +580,42 @@ func TestReal_closeLeavesNothing(t *testing.T) {
 	}
 	// goleak in TestMain checks that no goroutine is left.
 }
+
+// node-redlock can hand out a lock whose validity is already spent. An
+// attempt that reached a majority too late must fail, and leave no key.
+func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	// Warm the connections, so the latency below is all the round trip costs.
+	if l, err := c.TryLock(t.Context(), "warm"); err == nil {
+		l.Unlock(t.Context())
+	}
+	for i := range 5 {
+		rc.SetLatency(i, 30*time.Millisecond) // a 60ms round trip
+	}
+	// TTL 100ms with drift 0.5: 52ms of allowance, so a 60ms round trip
+	// leaves no validity although every node grants.
+	opts := []Option{WithTTL(100 * time.Millisecond), WithDriftFactor(0.5),
+		WithRenewInterval(95 * time.Millisecond), WithNodeTimeout(90 * time.Millisecond)}
+	for _, fencing := range []bool{false, true} {
+		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)
+		if err == nil {
+			t.Errorf("fencing %v: TryLock = a lock valid until %v (in %v); want no lock", fencing, l.ValidUntil(), time.Until(l.ValidUntil()))
+			continue
+		}
+		if !errors.Is(err, ErrNotObtained) {
+			t.Errorf("fencing %v: TryLock = %v; want ErrNotObtained", fencing, err)
+		}
+	}
+	if !eventually(2*time.Second, func() bool {
+		for i := range 5 {
+			if keyOn(t, rc, i, "lock:late") != "" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("a late grant left its key behind")
+	}
+}
