@@ -11,15 +11,19 @@
 //
 // The series (no namespace; use [WithConstLabels] to tell clients apart):
 //
-//	redis_lock_expired_total{resource}         counter    locks lost or expired before their holder released them
-//	redis_lock_held{resource}                  gauge      locks held now
-//	redis_lock_acquire_duration_seconds{outcome} histogram one acquisition round on the nodes
-//	redis_lock_wait_duration_seconds{outcome}  histogram  a whole Lock or TryLock call, retries included
-//	redis_lock_hold_duration_seconds           histogram  from acquisition to release
-//	redis_lock_renewal_lag_seconds             histogram  from when a renewal was due to its confirmation
-//	redis_lock_renewal_failures_total{reason}  counter    extension rounds that failed: lost, no_quorum, error
-//	redis_lock_quorum_margin{op}               histogram  nodes that granted (acquire) or confirmed (extend) minus the quorum
-//	redis_lock_node_errors_total{node,addr,op,kind} counter failed requests to one node
+//	redis_lock_expired_total{resource}               counter    locks lost or expired before their holder released them
+//	redis_lock_held{resource}                        gauge      locks held now
+//	redis_lock_acquire_duration_seconds{outcome}     histogram  one acquisition round on the nodes
+//	redis_lock_wait_duration_seconds{outcome}        histogram  a whole Lock or TryLock call, retries included
+//	redis_lock_hold_duration_seconds                 histogram  from acquisition to release
+//	redis_lock_renewal_lag_seconds                   histogram  from when a renewal was due to its confirmation
+//	redis_lock_renewal_failures_total{reason}        counter    failed extension rounds: lost, no_quorum, error
+//	redis_lock_quorum_margin{op}                     histogram  nodes that granted (acquire) or confirmed (extend), minus the quorum
+//	redis_lock_node_errors_total{node,addr,op,kind}  counter    failed requests to one node
+//
+// Each lock counts once in redis_lock_expired_total and leaves
+// redis_lock_held once, though a lost lock is reported both by Lost and by
+// its later release (see ledger.go).
 //
 // The resource label is the resource name by default. Names that embed an id
 // ("invoice:1234") make one series per id: map them to a bounded set with
@@ -245,9 +249,10 @@ func (h *Hooks) Acquire(_ context.Context, i redlock.AcquireInfo) {
 }
 
 // Extend observes the renewal lag of a successful renewal, the quorum
-// margin, and counts a failed round. A renewal that was cancelled (Unlock or
-// Close stopped it) is neither a failure nor a margin: its ctx is done and
-// its error does not match ErrLockLost.
+// margin, and counts a failed round. A round that was cancelled (Unlock or
+// Close stopped a renewal, or an Extend caller's ctx ended) is neither a
+// failure nor a margin: its ctx is done and its error does not match
+// ErrLockLost.
 func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 	if ctx.Err() != nil && !errors.Is(i.Err, redlock.ErrLockLost) {
 		return
@@ -256,7 +261,7 @@ func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 	switch {
 	case i.Err == nil:
 		if i.Renewal {
-			h.lag.Observe(i.Lag.Seconds())
+			h.lag.Observe(max(i.Lag, 0).Seconds()) // a batched renewal may run a little before it is due
 		}
 	case errors.Is(i.Err, redlock.ErrLockLost):
 		h.failures.WithLabelValues(reasonLost).Inc()

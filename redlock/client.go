@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -75,6 +76,7 @@ type Client struct {
 	// early decision, background releases, OnLost callbacks.
 	wg      sync.WaitGroup
 	closing chan struct{} // closed by Close
+	ids     atomic.Uint64 // call and lock IDs for hooks
 
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
@@ -251,11 +253,16 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		return nil, err
 	}
 	attempts := 0
+	callID := c.ids.Add(1)
 	if obs := cfg.obs; obs != nil {
 		start := time.Now()
 		defer func() {
-			obs.Acquire(ctx, AcquireInfo{Resource: resource, Wait: time.Since(start), Attempts: attempts,
-				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err})
+			info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: attempts,
+				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err}
+			if l != nil {
+				info.Lock = l.id
+			}
+			obs.Acquire(ctx, info)
 		}()
 	}
 	if err := c.begin(); err != nil {
@@ -287,7 +294,7 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	}()
 	for attempt := 1; ; attempt++ {
 		attempts = attempt
-		l, granted, err := c.attempt(ctx, resource, cfg, w != nil)
+		l, granted, err := c.attempt(ctx, callID, resource, cfg, w != nil)
 		if err == nil {
 			return l, nil
 		}
@@ -395,12 +402,12 @@ func (c *Client) noteTimeout(d time.Duration) {
 // It returns the lock, or the number of nodes that granted and the error.
 // Each attempt uses a fresh token: a background release left by a failed
 // attempt must never delete the key of a later attempt.
-func (c *Client) attempt(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, int, error) {
+func (c *Client) attempt(ctx context.Context, callID uint64, resource string, cfg config, waiter bool) (*Lock, int, error) {
 	start := time.Now()
 	l, t, err := c.try(ctx, resource, cfg, waiter)
 	if cfg.obs != nil {
-		cfg.obs.Attempt(ctx, AttemptInfo{Resource: resource, Latency: time.Since(start), Granted: t.Yes,
-			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: nodeErrors(t.Errs)})
+		cfg.obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: resource, Latency: time.Since(start), Granted: t.Yes,
+			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
 	}
 	return l, t.Yes, err
 }
@@ -555,6 +562,7 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock, error) {
 	l.validUntil = validUntil
 	l.acquired = time.Now()
+	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	c.mu.Lock()
 	if c.closed {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Hooks observe what a Client's locks do, for logs, metrics and traces. The
@@ -83,6 +85,7 @@ func outcomeOf(err error) Outcome {
 
 // AttemptInfo describes one acquisition round.
 type AttemptInfo struct {
+	Call     uint64 // the Lock or TryLock call it belongs to (see AcquireInfo.Call)
 	Resource string
 	Latency  time.Duration // from the first request to the decision (both phases with fencing)
 	Granted  int           // nodes that granted; Granted − Quorum is the quorum margin
@@ -97,6 +100,8 @@ type AttemptInfo struct {
 
 // AcquireInfo describes a whole Lock or TryLock call.
 type AcquireInfo struct {
+	Call     uint64 // unique per call within the Client: pairs attempts with their call
+	Lock     uint64 // the acquired lock's ID (0 if none): pairs its later events
 	Resource string
 	Wait     time.Duration // from the call to its return
 	Attempts int
@@ -107,9 +112,10 @@ type AcquireInfo struct {
 
 // ExtendInfo describes one extension round.
 type ExtendInfo struct {
+	Lock      uint64 // the lock's ID, as in AcquireInfo
 	Resource  string
 	Renewal   bool          // by the watchdog (false: an Extend call)
-	Lag       time.Duration // renewals: from when the renewal was due to its confirmation
+	Lag       time.Duration // renewals: from when the renewal was due to its confirmation (0 if batched early)
 	Latency   time.Duration // the round itself
 	Confirmed int           // nodes where the key is ours now; Confirmed − Quorum is the margin
 	Healed    int           // of which the key had to be set again (the node had lost it)
@@ -122,6 +128,7 @@ type ExtendInfo struct {
 
 // LostInfo describes a lost lock.
 type LostInfo struct {
+	Lock     uint64
 	Resource string
 	HeldFor  time.Duration
 	Err      error // matches ErrLockLost; says why
@@ -129,11 +136,15 @@ type LostInfo struct {
 
 // ReleaseInfo describes the release of a lock by Unlock or Close.
 type ReleaseInfo struct {
+	Lock     uint64
 	Resource string
+	Latency  time.Duration // the release round
 	HeldFor  time.Duration // from acquisition to release
 	WasLost  bool          // the lock was lost or had expired before this release: the TTL was too short or the process paused
 	Released int           // nodes where our key was deleted
 	Err      error
+	// NodeErrors lists the nodes that failed in the release round.
+	NodeErrors []*NodeError
 }
 
 // NodeErrorInfo describes one failed request to one node.
@@ -146,17 +157,27 @@ type NodeErrorInfo struct {
 	Err      error
 }
 
-// nodeErrors collects the *NodeError of each failed node of a round.
-func nodeErrors(errs []error) []*NodeError {
+// nodeErrors collects one *NodeError per failed node of a round, timeouts
+// (where the fan-out stopped waiting) included.
+func (c *Client) nodeErrors(t quorum.Tally) []*NodeError {
 	var out []*NodeError
-	for _, e := range errs {
-		var ne *NodeError
-		if errors.As(e, &ne) {
-			out = append(out, ne)
+	for i, e := range t.Errs {
+		if e == nil {
+			continue
 		}
+		var ne *NodeError
+		if !errors.As(e, &ne) {
+			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
+		}
+		out = append(out, ne)
 	}
 	return out
 }
+
+// Kind classifies the node's error: "timeout", "canceled", "connection",
+// "reply" (an error reply such as WRONGTYPE or NOPERM) or "busy" (too many
+// requests in flight on the node from this Client).
+func (e *NodeError) Kind() string { return errorKind(e.Err) }
 
 func errorKind(err error) string {
 	var ne net.Error

@@ -41,6 +41,7 @@ type Lock struct {
 	token    string
 	fence    int64     // write-once before the Lock is handed out
 	acquired time.Time // write-once before the Lock is handed out
+	id       uint64    // write-once: the lock's ID for hooks
 	cfg      config
 	lost     chan struct{}           // closed once, on loss
 	ctx      context.Context         // write-once before the Lock is handed out
@@ -186,10 +187,10 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 	n := len(c.nodes)
 	if obs := l.cfg.obs; obs != nil {
 		defer func() {
-			info := ExtendInfo{Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
-				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: nodeErrors(t.Errs)}
+			info := ExtendInfo{Lock: l.id, Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
+				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
 			if !due.IsZero() && err == nil {
-				info.Lag = time.Since(due)
+				info.Lag = max(time.Since(due), 0)
 			}
 			obs.Extend(ctx, info)
 		}()
@@ -272,7 +273,7 @@ func (l *Lock) lose(err error) {
 	h := l.handle
 	l.mu.Unlock()
 	if obs := l.cfg.obs; obs != nil {
-		obs.Lost(l.ctx, LostInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
+		obs.Lost(l.ctx, LostInfo{Lock: l.id, Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
 	}
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
@@ -354,13 +355,15 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // answer, bounded by the node timeout.
 func (l *Lock) release(ctx context.Context) (err error) {
 	c := l.c
-	released := 0
+	var t quorum.Tally
 	if obs := l.cfg.obs; obs != nil {
+		start := time.Now()
 		l.mu.Lock()
 		wasLost := l.state == stateLost || !time.Now().Before(l.validUntil)
 		l.mu.Unlock()
 		defer func() {
-			obs.Release(ctx, ReleaseInfo{Resource: l.resource, HeldFor: time.Since(l.acquired), WasLost: wasLost, Released: released, Err: err})
+			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired),
+				WasLost: wasLost, Released: t.Yes, Err: err, NodeErrors: c.nodeErrors(t)})
 		}()
 	}
 	n := len(c.nodes)
@@ -368,7 +371,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	r := quorum.Start(dctx, n, 2*l.cfg.timeout()+closeGrace, &c.wg, func(ctx context.Context, i int) (bool, error) {
 		return l.releaseNode(ctx, i, true)
 	})
-	t := r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
+	t = r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
 		case rep.Err != nil:
 			return quorum.Failed, rep.Err
@@ -378,7 +381,6 @@ func (l *Lock) release(ctx context.Context) (err error) {
 		return quorum.No, nil
 	}, quorum.All)
 	answered := t.Yes + t.No
-	released = t.Yes
 	switch {
 	case answered < c.quorum:
 		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
