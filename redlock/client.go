@@ -336,9 +336,9 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		select {
 		case <-timer.C:
 		case <-woken:
-			// Waiters woken together spread their attempts a little, so
-			// that one of them reaches a majority first.
-			time.Sleep(splitPause())
+			// Attempt at once: within a Client only the first in line
+			// waits on the nodes, and waiters of other Clients that split
+			// the vote with us retry after a short random pause.
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
 		case <-c.closing:
