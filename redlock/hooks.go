@@ -150,10 +150,10 @@ type ReleaseInfo struct {
 // NodeErrorInfo describes one failed request to one node.
 type NodeErrorInfo struct {
 	Resource string
-	Op       string // "acquire", "commit", "extend", "release", "exists"
+	Op       string // "acquire", "commit", "extend", "release", "exists", "dial"
 	Node     int
 	Addr     string
-	Kind     string // "timeout", "canceled", "connection", "reply" (an error reply such as WRONGTYPE or NOPERM), "busy"
+	Kind     string // "timeout", "canceled", "connection", "reply" (an error reply such as WRONGTYPE or NOPERM), "busy", "restarted" (see WithRestartGuard)
 	Err      error
 }
 
@@ -175,8 +175,9 @@ func (c *Client) nodeErrors(t quorum.Tally) []*NodeError {
 }
 
 // Kind classifies the node's error: "timeout", "canceled", "connection",
-// "reply" (an error reply such as WRONGTYPE or NOPERM) or "busy" (too many
-// requests in flight on the node from this Client).
+// "reply" (an error reply such as WRONGTYPE or NOPERM), "busy" (too many
+// requests in flight on the node from this Client) or "restarted" (the
+// node is younger than the restart guard).
 func (e *NodeError) Kind() string { return errorKind(e.Err) }
 
 func errorKind(err error) string {
@@ -185,6 +186,8 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, errBusy):
 		return "busy"
+	case errors.Is(err, ErrNodeRestarted):
+		return "restarted"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),

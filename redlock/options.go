@@ -44,7 +44,8 @@ type config struct {
 	logger        *slog.Logger
 	obs           Hooks // hooks and logger together; set by buildConfig
 	renewBatch    int
-	renewBatchSet bool // WithRenewBatch was given (invalid per call)
+	renewBatchSet bool          // WithRenewBatch was given (invalid per call)
+	restartGuard  time.Duration // 0: off; see WithRestartGuard (guard.go)
 }
 
 func defaultConfig() config {
@@ -106,6 +107,8 @@ func (c *config) validate() error {
 		return invalid("WithNodeTimeout/WithRenewInterval: node timeout %v must be shorter than the renew interval %v", c.timeout(), c.interval())
 	case c.interval() >= c.ttl:
 		return invalid("WithRenewInterval: interval %v must be shorter than the TTL %v", c.interval(), c.ttl)
+	case c.restartGuard < 0 || (c.restartGuard > 0 && c.restartGuard < c.ttl):
+		return invalid("WithRestartGuard: maxTTL %v must be 0 (off) or at least the TTL %v", c.restartGuard, c.ttl)
 	case c.retryCount < 0:
 		return invalid("WithRetryCount: count must be ≥ 0 (0 = until ctx is done), got %d", c.retryCount)
 	case c.renewBatch < 0:

@@ -86,7 +86,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 	sents := make([]*server, 3)
 	var wg sync.WaitGroup
 	for i := range 3 {
-		wg.Go(func() { sents[i], errs[i] = startSentinel(path, filepath.Join(dir, "sentinel"+strconv.Itoa(i)), master.port) })
+		wg.Go(func() {
+			sents[i], errs[i] = startSentinel(path, filepath.Join(dir, "sentinel"+strconv.Itoa(i)), master.port)
+		})
 	}
 	wg.Wait()
 	for _, sn := range sents {

@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"context"
 	"errors"
 	"net"
 	"os"
@@ -97,21 +96,9 @@ func startServer(dir string, extra ...string) (*server, error) {
 	}
 }
 
-// FreePort returns a port on 127.0.0.1 that was free a moment ago, from
-// below the kernel's ephemeral range. Someone may take it before it is
-// bound; a server started on it then fails to start.
-func FreePort() (int, error) { return freePort() }
-
 // directClient returns a client for addr with the harness's fail-fast
 // options (see Cluster.Client).
 func directClient(addr string) *redis.Client { return redis.NewClient(clientOptions(addr)) }
-
-// ping reports whether the server at addr answers PING within ctx.
-func ping(ctx context.Context, addr string) error {
-	c := directClient(addr)
-	defer c.Close()
-	return c.Ping(ctx).Err()
-}
 
 // logsOf logs the log of every server in ss through logf.
 func logsOf(logf func(string, ...any), ss ...*server) {

@@ -1,0 +1,65 @@
+package scripts
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// guardSrc is prepended to acquire.lua: one script, so the node's uptime is
+// read in the same atomic step as the grant, and a node too young grants
+// nothing at all (no key to clean up, nothing for a holder's renewal to
+// trip on).
+//
+//go:embed guard.lua
+var guardSrc string
+
+var acquireGuarded = redis.NewScript(guardSrc + "\n" + acquireSrc)
+
+// Young is the error of AcquireGuarded on a node that has been up for less
+// than the restart guard: it granted nothing and changed nothing.
+type Young struct {
+	Uptime time.Duration // as the node reports it, in whole seconds
+	Guard  time.Duration // the reported uptime must exceed it; whole seconds
+}
+
+func (e *Young) Error() string {
+	return fmt.Sprintf("node up for %v, not more than the restart guard %v", e.Uptime, e.Guard)
+}
+
+// AcquireGuarded is Acquire on a node that grants nothing while it may have
+// been up for less than guard: while its reported uptime, in whole seconds,
+// does not exceed guard rounded up to whole seconds. It returns a *Young
+// error there, and the lock key is left as it was. The uptime is read with INFO inside the script (Redis
+// ≥ 5, which replicates script effects; the ACL must allow INFO), so it
+// cannot change between the check and the grant.
+func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, waiter bool, guard time.Duration) (bool, int64, error) {
+	w := "0"
+	if waiter {
+		w = "1"
+	}
+	secs := int64((guard + time.Second - 1) / time.Second)
+	v, err := acquireGuarded.Run(ctx, c, k.list(), token, ms(ttl), w, secs).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v == 1, 0, nil
+	case []any:
+		if len(v) == 2 {
+			ok, ok1 := v[0].(int64)
+			n, ok2 := v[1].(int64)
+			switch {
+			case ok1 && ok2 && ok == -1:
+				return false, 0, &Young{Uptime: time.Duration(n) * time.Second, Guard: time.Duration(secs) * time.Second}
+			case ok1 && ok2:
+				return ok == 1, n, nil
+			}
+		}
+	}
+	return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+}
