@@ -7,7 +7,7 @@ import (
 )
 
 // maxExamples is how many examples of violations a Result keeps.
-const maxExamples = 20
+const maxExamples = 6
 
 // Result is what the checker found in one history. Durations are measured
 // on the run's one monotonic clock.
@@ -42,37 +42,45 @@ type Result struct {
 	ZombieRefused int `json:"zombie_writes_refused"`
 
 	// Loss reports.
-	Lost                int           `json:"lost"`                // holds whose loss was reported
-	LostViaChannel      int           `json:"lost_via_channel"`    // by Lost()
-	LostViaOnLost       int           `json:"lost_via_onlost"`     // by OnLost
-	LostBeforeDeadline  int           `json:"lost_before_deadline"` // reported before ValidUntil: a majority said "not ours"
+	Lost                int           `json:"lost"`                            // holds whose loss was reported
+	LostViaChannel      int           `json:"lost_via_channel"`                // by Lost()
+	LostViaOnLost       int           `json:"lost_via_onlost"`                 // by OnLost
+	LostBeforeDeadline  int           `json:"lost_before_deadline"`            // reported before ValidUntil: a majority said "not ours"
 	MaxReportAfterValid time.Duration `json:"max_report_after_valid_until_ns"` // latest report, relative to ValidUntil
-	LateReports         int           `json:"late_reports"`   // reported more than the slack after ValidUntil
-	SilentExpiries      int           `json:"silent_expiries"` // ValidUntil passed by more than the slack, no report, not unlocked
+	// Of the reports at or after ValidUntil (the lease ran out), how long
+	// after it: median and 99th percentile.
+	ExpiryReportP50 time.Duration `json:"expiry_report_p50_ns"`
+	ExpiryReportP99 time.Duration `json:"expiry_report_p99_ns"`
+	LateReports     int           `json:"late_reports"`    // reported more than the slack after ValidUntil
+	SilentExpiries  int           `json:"silent_expiries"` // ValidUntil passed by more than the slack, no report, not unlocked
 
 	// Majority loss (profiles whose nemesis hits a majority): for holds alive
 	// at the moment the majority went away.
 	MajorityEvents    int           `json:"majority_events"`
-	MajorityHolds     int           `json:"majority_holds"`         // holds alive then
+	MajorityHolds     int           `json:"majority_holds"`          // holds alive then
 	MajorityReported  int           `json:"majority_holds_reported"` // of which reported lost
-	MaxDetect         time.Duration `json:"max_detect_ns"`          // report − majority loss
-	MaxValidityLeft   time.Duration `json:"max_validity_left_ns"`   // ValidUntil − majority loss
+	MaxDetect         time.Duration `json:"max_detect_ns"`           // report − majority loss
+	MaxValidityLeft   time.Duration `json:"max_validity_left_ns"`    // ValidUntil − majority loss
 	MaxDetectOverLeft time.Duration `json:"max_detect_minus_validity_left_ns"`
 
 	Examples []string `json:"examples,omitempty"`
 }
 
-// Violations is the number of safety violations: overlapping holds, tokens
-// out of order, stale writes applied, and writes applied outside the
-// writer's hold after another client took the lock.
+// Violations is the number of violations: of safety (overlapping holds,
+// tokens out of order, stale writes applied, writes applied outside the
+// writer's hold after another client took the lock) and of loss detection
+// (reports later than the slack after ValidUntil, expiries never reported).
 func (r Result) Violations() int {
-	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes
+	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes +
+		r.LateReports + r.SilentExpiries
 }
 
 // CheckOptions tune the checker.
 type CheckOptions struct {
 	// Slack is how late a loss report may come after ValidUntil before it
-	// counts as late (scheduling delay on a loaded machine). Default 100ms.
+	// counts as late: scheduling delay on a loaded machine. A report missed
+	// by the deadline timer would come a renewal interval (TTL/3) late or
+	// never, so Run uses TTL/3, at least 100ms. Default 100ms.
 	Slack time.Duration
 }
 
@@ -138,7 +146,7 @@ func Check(s Snapshot, o CheckOptions) Result {
 					continue
 				}
 				r.Overlaps++
-				d := min(aEnd, b.End()).Sub(b.Start)
+				d := earlier(aEnd, b.End()).Sub(b.Start)
 				r.MaxOverlap = max(r.MaxOverlap, d)
 				example("overlap: %s hold %d (client %d, token %d) [%s, %s] and hold %d (client %d, token %d) [%s, %s]: %v",
 					res, a.ID, a.Client, a.Fence, rel(a.Start), rel(aEnd), b.ID, b.Client, b.Fence, rel(b.Start), rel(b.End()), d)
@@ -202,6 +210,7 @@ func Check(s Snapshot, o CheckOptions) Result {
 	}
 
 	// Loss reports.
+	var afterExpiry []time.Duration
 	for _, h := range s.Holds {
 		rep := h.Reported()
 		if !h.LostAt.IsZero() {
@@ -225,6 +234,8 @@ func Check(s Snapshot, o CheckOptions) Result {
 		}
 		if late < 0 {
 			r.LostBeforeDeadline++
+		} else {
+			afterExpiry = append(afterExpiry, late)
 		}
 		if late > o.Slack {
 			r.LateReports++
@@ -233,22 +244,25 @@ func Check(s Snapshot, o CheckOptions) Result {
 		}
 	}
 
+	if len(afterExpiry) > 0 {
+		slices.Sort(afterExpiry)
+		r.ExpiryReportP50 = afterExpiry[len(afterExpiry)/2]
+		r.ExpiryReportP99 = afterExpiry[(len(afterExpiry)*99)/100]
+	}
+
 	// Majority loss: holds alive at the event.
 	for _, m := range s.Majority {
 		r.MajorityEvents++
 		for _, h := range s.Holds {
-			if !h.Start.Before(m.At) || (!h.Unlock.IsZero() && h.Unlock.Before(m.At)) {
-				continue
-			}
-			rep := h.Reported()
-			if !rep.IsZero() && rep.Before(m.At) {
-				continue // lost before the event
+			if !h.Start.Before(m.At) || !h.End().After(m.At) {
+				continue // not held when the majority went away
 			}
 			r.MajorityHolds++
 			left := h.ValidUntil.Sub(m.At)
 			r.MaxValidityLeft = max(r.MaxValidityLeft, left)
+			rep := h.Reported()
 			if rep.IsZero() {
-				continue // unlocked before it was lost, or the run ended
+				continue // unlocked before it was lost: the run ended
 			}
 			r.MajorityReported++
 			detect := rep.Sub(m.At)
@@ -259,4 +273,11 @@ func Check(s Snapshot, o CheckOptions) Result {
 		}
 	}
 	return r
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -22,6 +22,7 @@ const (
 	KindClientPause    = "client-pause"     // a holder stops (gate shut, goroutine asleep) past its TTL
 	KindMajorityPause  = "majority-pause"   // SIGSTOP a majority of nodes at once
 	KindMajorityCut    = "majority-cut"     // cut a majority of nodes at once
+	KindMajorityKill   = "majority-kill"    // kill a majority at once, restart them empty after more than the TTL
 	KindRestartNoDelay = "restart-no-delay" // restart a node empty at once (negative profile)
 )
 
@@ -156,24 +157,14 @@ func (n *nemesis) inject(ctx context.Context, kind string, i int, d, lat time.Du
 	case KindKill:
 		// The fence counters must survive a restart (DESIGN step 8:
 		// appendfsync always). redistest restarts a node empty, so the
-		// nemesis plays the part of the AOF: it cuts the node off, so that
-		// nothing changes any more, reads its counters, kills it, and writes
-		// them back into the new, empty server before any client can reach
-		// it. Lock keys are not kept: after the delay they would all have
-		// expired anyway.
-		c.Cut(i)
-		time.Sleep(10 * time.Millisecond)
-		counters, err := n.fenceCounters(i)
-		if err != nil {
-			n.e.logf("chaos: node %d: reading fence counters: %v", i, err)
-		}
-		c.Kill(i)
+		// nemesis plays the part of the AOF (see down and up): it cuts the
+		// node off, so that nothing changes any more, reads its counters,
+		// kills it, and writes them back into the new, empty server before
+		// any client can reach it. Lock keys are not kept: after the delay
+		// they would all have expired anyway.
+		counters := n.down(KindMajorityKill, i)
 		sleepCtx(ctx, d)
-		c.Restart(i)
-		if err := n.restoreCounters(i, counters); err != nil {
-			n.e.logf("chaos: node %d: restoring fence counters: %v", i, err)
-		}
-		c.Heal(i)
+		n.up(KindMajorityKill, i, counters)
 	}
 	n.e.hist.fault(Fault{Kind: kind, Nodes: []int{i}, Client: -1, Start: start, End: time.Now()})
 }
@@ -216,49 +207,37 @@ func (n *nemesis) restoreCounters(i int, counters map[string]string) error {
 	return n.e.cluster.Admin(i).MSet(ctx, pairs...).Err()
 }
 
-// majority takes a majority of nodes away at once, pausing (SIGSTOP) or
-// cutting them, alternately, for 1.2–2×TTL; then waits a TTL for the locks
-// to settle, and again. Every lock held when the majority went away must be
-// reported lost by its ValidUntil. The first event runs even if ctx ends
-// early, so that every run measures at least one.
+// majority takes a majority of nodes away at once, for 1.2–2×TTL, by
+// pausing them (SIGSTOP), cutting them, or killing them and restarting them
+// empty (fence counters kept, as with the minority nemesis), in turn; then
+// it waits a TTL for the locks to settle, and again. Every lock held when
+// the majority went away must be reported lost by its ValidUntil. The first
+// event runs even if ctx ends early, so that every run measures one.
 func (n *nemesis) majority(ctx context.Context) {
-	c := n.e.cluster
 	ttl := n.e.cfg.TTL
 	q := n.e.cfg.Nodes/2 + 1
+	kinds := []string{KindMajorityPause, KindMajorityCut, KindMajorityKill}
 	for ev := 0; ev == 0 || ctx.Err() == nil; ev++ {
-		wait := randDur(n.rng, ttl/2, ttl)
+		sctx := ctx
 		if ev == 0 {
-			time.Sleep(wait)
-		} else if !sleepCtx(ctx, wait) {
+			sctx = context.WithoutCancel(ctx)
+		}
+		if !sleepCtx(sctx, randDur(n.rng, ttl/2, ttl)) {
 			return
 		}
 		nodes := n.rng.Perm(n.e.cfg.Nodes)[:q]
 		slices.Sort(nodes)
-		kind := KindMajorityPause
-		if ev%2 == 1 {
-			kind = KindMajorityCut
-		}
+		kind := kinds[ev%len(kinds)]
 		d := randDur(n.rng, ttl*6/5, 2*ttl)
 		start := time.Now()
-		for _, i := range nodes {
-			if kind == KindMajorityPause {
-				c.Pause(i)
-			} else {
-				c.Cut(i)
-			}
+		counters := make([]map[string]string, len(nodes))
+		for j, i := range nodes {
+			counters[j] = n.down(kind, i)
 		}
 		at := time.Now()
-		if ev == 0 {
-			time.Sleep(d)
-		} else {
-			sleepCtx(ctx, d)
-		}
-		for _, i := range nodes {
-			if kind == KindMajorityPause {
-				c.Resume(i)
-			} else {
-				c.Heal(i)
-			}
+		sleepCtx(sctx, d)
+		for j, i := range nodes {
+			n.up(kind, i, counters[j])
 		}
 		end := time.Now()
 		n.e.hist.majorityLoss(MajorityLoss{Kind: kind, Nodes: nodes, At: at, End: end})
@@ -267,14 +246,60 @@ func (n *nemesis) majority(ctx context.Context) {
 	}
 }
 
-// keysLeft counts lock keys left on the nodes (fence counters and handoff
-// markers aside), read directly from each server, and the longest TTL among
-// them. Called after every client was closed: each key left is a leak that
-// blocks its node until it expires.
-func keysLeft(e *env) (int, time.Duration, error) {
+// down takes node i away by kind; for a kill, it returns the fence counters
+// to restore.
+func (n *nemesis) down(kind string, i int) map[string]string {
+	c := n.e.cluster
+	switch kind {
+	case KindMajorityPause:
+		c.Pause(i)
+	case KindMajorityCut:
+		c.Cut(i)
+	case KindMajorityKill:
+		c.Cut(i)
+		time.Sleep(10 * time.Millisecond)
+		counters, err := n.fenceCounters(i)
+		if err != nil {
+			n.e.logf("node %d: reading fence counters: %v", i, err)
+		}
+		c.Kill(i)
+		return counters
+	}
+	return nil
+}
+
+// up undoes down.
+func (n *nemesis) up(kind string, i int, counters map[string]string) {
+	c := n.e.cluster
+	switch kind {
+	case KindMajorityPause:
+		c.Resume(i)
+	case KindMajorityCut:
+		c.Heal(i)
+	case KindMajorityKill:
+		c.Restart(i)
+		if err := n.restoreCounters(i, counters); err != nil {
+			n.e.logf("node %d: restoring fence counters: %v", i, err)
+		}
+		c.Heal(i)
+	}
+}
+
+// Leftovers are the lock keys found on the nodes after every client was
+// closed (fence counters and handoff markers aside). Each is a leak that
+// blocks its node for that resource until it expires.
+type Leftovers struct {
+	Keys     int           `json:"keys"`
+	OfHeld   int           `json:"of_held_locks"`      // holding the token of a lock that was handed out
+	OfFailed int           `json:"of_failed_attempts"` // holding the token of an attempt that failed
+	Longest  time.Duration `json:"longest_ttl_ns"`
+}
+
+// keysLeft scans every node, directly, for lock keys left.
+func keysLeft(e *env) (Leftovers, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	left, longest := 0, time.Duration(0)
+	var lo Leftovers
 	var errs []error
 	for i := range e.cfg.Nodes {
 		admin := e.cluster.Admin(i)
@@ -293,16 +318,24 @@ func keysLeft(e *env) (int, time.Duration, error) {
 				if err != nil || v == "<handoff>" {
 					continue
 				}
-				left++
-				if ttl, err := admin.PTTL(ctx, k).Result(); err == nil {
-					longest = max(longest, ttl)
+				lo.Keys++
+				of := "a failed attempt"
+				if _, ok := e.tokens.Load(v); ok {
+					lo.OfHeld++
+					of = "a lock that was held"
+				} else {
+					lo.OfFailed++
 				}
-				e.logf("chaos: key %s left on node %d", k, i)
+				ttl, err := admin.PTTL(ctx, k).Result()
+				if err == nil {
+					lo.Longest = max(lo.Longest, ttl)
+				}
+				e.logf("key %s left on node %d by %s, TTL %v", k, i, of, ttl)
 			}
 			if cursor = next; cursor == 0 {
 				break
 			}
 		}
 	}
-	return left, longest, errors.Join(errs...)
+	return lo, errors.Join(errs...)
 }

@@ -74,6 +74,7 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 		return nil, err
 	}
 	h := &held{w: w, l: l, id: w.e.hist.begin(w.id, l, now), done: make(chan struct{})}
+	w.e.tokens.Store(l.Token(), struct{}{})
 	h.watch.Go(func() {
 		select {
 		case <-l.Lost():
@@ -118,25 +119,29 @@ func (h *held) unlock() {
 // holder stops, gate shut and goroutine asleep, for d; its lease runs out
 // meanwhile. Woken, it waits (at most wait) until another holder has written
 // with a newer token, the worst moment to act on its stale belief, and then
-// writes. It returns whether the register applied that write. The pause is
-// not cut short by ctx: a zombie write after the run has stopped still
-// counts.
-func (h *held) pause(d, wait time.Duration) (applied, wrote bool) {
+// writes with its old token, as a paused process would. If nobody took over,
+// or ctx ended, it does not write: there would be nothing to show.
+func (h *held) pause(ctx context.Context, d, wait time.Duration) {
 	w := h.w
-	start := time.Now()
 	if !h.l.Valid() {
-		return false, false
+		return
 	}
+	start := time.Now()
+	defer func() { w.e.hist.fault(Fault{Kind: KindClientPause, Client: w.id, Start: start, End: time.Now()}) }()
 	w.gate.shut()
-	time.Sleep(d)
+	slept := sleepCtx(ctx, d)
 	w.gate.release()
-	deadline := time.Now().Add(wait)
-	for w.e.reg.Highest(h.l.Resource()) <= h.l.Fence() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	if !slept {
+		return
 	}
-	applied = h.write(true)
-	w.e.hist.fault(Fault{Kind: KindClientPause, Client: w.id, Start: start, End: time.Now()})
-	return applied, true
+	res := h.l.Resource()
+	deadline := time.Now().Add(wait)
+	for w.e.reg.Highest(res) <= h.l.Fence() {
+		if !time.Now().Before(deadline) || !sleepCtx(ctx, 5*time.Millisecond) {
+			return
+		}
+	}
+	h.write(true)
 }
 
 // loop is the worker's life in a randomized profile: pick a resource, lock
@@ -164,14 +169,20 @@ func (w *worker) loop(ctx context.Context) {
 // older holders), then writes at random intervals while the lock is valid.
 func (w *worker) critical(ctx context.Context, h *held) {
 	cfg := w.e.cfg
-	end := time.Now().Add(randDur(w.rng, cfg.HoldMin, cfg.HoldMax))
+	// Most critical sections are short, so that locks change hands often;
+	// one in eight is long, so that it lives through renewals.
+	d := randDur(w.rng, cfg.HoldMin, cfg.HoldMax)
+	if w.rng.IntN(8) != 0 {
+		d = randDur(w.rng, cfg.HoldMin, cfg.HoldMin+cfg.TTL/10)
+	}
+	end := time.Now().Add(d)
 	for {
 		if !h.l.Valid() || ctx.Err() != nil {
 			return
 		}
 		h.write(false)
 		if d := time.Duration(w.pauseFor.Swap(0)); d > 0 {
-			h.pause(d, 3*cfg.TTL)
+			h.pause(ctx, d, 3*cfg.TTL)
 			return
 		}
 		if !time.Now().Before(end) {
@@ -190,6 +201,9 @@ type env struct {
 	hist    *History
 	reg     *Register
 	logf    func(format string, args ...any)
+	// tokens holds the token of every lock handed out, to tell keys left
+	// by held locks from keys left by failed attempts. Never printed.
+	tokens sync.Map
 }
 
 // rand returns a new generator seeded from the run's seed and stream.
@@ -198,7 +212,6 @@ func (e *env) rand(stream uint64) *rand.Rand {
 }
 
 func resourceName(i int) string { return "r" + strconv.Itoa(i) }
-
 
 // randDur returns a duration uniform in [lo, hi).
 func randDur(r *rand.Rand, lo, hi time.Duration) time.Duration {

@@ -1,0 +1,359 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// Config is one run of one profile.
+type Config struct {
+	Nodes     int           // redis-server nodes; default 5
+	Clients   int           // lock clients, each with its own redlock.Client; default 8
+	Resources int           // resources they contend for; default 4
+	TTL       time.Duration // lock TTL; default 1s
+	Duration  time.Duration // how long the clients run; profiles raise it to their minimum
+	Seed      uint64        // seeds every random choice of the run
+	// HoldMin and HoldMax bound a critical section; defaults 0 and 1.5×TTL.
+	HoldMin, HoldMax time.Duration
+	// Fenced makes the register refuse stale tokens; profiles set it.
+	Fenced  bool
+	Weights Weights // minority nemesis; default DefaultWeights
+	// Logf receives the harness's diagnostics; default none.
+	Logf func(format string, args ...any)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Nodes == 0 {
+		c.Nodes = 5
+	}
+	if c.Clients == 0 {
+		c.Clients = 8
+	}
+	if c.Resources == 0 {
+		c.Resources = 4
+	}
+	if c.TTL == 0 {
+		c.TTL = time.Second
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = c.TTL * 3 / 2
+	}
+	if c.Weights == (Weights{}) {
+		c.Weights = DefaultWeights
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// Profile is one fault scenario and what it must show.
+type Profile struct {
+	Name string
+	// Safe profiles must report 0 violations; the others are negative
+	// controls, which must report at least one, to show the checker sees.
+	Safe  bool
+	About string
+	// Share is the profile's part of a total duration (see Plan).
+	Share float64
+	// MinTTLs is the shortest useful run, in TTLs.
+	MinTTLs int
+	adjust  func(*Config)
+	run     func(ctx context.Context, e *env) error
+}
+
+// Profiles returns every profile, safe ones first.
+func Profiles() []Profile {
+	return []Profile{
+		{
+			Name: "minority", Safe: true, Share: 0.5, MinTTLs: 4,
+			About:  "C clients × R resources, fenced register; the nemesis pauses (SIGSTOP), kills and restarts after the TTL, slows, cuts and resets at most 2 of 5 nodes at a time, and pauses holders past their TTL",
+			adjust: func(c *Config) { c.Fenced = true },
+			run: func(ctx context.Context, e *env) error {
+				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.minority(ctx) })
+			},
+		},
+		{
+			Name: "majority-loss", Safe: true, Share: 0.25, MinTTLs: 4,
+			About: "long holds; the nemesis pauses, cuts, or kills (restart after the TTL) 3 of 5 nodes at once: every lock held then must be reported lost by its ValidUntil, and no two holds may overlap once the nodes are back",
+			adjust: func(c *Config) {
+				c.Fenced = true
+				// Holds outlast every event: they end by loss.
+				c.HoldMin, c.HoldMax = 8*c.TTL, 10*c.TTL
+			},
+			run: func(ctx context.Context, e *env) error {
+				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.majority(ctx) })
+			},
+		},
+		{
+			Name: "pause-fenced", Safe: true, Share: 0.1,
+			About:  "a holder pauses past its TTL, another client takes the lock and writes, the first wakes and writes with its old token: the fenced register must refuse it",
+			adjust: func(c *Config) { c.Fenced = true },
+			run:    runPause,
+		},
+		{
+			Name: "restart-no-delay", Safe: false, Share: 0.05,
+			About:  "negative: a holder owns exactly 3 of 5 nodes (2 cut during its acquire), one of the 3 restarts empty at once, another client takes a majority: overlapping holds",
+			adjust: func(c *Config) { c.Fenced = true },
+			run:    runRestartNoDelay,
+		},
+		{
+			Name: "pause-unfenced", Safe: false, Share: 0.1,
+			About:  "negative: pause-fenced with a register that ignores tokens: the paused holder's write is applied after the takeover",
+			adjust: func(c *Config) { c.Fenced = false },
+			run:    runPause,
+		},
+	}
+}
+
+// Plan splits a total duration among profiles by their shares.
+func Plan(profiles []Profile, total time.Duration) []time.Duration {
+	var sum float64
+	for _, p := range profiles {
+		sum += p.Share
+	}
+	out := make([]time.Duration, len(profiles))
+	for i, p := range profiles {
+		out[i] = time.Duration(float64(total) * p.Share / sum)
+	}
+	return out
+}
+
+// Outcome is the result of one profile run.
+type Outcome struct {
+	Profile   string        `json:"profile"`
+	Safe      bool          `json:"safe"`
+	About     string        `json:"about"`
+	Seed      uint64        `json:"seed"`
+	Nodes     int           `json:"nodes"`
+	Clients   int           `json:"clients"`
+	Resources int           `json:"resources"`
+	TTL       time.Duration `json:"ttl_ns"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	Result    Result        `json:"result"`
+	// KeysLeft are the lock keys still on the nodes after every client
+	// was closed and every fault undone.
+	KeysLeft Leftovers `json:"keys_left"`
+	// HarnessErrors are failures of the harness itself (a node that did not
+	// restart, say); they make the outcome fail.
+	HarnessErrors []string `json:"harness_errors,omitempty"`
+}
+
+// Pass reports whether the profile showed what it must: 0 violations for a
+// safe profile, at least one for a negative control, and no harness error.
+func (o Outcome) Pass() bool {
+	if len(o.HarnessErrors) > 0 {
+		return false
+	}
+	if o.Safe {
+		return o.Result.Violations() == 0
+	}
+	return o.Result.Violations() > 0
+}
+
+// Run runs profile p on a fresh cluster of real redis-server processes, then
+// checks its history. It returns redistest.ErrNoRedisServer when
+// redis-server is not on PATH.
+func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
+	cfg = cfg.withDefaults()
+	if p.adjust != nil {
+		p.adjust(&cfg)
+	}
+	cfg.Duration = max(cfg.Duration, time.Duration(p.MinTTLs)*cfg.TTL)
+	out := Outcome{Profile: p.Name, Safe: p.Safe, About: p.About, Seed: cfg.Seed,
+		Nodes: cfg.Nodes, Clients: cfg.Clients, Resources: cfg.Resources, TTL: cfg.TTL}
+	start := time.Now()
+	cluster, err := redistest.StartCluster(cfg.Nodes, redistest.WithLogf(cfg.Logf))
+	if err != nil {
+		return out, err
+	}
+	hist := NewHistory()
+	e := &env{cfg: cfg, cluster: cluster, hist: hist, reg: NewRegister(hist, cfg.Fenced), logf: cfg.Logf}
+	var errs []error
+	if err := p.run(ctx, e); err != nil {
+		errs = append(errs, err)
+	}
+	// Handoff markers live at most 30ms; let them go.
+	time.Sleep(50 * time.Millisecond)
+	left, err := keysLeft(e)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scanning for keys left: %w", err))
+	}
+	out.KeysLeft = left
+	errs = append(errs, cluster.Err())
+	if err := cluster.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		out.HarnessErrors = append(out.HarnessErrors, err.Error())
+	}
+	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3)})
+	out.Elapsed = time.Since(start)
+	return out, nil
+}
+
+// runWorkers runs the clients for the configured duration while nem injects
+// faults, then stops the clients first (so that no acquisition happens while
+// a fault is cut short) and the nemesis second, and closes every client.
+func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)) error {
+	workers, err := newWorkers(e, e.cfg.Clients)
+	if err != nil {
+		return err
+	}
+	n := newNemesis(e, workers)
+	nctx, ncancel := context.WithCancel(ctx)
+	var ndone sync.WaitGroup
+	ndone.Go(func() { nem(nctx, n) })
+
+	wctx, wcancel := context.WithTimeout(ctx, e.cfg.Duration)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() { w.loop(wctx) })
+	}
+	wg.Wait()
+	wcancel()
+	ncancel()
+	ndone.Wait()
+	return closeWorkers(workers)
+}
+
+func newWorkers(e *env, n int) ([]*worker, error) {
+	var ws []*worker
+	for i := range n {
+		w, err := newWorker(e, i)
+		if err != nil {
+			closeWorkers(ws)
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+func closeWorkers(ws []*worker) error {
+	var errs []error
+	for _, w := range ws {
+		if err := w.close(); err != nil {
+			errs = append(errs, fmt.Errorf("client %d: Close: %w", w.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runPause is the client-pause scenario, scripted so that it happens every
+// time: A locks and writes, then pauses for 2×TTL (renewals held at its
+// gate); B's Lock call, waiting meanwhile, gets the lock once A's keys have
+// expired, and writes; A wakes, still believing it holds the lock, and
+// writes with its old token. The register (fenced or not, per profile)
+// decides. Repeated, on a new resource each time, for the duration.
+func runPause(ctx context.Context, e *env) error {
+	ws, err := newWorkers(e, 2)
+	if err != nil {
+		return err
+	}
+	a, b := ws[0], ws[1]
+	ttl := e.cfg.TTL
+	end := time.Now().Add(e.cfg.Duration)
+	for it := 0; it == 0 || (time.Now().Before(end) && ctx.Err() == nil); it++ {
+		res := "pause" + strconv.Itoa(it)
+		ha, err := a.lock(ctx, res, false)
+		if err != nil {
+			e.logf("chaos: pause %d: A: %v", it, err)
+			continue
+		}
+		ha.write(false)
+		var wg sync.WaitGroup
+		wrote := make(chan struct{})
+		wg.Go(func() {
+			// B starts waiting while A is paused.
+			time.Sleep(ttl / 10)
+			lctx, cancel := context.WithTimeout(ctx, 4*ttl)
+			hb, err := b.lock(lctx, res, false)
+			cancel()
+			if err != nil {
+				e.logf("chaos: pause %d: B: %v", it, err)
+				return
+			}
+			hb.write(false)
+			select {
+			case <-wrote:
+			case <-time.After(4 * ttl):
+			}
+			if hb.l.Valid() {
+				hb.write(false)
+			}
+			hb.unlock()
+		})
+		ha.pause(ctx, 2*ttl, 3*ttl)
+		close(wrote)
+		ha.unlock()
+		wg.Wait()
+	}
+	return closeWorkers(ws)
+}
+
+// runRestartNoDelay breaks Redlock's assumption on purpose: A acquires while
+// 2 of 5 nodes are cut, so it holds exactly 3; the cut is healed; one of A's
+// 3 nodes restarts empty at once, before A's first renewal could copy its
+// key to the healed nodes; B then takes that node and the 2 healed ones, a
+// majority, while A still believes it holds the lock. Both write. Repeated,
+// on a new resource each time, for the duration.
+func runRestartNoDelay(ctx context.Context, e *env) error {
+	ws, err := newWorkers(e, 2)
+	if err != nil {
+		return err
+	}
+	a, b := ws[0], ws[1]
+	c := e.cluster
+	n := e.cfg.Nodes
+	minority := n - (n/2 + 1)
+	rng := e.rand(7)
+	end := time.Now().Add(e.cfg.Duration)
+	for it := 0; it == 0 || (time.Now().Before(end) && ctx.Err() == nil); it++ {
+		res := "nodelay" + strconv.Itoa(it)
+		perm := rng.Perm(n)
+		cut, victim := perm[:minority], perm[minority]
+		start := time.Now()
+		for _, i := range cut {
+			c.Cut(i)
+		}
+		ha, err := a.lock(ctx, res, true)
+		for _, i := range cut {
+			c.Heal(i)
+		}
+		e.hist.fault(Fault{Kind: KindCut, Nodes: cut, Client: -1, Start: start, End: time.Now()})
+		if err != nil {
+			e.logf("chaos: restart-no-delay %d: A: %v", it, err)
+			continue
+		}
+		ha.write(false)
+		start = time.Now()
+		c.Restart(victim)
+		e.hist.fault(Fault{Kind: KindRestartNoDelay, Nodes: []int{victim}, Client: -1, Start: start, End: time.Now()})
+		hb, err := b.lock(ctx, res, true)
+		if err != nil {
+			e.logf("chaos: restart-no-delay %d: B: %v", it, err)
+		} else {
+			hb.write(false)
+		}
+		if ha.l.Valid() {
+			ha.write(false) // A still believes it holds the lock
+		}
+		// A's next renewal finds a majority not ours and reports the loss.
+		select {
+		case <-ha.l.Lost():
+		case <-time.After(e.cfg.TTL):
+		}
+		ha.unlock()
+		if hb != nil {
+			hb.unlock()
+		}
+	}
+	return closeWorkers(ws)
+}
