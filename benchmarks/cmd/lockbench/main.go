@@ -336,7 +336,10 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	note := ""
 	if s.name == "slow" {
 		if lib.Name == "floor" && s.floorOnFast {
-			note = "floor without the slow node"
+			note = "floor without the slow node, idling 4×slow after each round like a release through it"
+			pe := *e
+			pe.pace = 4 * e.slowBy
+			e = &pe
 		} else {
 			ns = e.slow
 		}

@@ -23,6 +23,10 @@ type env struct {
 	clients   int
 	resources int
 	hold      time.Duration
+	// pace is an idle time after each operation of the slow scenario: the
+	// floor, on the fast nodes, idles as long as a release through the
+	// slow node takes, so that both see equally rested nodes.
+	pace time.Duration
 }
 
 // scenario is one row group of the table. Add new ones to scenarios: a
@@ -225,6 +229,9 @@ func runSlow(ctx context.Context, e *env, lk libs.Locker, res string, r *recorde
 		r.add(0, time.Since(start))
 		if err := h.Unlock(hard); err != nil {
 			return err
+		}
+		if e.pace > 0 {
+			time.Sleep(e.pace)
 		}
 	}
 	return nil
