@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -76,8 +77,8 @@ type Round[T any] struct {
 }
 
 // Start sends call to nodes 0..n-1 in parallel, one goroutine each, and
-// returns at once. Each call gets a context bounded by timeout (only when the
-// caller's deadline is later). If wg is not nil, each goroutine is added to
+// returns at once. The calls share a context bounded by timeout (only when
+// the caller's deadline is later), released when the last one returns. If wg is not nil, each goroutine is added to
 // it, so that an owner can wait for stragglers after an early decision.
 func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.WaitGroup, call func(ctx context.Context, node int) (T, error)) *Round[T] {
 	r := &Round[T]{
@@ -90,15 +91,25 @@ func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.Wa
 	if wg != nil {
 		wg.Add(n)
 	}
+	// One context for the round: every request starts now with the same
+	// timeout, so one deadline serves them all. The last node to answer
+	// releases it.
+	cctx, cancel := withTimeout(ctx, timeout)
+	var left atomic.Int32
+	left.Store(int32(n))
+	if n == 0 {
+		cancel()
+	}
 	for i := range n {
 		r.done[i] = make(chan struct{})
 		r.g.Go(func() error {
 			if wg != nil {
 				defer wg.Done()
 			}
-			cctx, cancel := withTimeout(ctx, timeout)
 			v, err := call(cctx, i)
-			cancel()
+			if left.Add(-1) == 0 {
+				cancel()
+			}
 			r.replies[i] = Reply[T]{Val: v, Err: err}
 			close(r.done[i])
 			r.notify <- i

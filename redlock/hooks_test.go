@@ -106,8 +106,8 @@ func TestHooks(t *testing.T) {
 	if len(rec.losts) != 1 || rec.losts[0].Resource != "h2" || !errors.Is(rec.losts[0].Err, ErrLockLost) {
 		t.Errorf("losts = %+v; want one for h2 matching ErrLockLost", rec.losts)
 	}
-	if len(rec.releases) != 2 || rec.releases[0].WasLost || !rec.releases[1].WasLost || rec.releases[0].Released != 3 {
-		t.Errorf("releases = %+v; want h (not lost, 3 nodes) then h2 (lost)", rec.releases)
+	if len(rec.releases) != 2 || rec.releases[0].WasLost || !rec.releases[1].WasLost || rec.releases[0].Released < 2 {
+		t.Errorf("releases = %+v; want h (not lost, released on a majority) then h2 (lost)", rec.releases)
 	}
 	var reply bool
 	for _, ne := range rec.nodeErrs {

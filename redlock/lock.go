@@ -368,9 +368,17 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	}
 	n := len(c.nodes)
 	dctx := context.WithoutCancel(ctx)
-	r := quorum.Start(dctx, n, 2*l.cfg.timeout()+closeGrace, &c.wg, func(ctx context.Context, i int) (bool, error) {
+	// Each node's release may first wait for this lock's requests still in
+	// flight there (a node timeout and a grace at most).
+	timeout := l.cfg.timeout() + closeGrace
+	if l.pending() {
+		timeout += l.cfg.timeout()
+	}
+	r := quorum.Start(dctx, n, timeout, &c.wg, func(ctx context.Context, i int) (bool, error) {
 		return l.releaseNode(ctx, i, true)
 	})
+	// Return once a majority released (the rest finish in the background,
+	// owned by the Client), or when every node has answered or timed out.
 	t = r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
 		case rep.Err != nil:
@@ -379,7 +387,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 			return quorum.Yes, nil
 		}
 		return quorum.No, nil
-	}, quorum.All)
+	}, func(t quorum.Tally) bool { return t.Yes >= c.quorum || t.Pending == 0 })
 	answered := t.Yes + t.No
 	switch {
 	case answered < c.quorum:
@@ -407,28 +415,49 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 	l.mu.Lock()
 	rounds := l.rounds
 	l.mu.Unlock()
-	var late []inflight
-	if len(rounds) > 0 {
-		wait := time.NewTimer(l.cfg.timeout() + closeGrace)
-		for _, r := range rounds {
-			select {
-			case <-r.Done(i):
-			case <-wait.C:
-				late = append(late, r)
-			}
+	var (
+		late    []inflight
+		wait    *time.Timer
+		expired bool
+	)
+	for _, r := range rounds {
+		select {
+		case <-r.Done(i):
+			continue
+		default:
 		}
-		wait.Stop()
+		if expired {
+			late = append(late, r)
+			continue
+		}
+		if wait == nil {
+			wait = time.NewTimer(l.cfg.timeout() + closeGrace)
+			defer wait.Stop()
+		}
+		select {
+		case <-r.Done(i):
+		case <-wait.C:
+			expired = true
+			late = append(late, r)
+		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
-	defer cancel()
+	rctx := ctx
+	// The request gets a node timeout of its own when the wait used part of
+	// ctx's time, or when ctx has no deadline (a failed attempt's cleanup).
+	if _, ok := ctx.Deadline(); wait != nil || !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout())
+		defer cancel()
+	}
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
 	})
+	lctx := context.WithoutCancel(ctx)
 	for _, r := range late {
 		l.c.goCallback(func() {
 			<-r.Done(i)
 			if r.ours(i) {
-				rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
+				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 					return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
@@ -470,6 +499,18 @@ func (p roundRef) settled() bool {
 		}
 	}
 	return true
+}
+
+// pending reports whether a request of this lock may still be in flight.
+func (l *Lock) pending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.rounds {
+		if !r.settled() {
+			return true
+		}
+	}
+	return false
 }
 
 // track remembers a round until all its requests have answered.
