@@ -377,8 +377,9 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	r := quorum.Start(dctx, n, timeout, &c.wg, func(ctx context.Context, i int) (bool, error) {
 		return l.releaseNode(ctx, i, true)
 	})
-	// Return once a majority released (the rest finish in the background,
-	// owned by the Client), or when every node has answered or timed out.
+	// Wait for every node (or its timeout): returning after a majority would
+	// leave our key on the others for a moment, and an immediate Lock of the
+	// same resource could find it there.
 	t = r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
 		case rep.Err != nil:
@@ -387,7 +388,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 			return quorum.Yes, nil
 		}
 		return quorum.No, nil
-	}, func(t quorum.Tally) bool { return t.Yes >= c.quorum || t.Pending == 0 })
+	}, quorum.All)
 	answered := t.Yes + t.No
 	switch {
 	case answered < c.quorum:
