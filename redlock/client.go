@@ -50,14 +50,15 @@ const fenceSuffix = ":fence"
 // key and the fence counter share a hash tag, so they live in one slot and
 // one script may touch both.
 func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
-	k := scripts.Keys{Lock: prefix + resource}
+	lock := prefix + resource
 	if n.cluster {
-		k.Lock = prefix + "{" + resource + "}"
+		lock = prefix + "{" + resource + "}"
 	}
+	fence := ""
 	if fencing {
-		k.Fence = k.Lock + fenceSuffix
+		fence = lock + fenceSuffix
 	}
-	return k
+	return scripts.NewKeys(lock, fence)
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is
@@ -428,6 +429,11 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 		lost:     make(chan struct{}),
 	}
 	for i := range c.nodes {
+		// Plain nodes share one set of keys; Cluster nodes need hash tags.
+		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
+			l.keys[i] = l.keys[i-1]
+			continue
+		}
 		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing)
 	}
 	// Step 1: one parallel round on every node.

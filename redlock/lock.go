@@ -408,7 +408,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 // with handoff, the key is left as a short-lived marker that only those
 // waiters may take, when any are listening on the node.
 func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, error) {
-	channel := l.c.cfg.keyPrefix + l.resource
+	channel := l.channel()
 	var window time.Duration
 	if handoff {
 		window = handoffWindow(l.cfg.ttl)
@@ -453,7 +453,10 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
 	})
-	lctx := context.WithoutCancel(ctx)
+	var lctx context.Context
+	if len(late) > 0 {
+		lctx = context.WithoutCancel(ctx)
+	}
 	for _, r := range late {
 		l.c.goCallback(func() {
 			<-r.Done(i)
@@ -500,6 +503,15 @@ func (p roundRef) settled() bool {
 		}
 	}
 	return true
+}
+
+// channel is the resource's wake-up channel: the lock key of a plain node
+// (channels are a namespace of their own).
+func (l *Lock) channel() string {
+	if !l.c.nodes[0].cluster {
+		return l.keys[0].Lock
+	}
+	return l.c.cfg.keyPrefix + l.resource
 }
 
 // pending reports whether a request of this lock may still be in flight.

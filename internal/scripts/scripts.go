@@ -38,14 +38,26 @@ var (
 	fenced  = redis.NewScript(fencedSetSrc)
 )
 
-// Keys names the keys of one lock on one node.
+// Keys names the keys of one lock on one node. Build it with NewKeys, which
+// prepares the KEYS list once for every script call of the lock.
 type Keys struct {
 	Lock  string // holds the owner's token, with a TTL
 	Fence string // the fence counter; "" when fencing is off
+	all   []string
+}
+
+// NewKeys returns the keys of a lock: fence is "" when fencing is off.
+func NewKeys(lock, fence string) Keys {
+	k := Keys{Lock: lock, Fence: fence}
+	k.all = k.list()
+	return k
 }
 
 func (k Keys) list() []string {
-	if k.Fence == "" {
+	switch {
+	case k.all != nil:
+		return k.all
+	case k.Fence == "":
 		return []string{k.Lock}
 	}
 	return []string{k.Lock, k.Fence}
