@@ -45,7 +45,9 @@
 //     fallback. A Client's own Lock calls on one resource take turns in
 //     arrival order, and a release that has listeners leaves, for a few
 //     milliseconds, a marker only a waiter may take: a holder that unlocks
-//     and locks again at once goes behind the waiters.
+//     and locks again at once goes behind the waiters. The release message
+//     says how many clients wait; when several do, each pauses for less the
+//     longer it has waited, so the oldest usually wins.
 //
 // # What is guaranteed
 //

@@ -254,6 +254,7 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		return nil, err
 	}
 	attempts := 0
+	started := time.Now()
 	callID := c.ids.Add(1)
 	if obs := cfg.obs; obs != nil {
 		start := time.Now()
@@ -337,9 +338,12 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		select {
 		case <-timer.C:
 		case <-woken:
-			// Attempt at once: within a Client only the first in line
-			// waits on the nodes, and waiters of other Clients that split
-			// the vote with us retry after a short random pause.
+			// Alone, attempt at once. With waiters of other Clients (within
+			// a Client only the first in line waits on the nodes), the one
+			// that has waited longest goes first.
+			if w.rivals.Load() > 1 {
+				time.Sleep(agePause(time.Since(started)))
+			}
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
 		case <-c.closing:

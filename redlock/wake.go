@@ -3,7 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +37,7 @@ type waiter struct {
 	w       *wakeups
 	channel string
 	c       chan struct{} // buffered 1: a release was published
+	rivals  atomic.Int32  // clients waiting on the node, as the last release said
 	ready   <-chan struct{}
 }
 
@@ -126,7 +130,7 @@ func (w *wakeups) read(s *nodeSub) {
 		fails = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			w.notify(m.Channel)
+			w.notify(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				w.confirmed(m.Channel)
@@ -135,11 +139,16 @@ func (w *wakeups) read(s *nodeSub) {
 	}
 }
 
-func (w *wakeups) notify(channel string) {
+func (w *wakeups) notify(channel, payload string) {
+	waiting, err := strconv.Atoi(payload)
+	if err != nil {
+		waiting = 2
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if e := w.entries[channel]; e != nil {
 		for wt := range e.waiters {
+			wt.rivals.Store(int32(waiting))
 			select {
 			case wt.c <- struct{}{}:
 			default:
@@ -213,4 +222,19 @@ func (w *wakeups) close() {
 			<-s.done
 		}
 	}
+}
+
+// agePause is how long a woken waiter lets others go first when several
+// clients wait: the longer it has waited, the shorter the pause, so the
+// oldest waiter usually attempts first and wins — an approximation of a
+// queue across clients without one on the nodes. It falls from 4ms (just
+// started waiting) on a log scale: 2.6ms at 50ms waited, 1.3ms at 500ms,
+// 0 from about 5s.
+func agePause(waited time.Duration) time.Duration {
+	const most = 4 * time.Millisecond
+	f := 1 - math.Log2(1+float64(waited)/float64(5*time.Millisecond))/10
+	if f <= 0 {
+		return 0
+	}
+	return time.Duration(f * float64(most))
 }

@@ -215,3 +215,26 @@ func TestWakeups_leaveUnsubscribes(t *testing.T) {
 	}
 	held.Unlock(t.Context())
 }
+
+func TestAgePause(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		waited   time.Duration
+		min, max time.Duration
+	}{
+		{0, 4 * time.Millisecond, 4 * time.Millisecond},
+		{50 * time.Millisecond, 2500 * time.Microsecond, 2700 * time.Microsecond},
+		{500 * time.Millisecond, 1300 * time.Microsecond, 1400 * time.Microsecond},
+		{10 * time.Second, 0, 0},
+	}
+	for _, tc := range cases {
+		if got := agePause(tc.waited); got < tc.min || got > tc.max {
+			t.Errorf("agePause(%v) = %v; want in [%v, %v]", tc.waited, got, tc.min, tc.max)
+		}
+	}
+	for w := time.Duration(0); w < 6*time.Second; w += 10 * time.Millisecond {
+		if agePause(w+10*time.Millisecond) > agePause(w) {
+			t.Fatalf("agePause rises between %v and %v: older waiters must go first", w, w+10*time.Millisecond)
+		}
+	}
+}

@@ -9,9 +9,17 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+-- The message says how many clients are waiting on this node (PUBSUB
+-- NUMSUB; 2 when that cannot be read), so that a lone waiter attempts at
+-- once and competing ones can let the longest waiter go first.
 local n = 0
 if ARGV[2] ~= '' then
-  n = redis.call('PUBLISH', ARGV[2], 'released')
+  local subs = 2
+  local r = redis.pcall('PUBSUB', 'NUMSUB', ARGV[2])
+  if type(r) == 'table' and r[2] then
+    subs = tonumber(r[2]) or 2
+  end
+  n = redis.call('PUBLISH', ARGV[2], tostring(subs))
 end
 if n > 0 and tonumber(ARGV[3]) > 0 then
   redis.call('SET', KEYS[1], '<handoff>', 'PX', ARGV[3])

@@ -208,8 +208,8 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil || msg.Channel != "lock:h" {
-		t.Fatalf("ReceiveMessage = %v, %v; want a message on lock:h", msg, err)
+	if err != nil || msg.Channel != "lock:h" || msg.Payload != "1" {
+		t.Fatalf("ReceiveMessage = %v, %v; want a message on lock:h saying 1 client waits", msg, err)
 	}
 	if ok, err := acquire1(ctx, c, k, "a", time.Second); ok || err != nil {
 		t.Errorf("non-waiter Acquire over the marker = %v, %v; want false", ok, err)
