@@ -60,7 +60,7 @@ func TestCluster_SetGet(t *testing.T) {
 			t.Errorf("node %d: Admin().Get() = %q, %v; want %q, nil", i, got, err, val)
 		}
 	}
-	if c.Admin(0) != c.Admin(0) {
+	if first, second := c.Admin(0), c.Admin(0); first != second {
 		t.Errorf("Admin(0) returned two clients; want one cached client")
 	}
 }
