@@ -150,7 +150,7 @@ type ReleaseInfo struct {
 // NodeErrorInfo describes one failed request to one node.
 type NodeErrorInfo struct {
 	Resource string
-	Op       string // "acquire", "commit", "extend", "release", "exists", "dial"
+	Op       string // "acquire", "commit", "extend", "release", "exists", "dial", "publish" (a release's wake-up message was refused; the release succeeded)
 	Node     int
 	Addr     string
 	Kind     string // "timeout", "canceled", "connection", "reply" (an error reply such as WRONGTYPE or NOPERM), "busy", "restarted" (see WithRestartGuard)

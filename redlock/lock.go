@@ -451,7 +451,16 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 		defer cancel()
 	}
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
+		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
+		if errors.Is(err, scripts.ErrNotPublished) {
+			// Released all the same; waiters fall back to polling. Tell
+			// the hooks, not the caller.
+			if obs := l.cfg.obs; obs != nil {
+				obs.NodeError(ctx, NodeErrorInfo{Resource: l.resource, Op: "publish", Node: i, Addr: l.c.nodes[i].addr, Kind: "reply", Err: err})
+			}
+			return ok, nil
+		}
+		return ok, err
 	})
 	var lctx context.Context
 	if len(late) > 0 {
@@ -464,7 +473,11 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
+					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
+					if errors.Is(err, scripts.ErrNotPublished) {
+						err = nil
+					}
+					return ok, err
 				})
 			}
 		})

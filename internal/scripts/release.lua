@@ -1,7 +1,8 @@
 -- release.lua: KEYS => [lock key]
 --              ARGV => [token, wake-up channel ("" for none), handoff ms]
--- Check-and-delete: only while the key holds our token (returns 1; 0 when it
--- is absent or holds another token). It publishes on the wake-up channel, so
+-- Check-and-delete: only while the key holds our token (returns 1, or 2 when
+-- the wake-up message could not be published; 0 when the key is absent or
+-- holds another token). It publishes on the wake-up channel, so
 -- waiting clients retry at once instead of polling. When some client is
 -- subscribed there and handoff ms > 0, the key is not deleted but replaced
 -- by a short-lived marker that only a waiter may take: the releasing client
@@ -12,18 +13,28 @@ end
 -- The message says how many clients are waiting on this node (PUBSUB
 -- NUMSUB; 2 when that cannot be read), so that a lone waiter attempts at
 -- once and competing ones can let the longest waiter go first.
+-- A PUBLISH that fails (an ACL without the channel, say) must not keep the
+-- lock from being released: the key is deleted anyway and 2 is returned,
+-- so the client can report it; waiters then fall back to polling.
 local n = 0
+local published = true
 if ARGV[2] ~= '' then
   local subs = 2
   local r = redis.pcall('PUBSUB', 'NUMSUB', ARGV[2])
   if type(r) == 'table' and r[2] then
     subs = tonumber(r[2]) or 2
   end
-  n = redis.call('PUBLISH', ARGV[2], tostring(subs))
+  n = redis.pcall('PUBLISH', ARGV[2], tostring(subs))
+  if type(n) ~= 'number' then
+    n, published = 0, false
+  end
 end
 if n > 0 and tonumber(ARGV[3]) > 0 then
   redis.call('SET', KEYS[1], '<handoff>', 'PX', ARGV[3])
 else
   redis.call('DEL', KEYS[1])
+end
+if not published then
+  return 2
 end
 return 1

@@ -10,6 +10,7 @@ package scripts
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -158,14 +159,24 @@ func IsNoScript(err error) bool {
 // Release deletes key if it holds token, and reports whether it did. It
 // publishes on channel (unless ""); when someone listens there and handoff
 // is positive, it leaves a marker for handoff that only a waiter may take.
+//
+// A release whose wake-up message the node refused (an ACL without the
+// channel) still deletes the key: it reports true with ErrNotPublished.
 func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff time.Duration) (bool, error) {
 	h := int64(0)
 	if handoff > 0 {
 		h = ms(handoff)
 	}
 	n, err := release.Run(ctx, c, []string{key}, token, channel, h).Int64()
+	if n == 2 {
+		return true, ErrNotPublished
+	}
 	return n == 1, err
 }
+
+// ErrNotPublished is returned with a successful Release whose wake-up
+// message could not be published on the node.
+var ErrNotPublished = errors.New("scripts: released, but the node refused to publish the wake-up message (check the ACL's channel rights)")
 
 // Exists reports whether key exists, whoever holds it.
 func Exists(ctx context.Context, c redis.Scripter, key string) (bool, error) {
