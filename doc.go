@@ -26,7 +26,11 @@
 //  5. Extend re-arms the TTL only where the key holds our token, and sets it
 //     again where the key is absent (a node that restarted empty is healed);
 //     a node where another token holds the key counts against us.
-//  6. Release is check-and-delete on every node.
+//  6. Release is check-and-delete on every node. The key is replaced by a
+//     tombstone naming our token for one TTL (free for any other token),
+//     so that a request of ours a paused node runs after the release
+//     cannot set it again; a release that got no answer is retried until
+//     the node answers or the TTL has passed.
 //  7. Renewal: one scheduler per Client extends every held lock each TTL/3,
 //     retrying a failed round quickly with jittered backoff while validity
 //     remains. A lock is lost when a majority says the key is not ours, or

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,8 +20,9 @@ import (
 // Tests in this file run against real redis-server processes, for faults
 // miniredis cannot show: kill, SIGSTOP, restart, latency.
 
-// keyOn returns the value of key on node i, read directly from the server,
-// or "" when absent.
+// keyOn returns the token that key holds on node i, read directly from the
+// server, or "" when no lock holds it (absent, or only a release's
+// tombstone or handoff marker).
 func keyOn(t *testing.T, rc *redistest.Cluster, i int, key string) string {
 	t.Helper()
 	v, err := rc.Admin(i).Get(context.Background(), key).Result()
@@ -29,6 +31,15 @@ func keyOn(t *testing.T, rc *redistest.Cluster, i int, key string) string {
 	}
 	if err != nil {
 		t.Fatalf("GET %s on node %d: %v", key, i, err)
+	}
+	return held(v)
+}
+
+// held maps a lock key's value to the token holding it, "" for a release's
+// tombstone or handoff marker.
+func held(v string) string {
+	if strings.HasPrefix(v, "<released>") || strings.HasPrefix(v, "<handoff>") {
+		return ""
 	}
 	return v
 }
@@ -575,8 +586,10 @@ func TestReal_closeLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if keys := rc.Admin(i).Keys(t.Context(), "lock:*").Val(); len(keys) != 0 {
-			t.Errorf("node %d keeps %v after Close", i, keys)
+		for _, k := range rc.Admin(i).Keys(t.Context(), "lock:*").Val() {
+			if v := keyOn(t, rc, i, k); v != "" {
+				t.Errorf("node %d keeps %s = %q after Close", i, k, v)
+			}
 		}
 	}
 	// goleak in TestMain checks that no goroutine is left.
@@ -618,5 +631,33 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 		return true
 	}) {
 		t.Errorf("a late grant left its key behind")
+	}
+}
+
+// DESIGN step 4: no request may land after its release. A renewal that
+// timed out on a paused node is still executed when the node resumes,
+// possibly after the Unlock's release there; the release's tombstone keeps
+// it from setting our key again.
+func TestReal_lateRequestAfterReleaseLeavesNoKey(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 5)
+	c := newClient(t, rc.Clients())
+	for trial := range 3 {
+		l, err := c.Lock(t.Context(), "late-extend", WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Pause(0)
+		// Two renewals (every 667ms) go to node 0 and time out there.
+		time.Sleep(1500 * time.Millisecond)
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatalf("trial %d: Unlock with 4 of 5 nodes = %v", trial, err)
+		}
+		rc.Resume(0)
+		time.Sleep(300 * time.Millisecond) // node 0 runs what was queued
+		if v := keyOn(t, rc, 0, "lock:late-extend"); v == l.Token() {
+			pttl := rc.Admin(0).PTTL(t.Context(), "lock:late-extend").Val()
+			t.Errorf("trial %d: node 0 holds our key again after the release (TTL left %v)", trial, pttl)
+		}
 	}
 }

@@ -451,7 +451,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 		defer cancel()
 	}
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window)
+		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.cfg.ttl)
 		if errors.Is(err, scripts.ErrNotPublished) {
 			// Released all the same; waiters fall back to polling. Tell
 			// the hooks, not the caller.
@@ -463,8 +463,11 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 		return ok, err
 	})
 	var lctx context.Context
-	if len(late) > 0 {
+	if len(late) > 0 || retryable(err) {
 		lctx = context.WithoutCancel(ctx)
+	}
+	if retryable(err) {
+		l.c.goCallback(func() { l.retryRelease(lctx, i, channel) })
 	}
 	for _, r := range late {
 		l.c.goCallback(func() {
@@ -473,7 +476,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0)
+					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.cfg.ttl)
 					if errors.Is(err, scripts.ErrNotPublished) {
 						err = nil
 					}
@@ -525,6 +528,42 @@ func (l *Lock) channel() string {
 		return l.keys[0].Lock
 	}
 	return l.c.cfg.keyPrefix + l.resource
+}
+
+// retryable reports whether a release failed for want of an answer (a
+// timeout, a connection error), not because the node refused it.
+func retryable(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.As(err, &re) && !errors.Is(err, errBusy) && !errors.Is(err, scripts.ErrNotPublished)
+}
+
+// retryRelease sends the release to node i again, with backoff, until the
+// node answers, the lock's TTL has passed (our key, if any, is gone by then),
+// or the Client closes. A node that was paused or unreachable during Unlock
+// may still hold our key — or get it from a request of ours it runs when it
+// resumes, before the release that never reached it.
+func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
+	deadline := time.Now().Add(l.cfg.ttl)
+	delay := max(l.cfg.timeout(), 10*time.Millisecond)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.c.closing:
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
+		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
+			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.cfg.ttl)
+		})
+		cancel()
+		if !retryable(err) || time.Now().Add(delay).After(deadline) {
+			return
+		}
+		delay = min(2*delay, time.Second)
+		t.Reset(delay)
+	}
 }
 
 // pending reports whether a request of this lock may still be in flight.

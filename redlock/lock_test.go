@@ -142,7 +142,7 @@ func TestClient_Lock_keysAndRelease(t *testing.T) {
 	}
 	// Unlock returned once a majority released; the last node follows.
 	for i, m := range ms {
-		if !eventually(time.Second, func() bool { return !m.Exists("lock:invoice:1") }) {
+		if !eventually(time.Second, func() bool { v, _ := m.Get("lock:invoice:1"); return held(v) == "" }) {
 			t.Errorf("node %d still has the key after Unlock", i)
 		}
 	}
@@ -316,8 +316,10 @@ func TestClient_Close(t *testing.T) {
 		t.Errorf("second Close = %v; want nil", err)
 	}
 	for i, m := range ms {
-		if keys := m.Keys(); len(keys) != 0 {
-			t.Errorf("node %d keeps %v after Close", i, keys)
+		for _, k := range m.Keys() {
+			if v, _ := m.Get(k); held(v) != "" {
+				t.Errorf("node %d keeps %s = %q after Close", i, k, v)
+			}
 		}
 	}
 	for _, l := range locks {
@@ -388,7 +390,7 @@ func TestClient_Do(t *testing.T) {
 		t.Errorf("Do = %v (locked inside: %v); want fn's error only, locked inside", err, sawValid)
 	}
 	for i, m := range ms {
-		if !eventually(time.Second, func() bool { return !m.Exists("lock:job") }) {
+		if !eventually(time.Second, func() bool { v, _ := m.Get("lock:job"); return held(v) == "" }) {
 			t.Errorf("node %d keeps the key after Do", i)
 		}
 	}

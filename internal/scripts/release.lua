@@ -1,5 +1,6 @@
 -- release.lua: KEYS => [lock key]
---              ARGV => [token, wake-up channel ("" for none), handoff ms]
+--              ARGV => [token, wake-up channel ("" for none), handoff ms,
+--                       tombstone ms]
 -- Check-and-delete: only while the key holds our token (returns 1, or 2 when
 -- the wake-up message could not be published; 0 when the key is absent or
 -- holds another token). It publishes on the wake-up channel, so
@@ -29,10 +30,14 @@ if ARGV[2] ~= '' then
     n, published = 0, false
   end
 end
+-- The key is not deleted but left as a tombstone naming our token, for
+-- tombstone ms (the lock's TTL): free for every other client, it keeps a
+-- request of ours still in flight (an acquire or extend that timed out on a
+-- paused node, say) from setting the key again after this release.
 if n > 0 and tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], '<handoff>', 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], '<handoff>' .. ARGV[1], 'PX', ARGV[3])
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[1], '<released>' .. ARGV[1], 'PX', ARGV[4])
 end
 if not published then
   return 2

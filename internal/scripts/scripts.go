@@ -156,18 +156,20 @@ func IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Release deletes key if it holds token, and reports whether it did. It
+// Release frees key if it holds token, and reports whether it did. It
 // publishes on channel (unless ""); when someone listens there and handoff
-// is positive, it leaves a marker for handoff that only a waiter may take.
+// is positive, it leaves a marker for handoff that only a waiter may take;
+// otherwise a tombstone for tombstone, free for everyone but token, so that
+// a request of ours still in flight cannot set the key again.
 //
 // A release whose wake-up message the node refused (an ACL without the
 // channel) still deletes the key: it reports true with ErrNotPublished.
-func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff time.Duration) (bool, error) {
+func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff, tombstone time.Duration) (bool, error) {
 	h := int64(0)
 	if handoff > 0 {
 		h = ms(handoff)
 	}
-	n, err := release.Run(ctx, c, []string{key}, token, channel, h).Int64()
+	n, err := release.Run(ctx, c, []string{key}, token, channel, h, ms(tombstone)).Int64()
 	if n == 2 {
 		return true, ErrNotPublished
 	}

@@ -71,21 +71,33 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); !ok || err != nil {
 				t.Errorf("Exists = %v, %v; want true", ok, err)
 			}
-			if ok, err := Release(ctx, c, key, other, "", 0); ok || err != nil {
+			if ok, err := Release(ctx, c, key, other, "", 0, time.Second); ok || err != nil {
 				t.Errorf("Release by another token = %v, %v; want false", ok, err)
 			}
 			if got, _ := m.Get(key); got != tok {
 				t.Errorf("key after foreign Release = %q; want %q", got, tok)
 			}
-			if ok, err := Release(ctx, c, key, tok, "", 0); !ok || err != nil {
+			if ok, err := Release(ctx, c, key, tok, "", 0, time.Second); !ok || err != nil {
 				t.Errorf("Release = %v, %v; want true", ok, err)
 			}
-			if m.Exists(key) {
-				t.Errorf("key exists after Release")
+			if got, _ := m.Get(key); got != "<released>"+tok || m.TTL(key) != time.Second {
+				t.Errorf("key after Release = %q ttl %v; want the tombstone %q for 1s", got, m.TTL(key), "<released>"+tok)
 			}
 			if ok, err := Exists(ctx, c, key); ok || err != nil {
 				t.Errorf("Exists after release = %v, %v; want false", ok, err)
 			}
+			// A request of ours that arrives after our release must not
+			// bring the key back; any other token finds it free.
+			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != NotOurs || err != nil {
+				t.Errorf("Extend over our own tombstone = %v, %v; want NotOurs", got, err)
+			}
+			if ok, err := acquire1(ctx, c, k, tok, time.Second); ok || err != nil {
+				t.Errorf("Acquire over our own tombstone = %v, %v; want false", ok, err)
+			}
+			if got, err := Extend(ctx, c, k, other, time.Second, 0); got != Healed || err != nil {
+				t.Errorf("Extend over another's tombstone = %v, %v; want Healed", got, err)
+			}
+			m.Del(key)
 			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != Healed || err != nil {
 				t.Errorf("Extend where absent = %v, %v; want Healed", got, err)
 			}
@@ -108,7 +120,7 @@ func TestScripts_wrongType(t *testing.T) {
 	if _, err := Extend(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second, 0); err == nil {
 		t.Errorf("Extend on a list: err = nil; want WRONGTYPE")
 	}
-	if _, err := Release(ctx, c, "lock:list", "tok", "", 0); err == nil {
+	if _, err := Release(ctx, c, "lock:list", "tok", "", 0, time.Second); err == nil {
 		t.Errorf("Release on a list: err = nil; want WRONGTYPE")
 	}
 }
@@ -160,7 +172,7 @@ func TestFencing(t *testing.T) {
 	}
 	// Release never deletes the counter; a node restarted empty is healed
 	// with the counter by Extend.
-	if ok, err := Release(ctx, c, k.Lock, "a", "", 0); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "a", "", 0, time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if !m.Exists("lock:f:fence") {
@@ -189,11 +201,14 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond, time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if m.Exists(k.Lock) {
-		t.Errorf("key left with no subscriber")
+	if got, _ := m.Get(k.Lock); got != "<released>a" {
+		t.Errorf("key after a release with no subscriber = %q; want the tombstone", got)
+	}
+	if ok, err := Exists(ctx, c, k.Lock); ok || err != nil {
+		t.Errorf("Exists over a tombstone = %v, %v; want false", ok, err)
 	}
 	// A subscriber: it is told, and a marker only a waiter can take is left.
 	sub := c.Subscribe(ctx, "lock:h")
@@ -201,10 +216,10 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
 		t.Fatal(err)
 	}
-	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
+	if ok, err := acquire1(ctx, c, k, "c", time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "c", "lock:h", 50*time.Millisecond, time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)
@@ -213,6 +228,9 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 	}
 	if ok, err := acquire1(ctx, c, k, "a", time.Second); ok || err != nil {
 		t.Errorf("non-waiter Acquire over the marker = %v, %v; want false", ok, err)
+	}
+	if ok, _, err := Acquire(ctx, c, k, "c", time.Second, true); ok || err != nil {
+		t.Errorf("the releaser's own token over its marker = %v, %v; want false", ok, err)
 	}
 	if ok, _, err := Acquire(ctx, c, k, "w", time.Second, true); !ok || err != nil {
 		t.Errorf("waiter Acquire over the marker = %v, %v; want true", ok, err)
