@@ -27,7 +27,8 @@
 //     again where the key is absent (a node that restarted empty is healed);
 //     a node where another token holds the key counts against us.
 //  6. Release is check-and-delete on every node. The key is replaced by a
-//     tombstone naming our token for one TTL (free for any other token),
+//     tombstone naming our token for two node timeouts (free for any
+//     other token),
 //     so that a request of ours a paused node runs after the release
 //     cannot set it again; a release that got no answer is retried until
 //     the node answers or the TTL has passed.

@@ -165,7 +165,8 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 func TestRestartGuard_nodeCountsOnceUpLongEnough(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 1)
-	c := newClient(t, rc.Clients(), WithTTL(time.Second), WithRestartGuard(time.Second))
+	// A node timeout above the derived 100ms: the fresh node answers slowly under -race.
+	c := newClient(t, rc.Clients(), WithTTL(time.Second), WithNodeTimeout(250*time.Millisecond), WithRestartGuard(time.Second))
 	ctx := t.Context()
 	if _, err := c.TryLock(ctx, "r"); !errors.Is(err, ErrNodeRestarted) {
 		if up := uptime(t, rc, 0); up <= time.Second {

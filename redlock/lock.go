@@ -451,7 +451,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 		defer cancel()
 	}
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.cfg.ttl)
+		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.tombstone())
 		if errors.Is(err, scripts.ErrNotPublished) {
 			// Released all the same; waiters fall back to polling. Tell
 			// the hooks, not the caller.
@@ -476,7 +476,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.cfg.ttl)
+					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone())
 					if errors.Is(err, scripts.ErrNotPublished) {
 						err = nil
 					}
@@ -530,6 +530,15 @@ func (l *Lock) channel() string {
 	return l.c.cfg.keyPrefix + l.resource
 }
 
+// tombstone is how long a release's tombstone stays: long enough to outlast
+// a request of ours still in flight on a node that answered the release (a
+// node that did not answer gets the release again, see retryRelease), and
+// short, because other Redis clients of the same key (a redsync process in
+// a rolling migration) see it as held.
+func (l *Lock) tombstone() time.Duration {
+	return min(l.cfg.ttl, 2*l.cfg.timeout()+closeGrace)
+}
+
 // retryable reports whether a release failed for want of an answer (a
 // timeout, a connection error), not because the node refused it.
 func retryable(err error) bool {
@@ -555,7 +564,7 @@ func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.cfg.ttl)
+			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone())
 		})
 		cancel()
 		if !retryable(err) || time.Now().Add(delay).After(deadline) {
