@@ -603,6 +603,16 @@ func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t
 	l.state = stateFinished
 	l.mu.Unlock()
 	dctx := context.WithoutCancel(ctx)
+	// Nodes still answering when the attempt was decided are waited for,
+	// up to the node timeout, unless the caller gave up: a node that grants
+	// a moment after the others refused is released before the call
+	// returns too. One that answers later still is released when it does.
+	var wait chan struct{} // closed when waiting is over; shared by every node
+	if ctx.Err() == nil {
+		wait = make(chan struct{})
+		tm := time.AfterFunc(max(l.cfg.timeout()-time.Since(r.Started()), 0)+closeGrace, func() { close(wait) })
+		defer tm.Stop()
+	}
 	var wg sync.WaitGroup
 	for i, v := range t.Votes {
 		switch v {
@@ -611,10 +621,24 @@ func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t
 		case quorum.Yes:
 			wg.Go(func() { l.releaseNode(dctx, i, false) })
 		default:
-			c.wg.Go(func() {
+			late := func() {
 				<-r.Done(i)
 				if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
 					l.releaseNode(dctx, i, false)
+				}
+			}
+			if wait == nil {
+				c.wg.Go(late)
+				continue
+			}
+			wg.Go(func() {
+				select {
+				case <-r.Done(i):
+					if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
+						l.releaseNode(dctx, i, false)
+					}
+				case <-wait:
+					c.wg.Go(late)
 				}
 			})
 		}
