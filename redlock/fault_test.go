@@ -69,6 +69,19 @@ func directClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient 
 	return direct
 }
 
+// noLockKey reports whether, within d, no node holds key for any token.
+func noLockKey(t *testing.T, rc *redistest.Cluster, key string, d time.Duration) bool {
+	t.Helper()
+	return eventually(d, func() bool {
+		for i := range rc.N() {
+			if keyOn(t, rc, i, key) != "" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // eventually polls cond every 5ms until it holds or d passes.
 func eventually(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
@@ -184,14 +197,7 @@ func TestReal_ctxExpiresMidAcquireLeavesNoKey(t *testing.T) {
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Errorf("Lock returned %v after a 30ms ctx; want promptly", took)
 	}
-	if !eventually(3*time.Second, func() bool {
-		for i := range 5 {
-			if keyOn(t, rc, i, "lock:slow") != "" {
-				return false
-			}
-		}
-		return true
-	}) {
+	if !noLockKey(t, rc, "lock:slow", 3*time.Second) {
 		t.Errorf("a key is left on a node after the cancelled attempt")
 	}
 }
@@ -622,14 +628,7 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 			t.Errorf("fencing %v: TryLock = %v; want ErrNotObtained", fencing, err)
 		}
 	}
-	if !eventually(2*time.Second, func() bool {
-		for i := range 5 {
-			if keyOn(t, rc, i, "lock:late") != "" {
-				return false
-			}
-		}
-		return true
-	}) {
+	if !noLockKey(t, rc, "lock:late", 2*time.Second) {
 		t.Errorf("a late grant left its key behind")
 	}
 }
