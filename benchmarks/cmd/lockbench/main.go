@@ -25,10 +25,12 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/benchmarks/internal/hold"
 	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
 	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 	"github.com/quorumlock/quorumlock/internal/redistest"
@@ -73,6 +75,7 @@ type config struct {
 	svg       string
 	markdown  bool
 	progress  string
+	many      int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -95,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.json, "json", "", "write the results and every sample to this JSON `file`")
 	fs.StringVar(&c.svg, "svg", "", "draw the latency distributions (CDF per library, one panel per scenario) to this SVG `file`")
 	fs.BoolVar(&c.markdown, "markdown", false, "print the tables as Markdown")
+	fs.IntVar(&c.many, "many", 0, "also hold this many auto-renewed quorumlock locks for -duration, batched and unbatched, and report renewal lag, CPU and round trips (0: off; see cmd/holdbench for more)")
 	fs.StringVar(&c.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lockbench [flags]\n\nMeasures lock latency and throughput of quorumlock, redsync and redislock next to\nthe floor (one parallel round of SET NX PX / DEL). Scenarios:\n")
@@ -284,6 +288,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ratios(rep.Results)
 
 	writeTables(stdout, rep, cfg.markdown)
+	if cfg.many > 0 && ctx.Err() == nil {
+		if err := writeMany(ctx, stdout, opts, cfg); err != nil {
+			return err
+		}
+	}
 	for _, w := range []struct {
 		path  string
 		write func(io.Writer, *Report) error
@@ -436,4 +445,27 @@ func writeFile(path string, rep *Report, write func(io.Writer, *Report) error) e
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// writeMany holds cfg.many quorumlock locks, renewed batched and then
+// unbatched, and prints what holding them costs (the hold package).
+func writeMany(ctx context.Context, stdout io.Writer, opts []*redis.Options, cfg config) error {
+	iv := (cfg.ttl / 3).Round(time.Millisecond)
+	fmt.Fprintf(stdout, "\nholding %d auto-renewed quorumlock locks (TTL %v, renewed every %v) for %v:\n", cfg.many, cfg.ttl, iv, cfg.duration)
+	if cfg.duration < 2*iv {
+		fmt.Fprintf(stdout, "(to see renewals, run for several intervals: -duration %v or more, or a shorter -ttl)\n", 3*iv)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, hold.Header)
+	for _, mode := range []string{"batched", "unbatched"} {
+		r, err := hold.Measure(ctx, opts, cfg.many, mode, cfg.ttl, cfg.duration, io.Discard)
+		if err != nil {
+			fmt.Fprintf(tw, "%d\t%s\tfailed: %.80s\t\n", cfg.many, mode, strings.ReplaceAll(err.Error(), "\n", "; "))
+			continue
+		}
+		// The locks were released by Close (the nodes may be the user's:
+		// nothing is flushed), so the next mode can take them again.
+		fmt.Fprintln(tw, r.Row())
+	}
+	return tw.Flush()
 }
