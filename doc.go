@@ -8,7 +8,7 @@
 // # The algorithm
 //
 //  1. Acquire: one round, in parallel on all N nodes, of a Lua script that
-//     sets key = token with PX ttl where the key is absent (or refreshes it
+//     sets key = token with PX ttl where the key is free (or refreshes it
 //     where it already holds this token). The token is a uuid v4: 122 bits
 //     from crypto/rand, fresh for every attempt.
 //  2. Decide early: the call returns as soon as a majority (N/2+1) granted, or
@@ -113,7 +113,10 @@
 // resource itself, protect against a paused one. Without them, treat the
 // lock as an efficiency device, not a correctness guarantee, or use fencing.
 //
-// If a majority of nodes restart empty within one TTL, the guarantees above
-// do not hold: another client can acquire while the old holder is still
-// valid.
+// A node that restarts empty within one TTL can break exclusion: a lock may
+// sit on a bare majority (the other nodes were down when it was taken, and
+// renewal has not healed them yet), and then one restarted node of that
+// majority lets another client in (the chaos checker's negative control
+// shows it every time). Persist the keys, delay restarts past the longest
+// TTL, or use redlock.WithRestartGuard.
 package quorumlock
