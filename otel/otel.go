@@ -135,7 +135,6 @@ type Hooks struct {
 	tracer       trace.Tracer
 	resource     func(string) string // nil: no resource attribute on metrics
 	renewalSpans bool
-	ledger       *ledger
 	attempts     *attempts
 
 	expired  metric.Int64Counter
@@ -191,7 +190,6 @@ func New(opts ...Option) (*Hooks, error) {
 		tracer:       cfg.tp.Tracer(ScopeName),
 		resource:     cfg.resource,
 		renewalSpans: cfg.renewalSpans,
-		ledger:       newLedger(),
 		attempts:     newAttempts(),
 	}
 	var err, e error
@@ -260,9 +258,7 @@ func (h *Hooks) Acquire(ctx context.Context, i redlock.AcquireInfo) {
 		// redlock.expired starts at zero for the resource, so that its first
 		// loss is an increase an alert can see.
 		h.expired.Add(ctx, 0, h.resourceSet(i.Resource))
-		if d := h.ledger.acquired(i.Resource); d != 0 {
-			h.held.Add(ctx, int64(d), h.resourceSet(i.Resource))
-		}
+		h.held.Add(ctx, 1, h.resourceSet(i.Resource))
 	}
 	h.acquireSpan(ctx, i)
 }
@@ -297,19 +293,20 @@ func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 
 // Lost counts the lock as expired and no longer held, and marks the moment
 // with a span.
+// redlock reports Lost exactly once for every lock lost or expired before
+// its release, and before that release.
 func (h *Hooks) Lost(ctx context.Context, i redlock.LostInfo) {
-	d, expired := h.ledger.lost(i.Resource, i.HeldFor)
-	h.count(ctx, i.Resource, d, expired)
+	h.count(ctx, i.Resource, -1, true)
 	h.lostSpan(ctx, i)
 }
 
-// Release observes the hold time and makes the release's span. A lock
-// released after it was lost counts as expired only if no Lost of it was
-// counted: see ledger.
+// Release observes the hold time and makes the release's span; a lock not
+// lost before is no longer held (a lost one was counted by Lost).
 func (h *Hooks) Release(ctx context.Context, i redlock.ReleaseInfo) {
 	h.hold.Record(ctx, i.HeldFor.Seconds())
-	d, expired := h.ledger.released(i.Resource, i.HeldFor, i.WasLost)
-	h.count(ctx, i.Resource, d, expired)
+	if !i.WasLost {
+		h.count(ctx, i.Resource, -1, false)
+	}
 	h.releaseSpan(ctx, i)
 }
 

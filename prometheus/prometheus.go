@@ -23,7 +23,7 @@
 //
 // Each lock counts once in redis_lock_expired_total and leaves
 // redis_lock_held once, though a lost lock is reported both by Lost and by
-// its later release (see ledger.go).
+// its later release (redlock reports Lost exactly once, before the release).
 //
 // The resource label is the resource name by default. Names that embed an id
 // ("invoice:1234") make one series per id: map them to a bounded set with
@@ -93,7 +93,6 @@ type Hooks struct {
 	redlock.NoHooks // methods added to redlock.Hooks later do nothing here
 
 	resource func(string) string // nil: no resource label
-	ledger   *ledger
 
 	expired  *prometheus.CounterVec
 	held     *prometheus.GaugeVec
@@ -133,7 +132,6 @@ func New(opts ...Option) *Hooks {
 	cl := cfg.constLabels
 	h := &Hooks{
 		resource: cfg.resource,
-		ledger:   newLedger(),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redis_lock_expired_total",
 			Help:        "Locks lost or expired before their holder released them: the TTL is too short for the work, or the holder paused.",
@@ -243,9 +241,7 @@ func (h *Hooks) Acquire(_ context.Context, i redlock.AcquireInfo) {
 	// The expired series of a resource starts at zero when it is first
 	// locked, so that its first loss shows in increase().
 	h.expired.WithLabelValues(lv...)
-	if d := h.ledger.acquired(i.Resource); d != 0 {
-		h.held.WithLabelValues(lv...).Add(float64(d))
-	}
+	h.held.WithLabelValues(lv...).Inc()
 }
 
 // Extend observes the renewal lag of a successful renewal, the quorum
@@ -272,18 +268,20 @@ func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 	}
 }
 
-// Lost counts the lock as expired and no longer held.
+// Lost counts the lock as expired before its release, and no longer held.
+// redlock reports Lost exactly once for every lock lost or expired before
+// its release, and before that release.
 func (h *Hooks) Lost(_ context.Context, i redlock.LostInfo) {
-	d, expired := h.ledger.lost(i.Resource, i.HeldFor)
-	h.count(i.Resource, d, expired)
+	h.count(i.Resource, -1, true)
 }
 
-// Release observes the hold time. A lock released after it was lost counts
-// as expired only if no Lost of it was counted: see ledger.
+// Release observes the hold time; a lock not lost before is no longer held
+// (a lost one was counted by Lost).
 func (h *Hooks) Release(_ context.Context, i redlock.ReleaseInfo) {
 	h.hold.Observe(i.HeldFor.Seconds())
-	d, expired := h.ledger.released(i.Resource, i.HeldFor, i.WasLost)
-	h.count(i.Resource, d, expired)
+	if !i.WasLost {
+		h.count(i.Resource, -1, false)
+	}
 }
 
 func (h *Hooks) count(resource string, heldDelta int, expired bool) {

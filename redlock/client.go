@@ -431,6 +431,7 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 		token:    id.String(),
 		cfg:      cfg,
 		lost:     make(chan struct{}),
+		lostDone: make(chan struct{}),
 	}
 	for i := range c.nodes {
 		// Plain nodes share one set of keys; Cluster nodes need hash tags.
@@ -708,6 +709,7 @@ func (c *Client) Close() error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			l.reportExpiry()
 			l.finish(ErrClosed)
 			if err := l.release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
 				mu.Lock()

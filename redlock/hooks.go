@@ -33,7 +33,9 @@ type Hooks interface {
 	Acquire(ctx context.Context, info AcquireInfo)
 	// Extend is called after each extension round: a renewal, or Extend.
 	Extend(ctx context.Context, info ExtendInfo)
-	// Lost is called once when a lock is lost (before OnLost runs).
+	// Lost is called exactly once for every lock lost or expired before its
+	// release, and before that release's Release call; never for a lock
+	// released in time.
 	Lost(ctx context.Context, info LostInfo)
 	// Release is called when Unlock or Close has released a lock.
 	Release(ctx context.Context, info ReleaseInfo)
@@ -140,7 +142,7 @@ type ReleaseInfo struct {
 	Resource string
 	Latency  time.Duration // the release round
 	HeldFor  time.Duration // from acquisition to release
-	WasLost  bool          // the lock was lost or had expired before this release: the TTL was too short or the process paused
+	WasLost  bool          // the lock was lost (or had expired) before this release — the TTL was too short or the process paused; Lost was reported for it first, exactly once
 	Released int           // nodes where our key was deleted
 	Err      error
 	// NodeErrors lists the nodes that failed in the release round.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +168,71 @@ func TestOutcomeOf(t *testing.T) {
 		if got := outcomeOf(tc.err); got != tc.want {
 			t.Errorf("outcomeOf(%v) = %q; want %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// orderRecorder records the order of Lost and Release per lock.
+type orderRecorder struct {
+	NoHooks
+	mu     sync.Mutex
+	events map[uint64][]string
+}
+
+func (r *orderRecorder) Lost(_ context.Context, i LostInfo) { r.add(i.Lock, "lost") }
+func (r *orderRecorder) Release(_ context.Context, i ReleaseInfo) {
+	e := "release"
+	if i.WasLost {
+		e = "release(was lost)"
+	}
+	r.add(i.Lock, e)
+}
+func (r *orderRecorder) add(id uint64, e string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events[id] = append(r.events[id], e)
+}
+
+// Every lock that expired before its Unlock is reported lost exactly once,
+// before its release — whether the deadline timer or the Unlock saw the
+// expiry first — so that adapters can count "expired before release" from
+// Lost alone.
+func TestHooks_lostOnceBeforeRelease(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	rec := &orderRecorder{events: map[uint64][]string{}}
+	c := newClient(t, nodes, WithHooks(rec))
+	for trial := range 20 {
+		l, err := c.Lock(t.Context(), fmt.Sprint("exp", trial), WithTTL(100*time.Millisecond), WithAutoRenew(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Unlock right at ValidUntil: sometimes before the timer fires.
+		time.Sleep(time.Until(l.ValidUntil()) + time.Duration(trial%3)*time.Millisecond)
+		_ = l.Unlock(t.Context())
+		select {
+		case <-l.Lost():
+		default:
+			t.Errorf("trial %d: Lost() open after Unlock of an expired lock", trial)
+		}
+	}
+	// And one released in time: no Lost.
+	l, err := c.Lock(t.Context(), "intime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Unlock(t.Context())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for id, ev := range rec.events {
+		want := []string{"lost", "release(was lost)"}
+		if id == l.id {
+			want = []string{"release"}
+		}
+		if !slices.Equal(ev, want) {
+			t.Errorf("lock %d: events %v; want %v", id, ev, want)
+		}
+	}
+	if len(rec.events) != 21 {
+		t.Errorf("%d locks with events; want 21", len(rec.events))
 	}
 }

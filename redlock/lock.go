@@ -44,6 +44,7 @@ type Lock struct {
 	id       uint64    // write-once: the lock's ID for hooks
 	cfg      config
 	lost     chan struct{}           // closed once, on loss
+	lostDone chan struct{}           // closed once lose has run its hooks
 	ctx      context.Context         // write-once before the Lock is handed out
 	cancel   context.CancelCauseFunc // write-once, with ctx
 
@@ -109,7 +110,9 @@ func (l *Lock) Valid() bool {
 
 // Lost returns a channel that is closed when the lock is lost: a majority of
 // nodes said the key is no longer ours, or ValidUntil passed without a
-// successful renewal. It is not closed by Unlock or Close.
+// successful renewal. Unlock and Close do not close it, except to report a
+// loss that has already happened: a lock whose ValidUntil passed before
+// Unlock or Close ran is reported lost first.
 func (l *Lock) Lost() <-chan struct{} {
 	if l == nil {
 		return closedChan
@@ -285,6 +288,20 @@ func (l *Lock) lose(err error) {
 	if fn := l.cfg.onLost; fn != nil {
 		l.c.goCallback(func() { fn(l, err) })
 	}
+	close(l.lostDone)
+}
+
+// reportExpiry declares the loss of a lock whose validity has run out
+// although the deadline timer has not fired yet, so that every lock that
+// expired before its release is reported lost exactly once, before the
+// release.
+func (l *Lock) reportExpiry() {
+	l.mu.Lock()
+	expired := l.state == stateHeld && !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	if expired {
+		_ = l.expire(nil)
+	}
 }
 
 // goCallback runs fn on a goroutine the Client owns, unless the Client is
@@ -344,6 +361,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if h != nil {
 		h.Stop()
 	}
+	l.reportExpiry()
 	l.finish(ErrUnlocked)
 	c.mu.Lock()
 	delete(c.locks, l)
@@ -359,9 +377,12 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	if obs := l.cfg.obs; obs != nil {
 		start := time.Now()
 		l.mu.Lock()
-		wasLost := l.state == stateLost || !time.Now().Before(l.validUntil)
+		wasLost := l.state == stateLost
 		l.mu.Unlock()
 		defer func() {
+			if wasLost {
+				<-l.lostDone // the Lost hook comes first
+			}
 			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired),
 				WasLost: wasLost, Released: t.Yes, Err: err, NodeErrors: c.nodeErrors(t)})
 		}()
