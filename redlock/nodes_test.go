@@ -284,6 +284,13 @@ func TestNodes_aclMissingRights(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryLock = %v", err)
 		}
+		// Someone (with the right) waits on node 0, so the release does try
+		// to publish there; with nobody listening it would not publish.
+		sub := rc.Admin(0).Subscribe(ctx, "lock:r2")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock = %v; want nil: a refused wake-up message must not keep the lock", err)
 		}

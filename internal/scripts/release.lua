@@ -25,9 +25,12 @@ if ARGV[2] ~= '' then
   if type(r) == 'table' and r[2] then
     subs = tonumber(r[2]) or 2
   end
-  n = redis.pcall('PUBLISH', ARGV[2], tostring(subs))
-  if type(n) ~= 'number' then
-    n, published = 0, false
+  -- Nobody listening (the common, uncontended case): no message at all.
+  if subs > 0 then
+    n = redis.pcall('PUBLISH', ARGV[2], tostring(subs))
+    if type(n) ~= 'number' then
+      n, published = 0, false
+    end
   end
 end
 -- The key is not deleted but left as a tombstone naming our token, for
