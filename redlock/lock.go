@@ -472,7 +472,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 		defer cancel()
 	}
 	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.tombstone())
+		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.tombstone(), l.c.nodes[i].cluster)
 		if errors.Is(err, scripts.ErrNotPublished) {
 			// Released all the same; waiters fall back to polling. Tell
 			// the hooks, not the caller.
@@ -497,7 +497,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, erro
 				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
 				defer cancel()
 				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone())
+					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone(), l.c.nodes[i].cluster)
 					if errors.Is(err, scripts.ErrNotPublished) {
 						err = nil
 					}
@@ -585,7 +585,7 @@ func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone())
+			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone(), l.c.nodes[i].cluster)
 		})
 		cancel()
 		if !retryable(err) || time.Now().Add(delay).After(deadline) {

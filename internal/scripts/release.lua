@@ -1,6 +1,7 @@
 -- release.lua: KEYS => [lock key]
 --              ARGV => [token, wake-up channel ("" for none), handoff ms,
---                       tombstone ms]
+--                       tombstone ms, cluster ("1": PUBSUB NUMSUB sees only
+--                       this node's subscribers, so publish regardless)]
 -- Check-and-delete: only while the key holds our token (returns 1, or 2 when
 -- the wake-up message could not be published; 0 when the key is absent or
 -- holds another token). It publishes on the wake-up channel, so
@@ -21,9 +22,11 @@ local n = 0
 local published = true
 if ARGV[2] ~= '' then
   local subs = 2
-  local r = redis.pcall('PUBSUB', 'NUMSUB', ARGV[2])
-  if type(r) == 'table' and r[2] then
-    subs = tonumber(r[2]) or 2
+  if ARGV[5] ~= '1' then
+    local r = redis.pcall('PUBSUB', 'NUMSUB', ARGV[2])
+    if type(r) == 'table' and r[2] then
+      subs = tonumber(r[2]) or 2
+    end
   end
   -- Nobody listening (the common, uncontended case): no message at all.
   if subs > 0 then

@@ -164,12 +164,20 @@ func IsNoScript(err error) bool {
 //
 // A release whose wake-up message the node refused (an ACL without the
 // channel) still deletes the key: it reports true with ErrNotPublished.
-func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff, tombstone time.Duration) (bool, error) {
+//
+// On a Cluster node (cluster), PUBSUB NUMSUB counts only the subscribers
+// connected to that one node while a message reaches the whole cluster, so
+// the message is published whether or not the node sees a listener.
+func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff, tombstone time.Duration, cluster bool) (bool, error) {
 	h := int64(0)
 	if handoff > 0 {
 		h = ms(handoff)
 	}
-	n, err := release.Run(ctx, c, []string{key}, token, channel, h, ms(tombstone)).Int64()
+	cl := "0"
+	if cluster {
+		cl = "1"
+	}
+	n, err := release.Run(ctx, c, []string{key}, token, channel, h, ms(tombstone), cl).Int64()
 	if n == 2 {
 		return true, ErrNotPublished
 	}

@@ -71,13 +71,13 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); !ok || err != nil {
 				t.Errorf("Exists = %v, %v; want true", ok, err)
 			}
-			if ok, err := Release(ctx, c, key, other, "", 0, time.Second); ok || err != nil {
+			if ok, err := Release(ctx, c, key, other, "", 0, time.Second, false); ok || err != nil {
 				t.Errorf("Release by another token = %v, %v; want false", ok, err)
 			}
 			if got, _ := m.Get(key); got != tok {
 				t.Errorf("key after foreign Release = %q; want %q", got, tok)
 			}
-			if ok, err := Release(ctx, c, key, tok, "", 0, time.Second); !ok || err != nil {
+			if ok, err := Release(ctx, c, key, tok, "", 0, time.Second, false); !ok || err != nil {
 				t.Errorf("Release = %v, %v; want true", ok, err)
 			}
 			if got, _ := m.Get(key); got != "<released>"+tok || m.TTL(key) != time.Second {
@@ -120,7 +120,7 @@ func TestScripts_wrongType(t *testing.T) {
 	if _, err := Extend(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second, 0); err == nil {
 		t.Errorf("Extend on a list: err = nil; want WRONGTYPE")
 	}
-	if _, err := Release(ctx, c, "lock:list", "tok", "", 0, time.Second); err == nil {
+	if _, err := Release(ctx, c, "lock:list", "tok", "", 0, time.Second, false); err == nil {
 		t.Errorf("Release on a list: err = nil; want WRONGTYPE")
 	}
 }
@@ -172,7 +172,7 @@ func TestFencing(t *testing.T) {
 	}
 	// Release never deletes the counter; a node restarted empty is healed
 	// with the counter by Extend.
-	if ok, err := Release(ctx, c, k.Lock, "a", "", 0, time.Second); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "a", "", 0, time.Second, false); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if !m.Exists("lock:f:fence") {
@@ -201,7 +201,7 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond, time.Second); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond, time.Second, false); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if got, _ := m.Get(k.Lock); got != "<released>a" {
@@ -219,7 +219,7 @@ func TestRelease_wakeAndHandoff(t *testing.T) {
 	if ok, err := acquire1(ctx, c, k, "c", time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "c", "lock:h", 50*time.Millisecond, time.Second); !ok || err != nil {
+	if ok, err := Release(ctx, c, k.Lock, "c", "lock:h", 50*time.Millisecond, time.Second, false); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)
