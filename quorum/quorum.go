@@ -150,6 +150,18 @@ func (r *Round[T]) Reply(i int) (Reply[T], bool) {
 	}
 }
 
+// Settled reports whether every node has answered (or given up).
+func (r *Round[T]) Settled() bool {
+	for _, d := range r.done {
+		select {
+		case <-d:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Wait waits for every node's goroutine, however late.
 func (r *Round[T]) Wait() { _ = r.g.Wait() }
 

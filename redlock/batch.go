@@ -60,14 +60,7 @@ func (p batchRef) ours(i int) bool {
 	rep, ok := p.r.Reply(i)
 	return ok && rep.Err == nil && rep.Val.errs[p.k] == nil && rep.Val.res[p.k].ours
 }
-func (p batchRef) settled() bool {
-	for i := range p.r.N() {
-		if _, ok := p.r.Reply(i); !ok {
-			return false
-		}
-	}
-	return true
-}
+func (p batchRef) settled() bool { return p.r.Settled() }
 
 // extendBatch extends locks in one round: per node, one pipeline of the
 // extend script for every lock. Each lock is then decided on its own

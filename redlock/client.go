@@ -635,9 +635,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t
 			wg.Go(func() {
 				select {
 				case <-r.Done(i):
-					if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
-						l.releaseNode(dctx, i, false)
-					}
+					late() // answered: releases now, before abandon returns
 				case <-wait:
 					c.wg.Go(late)
 				}

@@ -533,14 +533,7 @@ func (p roundRef) ours(i int) bool {
 	rep, ok := p.r.Reply(i)
 	return ok && rep.Err == nil && rep.Val.ours
 }
-func (p roundRef) settled() bool {
-	for i := range p.r.N() {
-		if _, ok := p.r.Reply(i); !ok {
-			return false
-		}
-	}
-	return true
-}
+func (p roundRef) settled() bool { return p.r.Settled() }
 
 // channel is the resource's wake-up channel: the lock key of a plain node
 // (channels are a namespace of their own).

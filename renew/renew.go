@@ -412,8 +412,7 @@ func (s *Scheduler) launch(h *Handle) {
 	running := make(chan struct{})
 	h.cancel, h.running = cancel, running
 	h.mu.Unlock()
-	h.inflight = true
-	start := time.Now()
+	start := time.Now() // fireDue marked h in flight
 	due := h.due()
 	s.wg.Add(1)
 	go func() {

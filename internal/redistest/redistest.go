@@ -417,24 +417,19 @@ func (c *Cluster) Kill(i int) {
 // buffers them. Resume, Kill, Restart and Close all end a pause.
 func (c *Cluster) Pause(i int) {
 	c.helper()
-	nd := c.node(i)
-	if nd == nil {
-		return
-	}
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	if nd.proc == nil {
-		c.failf("redistest: Pause(%d): node is killed", i)
-		return
-	}
-	if err := nd.proc.pause(); err != nil {
-		c.failf("redistest: Pause(%d): %v", i, err)
-	}
+	c.signal(i, "Pause", (*process).pause)
 }
 
 // Resume sends SIGCONT to node i's server. Resuming a node that is not
 // paused does nothing.
 func (c *Cluster) Resume(i int) {
+	c.helper()
+	c.signal(i, "Resume", (*process).resume)
+}
+
+// signal applies send to node i's running server; op names the call in
+// failures.
+func (c *Cluster) signal(i int, op string, send func(*process) error) {
 	c.helper()
 	nd := c.node(i)
 	if nd == nil {
@@ -443,11 +438,11 @@ func (c *Cluster) Resume(i int) {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
 	if nd.proc == nil {
-		c.failf("redistest: Resume(%d): node is killed", i)
+		c.failf("redistest: %s(%d): node is killed", op, i)
 		return
 	}
-	if err := nd.proc.resume(); err != nil {
-		c.failf("redistest: Resume(%d): %v", i, err)
+	if err := send(nd.proc); err != nil {
+		c.failf("redistest: %s(%d): %v", op, i, err)
 	}
 }
 
