@@ -29,8 +29,6 @@ const (
 	// closeGrace is added to the node timeout when Close waits for requests
 	// still in flight.
 	closeGrace = 250 * time.Millisecond
-	// closeParallel is how many locks Close releases at once.
-	closeParallel = 64
 )
 
 var errBusy = errors.New("too many requests in flight on this node")
@@ -49,7 +47,7 @@ const fenceSuffix = ":fence"
 // keys names the keys of resource on this node. On a Cluster node the lock
 // key and the fence counter share a hash tag, so they live in one slot and
 // one script may touch both.
-func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
+func (n *node) keys(prefix, resource string, fencing bool, token string) scripts.Keys {
 	lock := prefix + resource
 	if n.cluster {
 		lock = prefix + "{" + resource + "}"
@@ -58,7 +56,7 @@ func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
 	if fencing {
 		fence = lock + fenceSuffix
 	}
-	return scripts.NewKeys(lock, fence)
+	return scripts.NewKeys(lock, fence, token)
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is
@@ -254,7 +252,6 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		return nil, err
 	}
 	attempts := 0
-	started := time.Now()
 	callID := c.ids.Add(1)
 	if obs := cfg.obs; obs != nil {
 		start := time.Now()
@@ -283,6 +280,14 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		defer leave()
 	}
 
+	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
+}
+
+// acquire is Lock's attempt loop (TryLock: one attempt). Nothing slow runs
+// between a grant and the return (step 6): leaving the wake-up channel and
+// this Client's line only unregisters, and the lock's validity is checked
+// last, so an expired lock is never returned.
+func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
 	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
 	var timer *time.Timer
 	var w *waiter // set once this call waits for releases (step 9)
@@ -294,14 +299,29 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 			w.leave()
 		}
 	}()
+	started := time.Now()
+	var verdict error // the error of the last attempt that settled anything
 	for attempt := 1; ; attempt++ {
-		attempts = attempt
-		l, granted, err := c.attempt(ctx, callID, resource, cfg, w != nil)
+		*attempts = attempt
+		l, t, err, settled := c.attempt(ctx, callID, resource, cfg)
 		if err == nil {
-			return l, nil
+			if l.Valid() {
+				return l, nil
+			}
+			// Validity ran out between the decision and here (the process
+			// was starved or paused): never hand out an expired lock.
+			c.drop(ctx, l)
+			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
 		}
 		if errors.Is(err, ErrClosed) {
 			return nil, err
+		}
+		// An attempt cut short by ctx says nothing about the nodes: the
+		// last attempt that did tells contention from an outage.
+		if settled {
+			verdict = err
+		} else if verdict != nil {
+			err = verdict
 		}
 		if ctx.Err() != nil {
 			return nil, errors.Join(err, ctx.Err())
@@ -320,10 +340,11 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 			continue
 		}
 		d := delay.NextBackOff()
-		if granted > 0 {
-			// A split vote: nobody holds the lock now, but the others that
-			// lost it too will retry; a short random pause breaks the tie
-			// sooner than the full retry delay.
+		if t.Yes > 0 && t.No < c.quorum {
+			// A split vote: nobody holds the lock on a majority, but the
+			// others that lost it too will retry; a short random pause
+			// breaks the tie sooner than the full retry delay. (When a
+			// majority refused, someone holds it: that is contention.)
 			d = splitPause()
 		}
 		if timer == nil {
@@ -350,6 +371,22 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 			return nil, ErrClosed
 		}
 	}
+}
+
+// drop takes back a lock granted but never handed out: its renewal stops
+// and it is released, without hooks (the caller never saw it).
+func (c *Client) drop(ctx context.Context, l *Lock) {
+	l.mu.Lock()
+	h := l.handle
+	l.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+	l.finish(nil)
+	c.mu.Lock()
+	delete(c.locks, l)
+	c.mu.Unlock()
+	l.releaseAll(ctx, l.channel())
 }
 
 // splitPause is a random pause of up to 3ms: long enough to order the
@@ -404,24 +441,26 @@ func (c *Client) noteTimeout(d time.Duration) {
 }
 
 // attempt is one acquisition round (DESIGN steps 1–4, and 8 with fencing).
-// It returns the lock, or the number of nodes that granted and the error.
+// It returns the lock, or the tally of phase 1 and the error, and whether
+// the attempt settled anything: false when ctx ended before the nodes that
+// could have made the difference answered.
 // Each attempt uses a fresh token: a background release left by a failed
 // attempt must never delete the key of a later attempt.
-func (c *Client) attempt(ctx context.Context, callID uint64, resource string, cfg config, waiter bool) (*Lock, int, error) {
+func (c *Client) attempt(ctx context.Context, callID uint64, resource string, cfg config) (*Lock, quorum.Tally, error, bool) {
 	start := time.Now()
-	l, t, err := c.try(ctx, resource, cfg, waiter)
+	l, t, err, settled := c.try(ctx, resource, cfg)
 	if cfg.obs != nil {
 		cfg.obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: resource, Latency: time.Since(start), Granted: t.Yes,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
 	}
-	return l, t.Yes, err
+	return l, t, err, settled
 }
 
-// try is attempt without the hook; it also returns the tally of phase 1.
-func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, quorum.Tally, error) {
+// try is attempt without the hook.
+func (c *Client) try(ctx context.Context, resource string, cfg config) (*Lock, quorum.Tally, error, bool) {
 	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
 	if err != nil {
-		return nil, quorum.Tally{}, fmt.Errorf("redlock: token: %w", err)
+		return nil, quorum.Tally{}, fmt.Errorf("redlock: token: %w", err), true
 	}
 	n := len(c.nodes)
 	l := &Lock{
@@ -439,12 +478,12 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 			l.keys[i] = l.keys[i-1]
 			continue
 		}
-		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing)
+		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
 	}
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, waiter) // guard.go
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
@@ -456,19 +495,21 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
 			l, err := c.hold(ctx, l, deadline)
-			return l, t, err
+			return l, t, err, true
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
 			l, err := c.hold(ctx, l, deadline)
-			return l, t, err
+			return l, t, err, true
 		}
-		c.abandon(ctx, l, r, t)
-		return nil, t, c.attemptError(ctx, t2, cfg)
+		c.abandon(ctx, l, t)
+		err, settled := c.attemptError(t2, cfg)
+		return nil, t, err, settled
 	}
 	// Step 4: a failed or cancelled attempt releases what it may have set.
-	c.abandon(ctx, l, r, t)
-	return nil, t, c.attemptError(ctx, t, cfg)
+	c.abandon(ctx, l, t)
+	err, settled := c.attemptError(t, cfg)
+	return nil, t, err, settled
 }
 
 // commitFence is phase 2 of a fenced acquire (step 8). t = max(counters
@@ -522,32 +563,31 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 }
 
 // attemptError tells contention from failure: ErrNotObtained when the
-// refusals alone made a majority impossible, ErrNoQuorum when failed nodes
-// could have made the difference. Nodes cut short because ctx ended are not
-// failures: the caller gave up, and the ctx error is joined by the caller.
+// refusals alone made a majority impossible (or a majority granted too late
+// to leave any validity), ErrNoQuorum when nodes failed — errors, or no
+// answer within the node timeout — where they could have made the
+// difference. Nodes cut short because ctx ended before their node timeout
+// are neither: the caller gave up on them. An attempt decided only by such
+// nodes settles nothing (settled is false); it is ErrNoQuorum, as too few
+// nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
-func (c *Client) attemptError(ctx context.Context, t quorum.Tally, cfg config) error {
+func (c *Client) attemptError(t quorum.Tally, cfg config) (err error, settled bool) {
 	n := len(c.nodes)
 	if t.Quorum() {
-		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl)
+		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl), true
 	}
-	// Failures that are only the caller giving up do not count as node
-	// failures.
-	failed := t.Failed
-	if ctx.Err() != nil {
-		for _, e := range t.Errs {
-			if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
-				failed--
-			}
-		}
-	}
+	cut := t.CutShort()
 	var head error
-	if t.No > n-c.quorum || failed == 0 {
+	switch {
+	case t.No > n-c.quorum:
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
-	} else {
-		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed", ErrNoQuorum, t.Yes, n, c.quorum)
+	case t.Failed > cut:
+		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
+	default:
+		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
+			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
 	}
-	return c.joinNodeErrors(head, t)
+	return c.joinNodeErrors(head, t), true
 }
 
 // joinNodeErrors joins head with one *NodeError per failed node of t.
@@ -594,52 +634,33 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock
 	return l, nil
 }
 
-// abandon releases a failed attempt on every node (step 4), on a context
-// that ignores the caller's cancellation. Nodes that granted are released
-// before it returns; the others are released in the background once their
-// acquire request has answered or timed out, so that no acquire lands after
-// its release.
-func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t quorum.Tally) {
+// abandon releases a failed attempt on every node that may hold its key
+// (step 4), on a context that ignores the caller's cancellation: nodes
+// that granted, and nodes that have not answered (with the token's guard,
+// so that an acquire still on its way sets nothing when it lands). It waits
+// for those releases, each bounded by the node timeout, unless the caller
+// gave up: then they finish in the background. The cleanup publishes
+// nothing: only a release of a held lock wakes waiters.
+func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
 	dctx := context.WithoutCancel(ctx)
-	// Nodes still answering when the attempt was decided are waited for,
-	// up to the node timeout, unless the caller gave up: a node that grants
-	// a moment after the others refused is released before the call
-	// returns too. One that answers later still is released when it does.
-	var wait chan struct{} // closed when waiting is over; shared by every node
-	if ctx.Err() == nil {
-		wait = make(chan struct{})
-		tm := time.AfterFunc(max(l.cfg.timeout()-time.Since(r.Started()), 0)+closeGrace, func() { close(wait) })
-		defer tm.Stop()
-	}
+	wait := ctx.Err() == nil
 	var wg sync.WaitGroup
 	for i, v := range t.Votes {
-		switch v {
-		case quorum.No:
-			// Another token holds the key there: nothing of ours to delete.
-		case quorum.Yes:
-			wg.Go(func() { l.releaseNode(dctx, i, false) })
-		default:
-			late := func() {
-				<-r.Done(i)
-				if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
-					l.releaseNode(dctx, i, false)
-				}
-			}
-			if wait == nil {
-				c.wg.Go(late)
-				continue
-			}
-			wg.Go(func() {
-				select {
-				case <-r.Done(i):
-					late() // answered: releases now, before abandon returns
-				case <-wait:
-					c.wg.Go(late)
-				}
-			})
+		if v == quorum.No {
+			continue // another token holds the key there: nothing of ours
+		}
+		rel := func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i, "")
+		}
+		if wait {
+			wg.Go(rel)
+		} else {
+			c.wg.Go(rel)
 		}
 	}
 	wg.Wait()
@@ -659,7 +680,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false).Lock)
+			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false, "").Lock)
 			return reply{ours: ok}, err
 		})
 	})
@@ -691,34 +712,22 @@ func (c *Client) Close() error {
 	close(c.closing)
 	locks := c.locks
 	c.locks = nil
-	wait := c.maxWait + closeGrace
+	wait := c.maxWait
+	deadline := time.Now().Add(wait + closeGrace)
 	c.mu.Unlock()
 
 	c.sched.Close()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	// Release with bounded parallelism: a Client may hold many thousands of
-	// locks, and the nodes' in-flight caps must not turn Close into errors.
-	sem := make(chan struct{}, closeParallel)
+	ls := make([]*Lock, 0, len(locks))
 	for l := range locks {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			l.reportExpiry()
-			l.finish(ErrClosed)
-			if err := l.release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("release %q: %w", l.resource, err))
-				mu.Unlock()
-			}
-		})
+		l.reportExpiry()
+		l.finish(ErrClosed)
+		ls = append(ls, l)
 	}
-	wg.Wait()
+	// One round of pipelines for every lock: bounded by the node timeout
+	// whatever the number of locks.
+	errs := c.releaseMany(ls, wait)
 	c.wake.close()
-	waitTimeout(&c.wg, wait)
+	waitTimeout(&c.wg, time.Until(deadline))
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {
 			errs = append(errs, err)

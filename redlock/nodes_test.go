@@ -110,9 +110,6 @@ func exerciseNodes(t *testing.T, urls []string, resource string, opts ...Option)
 	if err := r.l.Unlock(ctx); err != nil {
 		t.Errorf("waiter Unlock = %v", err)
 	}
-	// A release seen by a subscriber leaves a handoff marker for a few
-	// milliseconds (here the waiter's own subscription may still be live),
-	// which IsLocked counts.
 	var locked bool
 	if !eventually(time.Second, func() bool { locked, err = a.IsLocked(ctx, resource); return !locked && err == nil }) {
 		t.Errorf("IsLocked after Unlock = %v, %v; want false, nil", locked, err)

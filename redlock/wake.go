@@ -16,6 +16,12 @@ import (
 // 9). A Client keeps one subscription connection per node, shared by all its
 // waiters (not one connection per waiter); a channel is subscribed while at
 // least one of the Client's waiters wants it.
+//
+// Nothing that waits on a node runs in a Lock call or under mu: joining and
+// leaving only change the set of wanted channels and kick each node's
+// worker, which subscribes and unsubscribes on its own goroutine. A node
+// whose subscription connection hangs (paused while go-redis re-dials it,
+// holding the PubSub's mutex) delays only its own worker.
 type wakeups struct {
 	c *Client
 
@@ -29,6 +35,7 @@ type wakeups struct {
 type wakeEntry struct {
 	waiters map[*waiter]struct{}
 	ready   chan struct{} // closed once a majority of nodes confirmed the subscription
+	by      []bool        // per node: confirmed
 	confirm int           // nodes that confirmed so far
 }
 
@@ -41,71 +48,110 @@ type waiter struct {
 	ready   <-chan struct{}
 }
 
-// nodeSub is the subscription connection to one node and its reader.
+// nodeSub is the subscription connection to one node, its reader and its
+// worker.
 type nodeSub struct {
+	i    int
 	ps   *redis.PubSub
-	done chan struct{} // closed when the reader has returned
+	kick chan struct{} // buffered 1: the wanted channels changed
 }
 
 func newWakeups(c *Client) *wakeups {
 	return &wakeups{c: c, subs: make([]*nodeSub, len(c.nodes)), entries: make(map[string]*wakeEntry)}
 }
 
-// join registers a waiter on channel, subscribing on every node if it is the
-// Client's first waiter there. The caller must be inside an operation
-// (Client.begin), and must call leave.
+// join registers a waiter on channel; the nodes' workers subscribe to it
+// if it is the Client's first waiter there. It never waits for a node. The
+// caller must be inside an operation (Client.begin), and must call leave.
 func (w *wakeups) join(channel string) (*waiter, error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		return nil, ErrClosed
 	}
 	wt := &waiter{w: w, channel: channel, c: make(chan struct{}, 1)}
 	e := w.entries[channel]
-	first := e == nil
-	if first {
-		e = &wakeEntry{waiters: make(map[*waiter]struct{}), ready: make(chan struct{})}
+	if e == nil {
+		e = &wakeEntry{waiters: make(map[*waiter]struct{}), ready: make(chan struct{}), by: make([]bool, len(w.subs))}
 		w.entries[channel] = e
+		for i := range w.subs {
+			w.sub(i).poke()
+		}
 	}
 	e.waiters[wt] = struct{}{}
 	wt.ready = e.ready
-	var subs []*nodeSub
-	if first {
-		for i := range w.subs {
-			subs = append(subs, w.sub(i))
-		}
-	}
-	w.mu.Unlock()
-	// Subscribe only writes the command (after dialing, the first time);
-	// the reader sees the confirmation. Nodes are asked in parallel, outside
-	// w.mu, so a node that hangs delays nobody else. A node that is down
-	// fails here or later; the fallback delay covers it.
-	var wg sync.WaitGroup
-	for _, s := range subs {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
-			defer cancel()
-			_ = s.ps.Subscribe(ctx, channel)
-		})
-	}
-	wg.Wait()
 	return wt, nil
 }
 
-// sub returns node i's subscription, starting it if needed. w.mu is held.
+// sub returns node i's subscription, starting its reader and worker if
+// needed. w.mu is held.
 func (w *wakeups) sub(i int) *nodeSub {
 	if s := w.subs[i]; s != nil {
 		return s
 	}
-	s := &nodeSub{ps: w.c.nodes[i].c.Subscribe(context.Background()), done: make(chan struct{})}
+	s := &nodeSub{i: i, ps: w.c.nodes[i].c.Subscribe(context.Background()), kick: make(chan struct{}, 1)}
 	w.subs[i] = s
 	w.c.wg.Go(func() { w.read(s) })
+	w.c.wg.Go(func() { w.work(s) })
 	return s
+}
+
+func (s *nodeSub) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// work brings node s's subscriptions in line with the wanted channels
+// whenever they change, until the Client closes. Subscribe and Unsubscribe
+// may block (go-redis holds the PubSub's mutex while it reconnects); only
+// this goroutine waits for them. go-redis remembers the channels even when
+// the command fails, and subscribes to them again when it reconnects.
+func (w *wakeups) work(s *nodeSub) {
+	have := make(map[string]bool)
+	for {
+		select {
+		case <-s.kick:
+		case <-w.c.closing:
+			return
+		}
+		var add, drop []string
+		w.mu.Lock()
+		for ch, e := range w.entries {
+			if have[ch] {
+				// Subscribed since an earlier waiter: no confirmation will
+				// come, so count this node as confirmed now.
+				w.confirmedLocked(s.i, ch, e)
+			} else {
+				add = append(add, ch)
+			}
+		}
+		for ch := range have {
+			if w.entries[ch] == nil {
+				drop = append(drop, ch)
+			}
+		}
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
+		if len(add) > 0 {
+			_ = s.ps.Subscribe(ctx, add...)
+		}
+		if len(drop) > 0 {
+			_ = s.ps.Unsubscribe(ctx, drop...)
+		}
+		cancel()
+		for _, ch := range add {
+			have[ch] = true
+		}
+		for _, ch := range drop {
+			delete(have, ch)
+		}
+	}
 }
 
 // read delivers node messages to waiters until the subscription is closed.
 func (w *wakeups) read(s *nodeSub) {
-	defer close(s.done)
 	fails := 0
 	for {
 		msg, err := s.ps.Receive(context.Background())
@@ -133,7 +179,11 @@ func (w *wakeups) read(s *nodeSub) {
 			w.notify(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				w.confirmed(m.Channel)
+				w.mu.Lock()
+				if e := w.entries[m.Channel]; e != nil {
+					w.confirmedLocked(s.i, m.Channel, e)
+				}
+				w.mu.Unlock()
 			}
 		}
 	}
@@ -157,21 +207,20 @@ func (w *wakeups) notify(channel, payload string) {
 	}
 }
 
-func (w *wakeups) confirmed(channel string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e := w.entries[channel]
-	if e == nil {
+// confirmedLocked counts node i's confirmation of channel. w.mu is held.
+func (w *wakeups) confirmedLocked(i int, channel string, e *wakeEntry) {
+	if e.by[i] {
 		return
 	}
+	e.by[i] = true
 	e.confirm++
 	if e.confirm == w.c.quorum {
 		close(e.ready)
 	}
 }
 
-// leave unregisters the waiter, and unsubscribes the channel when it was
-// the last one.
+// leave unregisters the waiter; when it was the last on its channel, the
+// workers unsubscribe. It never waits for a node.
 func (wt *waiter) leave() {
 	w := wt.w
 	w.mu.Lock()
@@ -185,14 +234,9 @@ func (wt *waiter) leave() {
 		return
 	}
 	delete(w.entries, wt.channel)
-	if w.closed {
-		return
-	}
 	for _, s := range w.subs {
 		if s != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
-			_ = s.ps.Unsubscribe(ctx, wt.channel)
-			cancel()
+			s.poke()
 		}
 	}
 }
@@ -210,7 +254,9 @@ func (wt *waiter) awaitReady(ctx context.Context, d time.Duration) {
 	}
 }
 
-// close closes every subscription and waits for the readers.
+// close closes every subscription without waiting: closing one may wait
+// for go-redis to finish re-dialing its node. The readers, workers and
+// closes are the Client's goroutines; Close waits for them, bounded.
 func (w *wakeups) close() {
 	w.mu.Lock()
 	w.closed = true
@@ -218,8 +264,7 @@ func (w *wakeups) close() {
 	w.mu.Unlock()
 	for _, s := range subs {
 		if s != nil {
-			_ = s.ps.Close()
-			<-s.done
+			w.c.wg.Go(func() { _ = s.ps.Close() })
 		}
 	}
 }

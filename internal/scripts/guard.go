@@ -36,30 +36,15 @@ func (e *Young) Error() string {
 // error there, and the lock key is left as it was. The uptime is read with INFO inside the script (Redis
 // ≥ 5, which replicates script effects; the ACL must allow INFO), so it
 // cannot change between the check and the grant.
-func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, waiter bool, guard time.Duration) (bool, int64, error) {
-	w := "0"
-	if waiter {
-		w = "1"
-	}
+func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, guard time.Duration) (bool, int64, error) {
 	secs := int64((guard + time.Second - 1) / time.Second)
-	v, err := acquireGuarded.Run(ctx, c, k.list(), token, ms(ttl), w, secs).Result()
+	v, err := acquireGuarded.Run(ctx, c, k.lock, token, ms(ttl), secs).Result()
 	if err != nil {
 		return false, 0, err
 	}
-	switch v := v.(type) {
-	case int64:
-		return v == 1, 0, nil
-	case []any:
-		if len(v) == 2 {
-			ok, ok1 := v[0].(int64)
-			n, ok2 := v[1].(int64)
-			switch {
-			case ok1 && ok2 && ok == -1:
-				return false, 0, &Young{Uptime: time.Duration(n) * time.Second, Guard: time.Duration(secs) * time.Second}
-			case ok1 && ok2:
-				return ok == 1, n, nil
-			}
-		}
+	ok, n, young, err := parseAcquire(v)
+	if young {
+		return false, 0, &Young{Uptime: time.Duration(n) * time.Second, Guard: time.Duration(secs) * time.Second}
 	}
-	return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+	return ok, n, err
 }
