@@ -108,8 +108,8 @@ func TestReal_lockNeverReturnsExpiredWhileSubscriptionHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		l  *Lock
-		at time.Time
+		l   *Lock
+		at  time.Time
 		err error
 	}
 	got := make(chan result, 1)
