@@ -172,7 +172,7 @@ func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live 
 	out := batchReply{res: make([]reply, len(live)), errs: make([]error, len(live))}
 	for kk, cmd := range cmds {
 		e, err := scripts.ExtendResult(cmd)
-		out.res[kk], out.errs[kk] = reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
+		out.res[kk], out.errs[kk] = reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 	}
 	return out, nil
 }
@@ -245,7 +245,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
 			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 				l := locks[j]
-				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.token, l.guardFor(i), l.channel(), c.nodes[i].cluster)
+				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.token, l.guardFor(i), l.waiter, l.cfg.reservation(), c.channelPrefix())
 			})
 		})
 	})
@@ -265,10 +265,10 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 				err = t.Errs[i]
 			} else {
 				rep, _ := r.Reply(i)
-				ok, err = scripts.ReleaseResult(rep.Val[j])
-				if errors.Is(err, scripts.ErrNotPublished) {
-					err = nil
-				} else if err != nil {
+				var r scripts.Released
+				r, err = scripts.ReleaseResult(rep.Val[j])
+				ok = r == scripts.Deleted || r == scripts.HandedOver
+				if err != nil {
 					err = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
 				}
 			}

@@ -76,6 +76,7 @@ type Client struct {
 	wg      sync.WaitGroup
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
+	id      string        // names this Client in queue entries and its wake-up channel
 
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
@@ -127,7 +128,12 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
 	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
-	c.wake = newWakeups(c)
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: client ID: %w", err)
+	}
+	c.id = id.String()
+	c.wake = newWakeups(c, c.channelPrefix()+c.id)
 	return c, nil
 }
 
@@ -190,6 +196,10 @@ func (c *Client) checkResource(resource string) error {
 		return invalid("resource must not be empty")
 	case strings.HasSuffix(resource, fenceSuffix):
 		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
+	case strings.HasSuffix(resource, scripts.QueueSuffix) || strings.HasSuffix(resource, scripts.ExpirySuffix):
+		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.ExpirySuffix)
+	case strings.Contains(resource, scripts.GuardSuffix):
+		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
 	case c.anyCluster && strings.ContainsAny(resource, "{}"):
 		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
 	}
@@ -283,14 +293,23 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
 }
 
-// acquire is Lock's attempt loop (TryLock: one attempt). Nothing slow runs
-// between a grant and the return (step 6): leaving the wake-up channel and
-// this Client's line only unregisters, and the lock's validity is checked
-// last, so an expired lock is never returned.
+// channelPrefix is the prefix of the Clients' wake-up channels: a
+// release tells the first waiter's Client on prefix + its ID.
+func (c *Client) channelPrefix() string { return c.cfg.keyPrefix + "wake:" }
+
+// acquire is Lock's attempt loop (TryLock: one attempt). One token serves
+// the whole call, so that the waiter queued on the nodes (step 9) is the
+// one a release hands the key to; a token is replaced only when an attempt
+// ended with a request of ours unanswered that could still change the key
+// (see settle).
+//
+// Nothing slow runs between a grant and the return (step 6): leaving the
+// wake-up registry and this Client's line only unregisters, and the lock's
+// validity is checked last, so an expired lock is never returned.
 func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
 	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
 	var timer *time.Timer
-	var w *waiter // set once this call waits for releases (step 9)
+	var w *waiter // set once this call waits for a handoff (step 9)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -299,11 +318,15 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			w.leave()
 		}
 	}()
-	started := time.Now()
+	ticket := time.Now().UnixMicro()
+	l, err := c.newLock(resource, cfg)
+	if err != nil {
+		return nil, err
+	}
 	var verdict error // the error of the last attempt that settled anything
 	for attempt := 1; ; attempt++ {
 		*attempts = attempt
-		l, t, err, settled := c.attempt(ctx, callID, resource, cfg)
+		t, err, settled := c.attempt(ctx, callID, l)
 		if err == nil {
 			if l.Valid() {
 				return l, nil
@@ -312,8 +335,14 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
 			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
 		}
 		if errors.Is(err, ErrClosed) {
+			c.abandon(ctx, l, t)
 			return nil, err
 		}
 		// An attempt cut short by ctx says nothing about the nodes: the
@@ -323,28 +352,46 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		} else if verdict != nil {
 			err = verdict
 		}
-		if ctx.Err() != nil {
-			return nil, errors.Join(err, ctx.Err())
-		}
-		if once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+		if ctx.Err() != nil || once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+			c.abandon(ctx, l, t)
+			if ctx.Err() != nil {
+				return nil, errors.Join(err, ctx.Err())
+			}
 			return nil, err
 		}
-		// Step 9: after the first refusal, subscribe to the resource's
-		// release channel, then attempt again at once, so that a release
-		// published before the subscription took effect is not missed.
+		// Between attempts: grants of a failed attempt go to older waiters
+		// (or back, without a queue), so that split votes settle.
+		if !c.settle(ctx, l, t) {
+			c.abandon(ctx, l, quorum.Tally{})
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
+		}
+		// Step 9: after the first refusal, wait in the queue: subscribe
+		// this Client's channel (once per Client), then queue on the nodes
+		// with the next attempt, made at once.
 		if w == nil && cfg.wakeUp && errors.Is(err, ErrNotObtained) {
-			if w, err = c.wake.join(c.cfg.keyPrefix + resource); err != nil {
+			if w, err = c.wake.join(l.token); err != nil {
+				c.abandon(ctx, l, quorum.Tally{})
 				return nil, err
 			}
-			w.awaitReady(ctx, cfg.timeout())
+			if c.wake.awaitReady(ctx, cfg.timeout()) {
+				l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+			}
 			continue
 		}
+		if w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
+			l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+		}
 		d := delay.NextBackOff()
-		if t.Yes > 0 && t.No < c.quorum {
-			// A split vote: nobody holds the lock on a majority, but the
-			// others that lost it too will retry; a short random pause
-			// breaks the tie sooner than the full retry delay. (When a
-			// majority refused, someone holds it: that is contention.)
+		if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+			// A split vote without a queue: nobody holds the lock on a
+			// majority, but the others that lost it too will retry; a
+			// short random pause breaks the tie sooner than the full
+			// retry delay. (When a majority refused, someone holds it:
+			// that is contention.)
 			d = splitPause()
 		}
 		if timer == nil {
@@ -358,19 +405,61 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		}
 		select {
 		case <-timer.C:
-		case <-woken:
-			// Alone, attempt at once. With waiters of other Clients (within
-			// a Client only the first in line waits on the nodes), the one
-			// that has waited longest goes first.
-			if w.rivals.Load() > 1 {
-				time.Sleep(agePause(time.Since(started)))
-			}
+		case <-woken: // a release handed us the key somewhere: confirm at once
 		case <-ctx.Done():
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, errors.Join(err, ctx.Err())
 		case <-c.closing:
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, ErrClosed
 		}
 	}
+}
+
+// newLock returns a lock for one Lock or TryLock call on resource, with a
+// fresh token, not yet held.
+func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
+	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
+	if err != nil {
+		return nil, fmt.Errorf("redlock: token: %w", err)
+	}
+	n := len(c.nodes)
+	l := &Lock{
+		c:        c,
+		resource: resource,
+		keys:     make([]scripts.Keys, n),
+		token:    id.String(),
+		cfg:      cfg,
+		lost:     make(chan struct{}),
+		lostDone: make(chan struct{}),
+		state:    stateFinished, // held only once hold has run
+	}
+	for i := range c.nodes {
+		// Plain nodes share one set of keys; Cluster nodes need hash tags.
+		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
+			l.keys[i] = l.keys[i-1]
+			continue
+		}
+		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
+	}
+	return l, nil
+}
+
+// newLockLike replaces the call's lock with one of a fresh token, queued
+// with the same ticket; the waiter follows the new token.
+func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
+	l, err := c.newLock(old.resource, old.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if old.waiter.Member != "" {
+		l.waiter = old.waiter
+		l.waiter.Member = scripts.Member(c.id, l.token)
+	}
+	if w != nil {
+		w.retoken(l.token)
+	}
+	return l, nil
 }
 
 // drop takes back a lock granted but never handed out: its renewal stops
@@ -386,7 +475,7 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 	c.mu.Lock()
 	delete(c.locks, l)
 	c.mu.Unlock()
-	l.releaseAll(ctx, l.channel())
+	l.releaseAll(ctx)
 }
 
 // splitPause is a random pause of up to 3ms: long enough to order the
@@ -440,50 +529,28 @@ func (c *Client) noteTimeout(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// attempt is one acquisition round (DESIGN steps 1–4, and 8 with fencing).
-// It returns the lock, or the tally of phase 1 and the error, and whether
-// the attempt settled anything: false when ctx ended before the nodes that
-// could have made the difference answered.
-// Each attempt uses a fresh token: a background release left by a failed
-// attempt must never delete the key of a later attempt.
-func (c *Client) attempt(ctx context.Context, callID uint64, resource string, cfg config) (*Lock, quorum.Tally, error, bool) {
+// attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
+// fencing): on success l is held. It returns the tally of phase 1 and the
+// error, and whether the attempt settled anything: false when ctx ended
+// before the nodes that could have made the difference answered.
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Tally, error, bool) {
 	start := time.Now()
-	l, t, err, settled := c.try(ctx, resource, cfg)
-	if cfg.obs != nil {
-		cfg.obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: resource, Latency: time.Since(start), Granted: t.Yes,
+	t, err, settled := c.try(ctx, l)
+	if obs := l.cfg.obs; obs != nil {
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
 	}
-	return l, t, err, settled
+	return t, err, settled
 }
 
 // try is attempt without the hook.
-func (c *Client) try(ctx context.Context, resource string, cfg config) (*Lock, quorum.Tally, error, bool) {
-	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
-	if err != nil {
-		return nil, quorum.Tally{}, fmt.Errorf("redlock: token: %w", err), true
-	}
-	n := len(c.nodes)
-	l := &Lock{
-		c:        c,
-		resource: resource,
-		keys:     make([]scripts.Keys, n),
-		token:    id.String(),
-		cfg:      cfg,
-		lost:     make(chan struct{}),
-		lostDone: make(chan struct{}),
-	}
-	for i := range c.nodes {
-		// Plain nodes share one set of keys; Cluster nodes need hash tags.
-		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
-			l.keys[i] = l.keys[i-1]
-			continue
-		}
-		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
-	}
+func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
+	cfg, n := l.cfg, len(c.nodes)
+	w := l.waiter
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{cfg.obs, "acquire", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg) // guard.go
+		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, w) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
@@ -494,22 +561,17 @@ func (c *Client) try(ctx context.Context, resource string, cfg config) (*Lock, q
 	// Step 3: validity, from before the first request was sent.
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
-			l, err := c.hold(ctx, l, deadline)
-			return l, t, err, true
+			return t, c.hold(ctx, l, deadline), true
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
-			l, err := c.hold(ctx, l, deadline)
-			return l, t, err, true
+			return t, c.hold(ctx, l, deadline), true
 		}
-		c.abandon(ctx, l, t)
 		err, settled := c.attemptError(t2, cfg)
-		return nil, t, err, settled
+		return t, err, settled
 	}
-	// Step 4: a failed or cancelled attempt releases what it may have set.
-	c.abandon(ctx, l, t)
 	err, settled := c.attemptError(t, cfg)
-	return nil, t, err, settled
+	return t, err, settled
 }
 
 // commitFence is phase 2 of a fenced acquire (step 8). t = max(counters
@@ -610,8 +672,11 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 
 // hold turns a granted attempt into a held Lock: registered with the Client
 // (so Close releases it) and with the renewal scheduler.
-func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock, error) {
+func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error {
+	l.mu.Lock()
+	l.state = stateHeld
 	l.validUntil = validUntil
+	l.mu.Unlock()
 	l.acquired = time.Now()
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -619,28 +684,61 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock
 	if c.closed {
 		c.mu.Unlock()
 		l.finish(ErrClosed)
-		l.release(ctx)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.locks[l] = struct{}{}
 	c.mu.Unlock()
 	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
 	if err != nil { // closed meanwhile; Close will release it
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	l.mu.Lock()
 	l.handle = h
 	l.mu.Unlock()
-	return l, nil
+	return nil
 }
 
-// abandon releases a failed attempt on every node that may hold its key
-// (step 4), on a context that ignores the caller's cancellation: nodes
-// that granted, and nodes that have not answered (with the token's guard,
-// so that an acquire still on its way sets nothing when it lands). It waits
-// for those releases, each bounded by the node timeout, unless the caller
-// gave up: then they finish in the background. The cleanup publishes
-// nothing: only a release of a held lock wakes waiters.
+// settle is what a failed attempt leaves between two attempts of a Lock
+// call. The nodes that granted keep our key or pass it on: a queued call
+// yields each to an older waiter queued there (who is told), so that split
+// votes settle toward the oldest ticket; a call not queued gives them back.
+// Requests of ours still unanswered may grant later; that is harmless, as
+// the next attempt carries the same token. settle waits for its requests,
+// each bounded by the node timeout, and reports whether every one
+// answered: if not, a late one could still hand over a key that our next
+// attempt counts, so the caller must go on with a fresh token.
+func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
+	dctx := context.WithoutCancel(ctx)
+	yield := l.waiter.Member != ""
+	var wg sync.WaitGroup
+	var unsure atomic.Bool
+	for i, v := range t.Votes {
+		if v != quorum.Yes {
+			continue
+		}
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, err := call(c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+				return l.releaseScript(ctx, i, s, 0, yield)
+			})
+			if err != nil && !answered(err) {
+				unsure.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !unsure.Load()
+}
+
+// abandon ends a Lock call's lock that was never handed out (step 4): it
+// is released on every node where anything of ours may be — nodes that
+// granted, nodes that have not answered (with the token's guard, so that an
+// acquire still on its way sets nothing when it lands), and, for a queued
+// call, every node, to take our queue entry out. It waits for those
+// releases, each bounded by the node timeout, unless the caller gave up:
+// then they finish in the background. t is the last attempt's tally (zero:
+// release everywhere).
 func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
@@ -648,14 +746,14 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	dctx := context.WithoutCancel(ctx)
 	wait := ctx.Err() == nil
 	var wg sync.WaitGroup
-	for i, v := range t.Votes {
-		if v == quorum.No {
-			continue // another token holds the key there: nothing of ours
+	for i := range c.nodes {
+		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
 		rel := func() {
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
 			defer cancel()
-			_, _ = l.releaseNode(rctx, i, "")
+			_, _ = l.releaseNode(rctx, i)
 		}
 		if wait {
 			wg.Go(rel)
@@ -724,8 +822,9 @@ func (c *Client) Close() error {
 		ls = append(ls, l)
 	}
 	// One round of pipelines for every lock: bounded by the node timeout
-	// whatever the number of locks.
-	errs := c.releaseMany(ls, wait)
+	// and the grace whatever the number of locks (thousands of releases
+	// take a node some milliseconds).
+	errs := c.releaseMany(ls, wait+closeGrace)
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
 	for _, o := range c.owned {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/renew"
 )
 
@@ -119,15 +120,16 @@ func TestReal_lockNeverReturnsExpiredWhileSubscriptionHangs(t *testing.T) {
 		l, err := b.Lock(ctx, "hang", WithTTL(time.Second), WithAutoRenew(false), WithRetryDelay(5*time.Second, 5*time.Second))
 		got <- result{l, time.Now(), err}
 	}()
-	// Wait until b listens on every node.
+	// Wait until b listens on every node and waits in the queue.
 	if !eventually(10*time.Second, func() bool {
 		for i := range 3 {
-			n, err := rc.Admin(i).PubSubNumSub(t.Context(), "lock:hang").Result()
-			if err != nil || n["lock:hang"] == 0 {
+			n, err := rc.Admin(i).PubSubNumSub(t.Context(), b.wake.channel).Result()
+			if err != nil || n[b.wake.channel] == 0 {
 				return false
 			}
 		}
-		return true
+		q, _ := rc.Admin(0).ZCard(t.Context(), "lock:hang"+scripts.QueueSuffix).Result()
+		return q == 1
 	}) {
 		t.Fatal("the waiter never subscribed")
 	}
@@ -262,7 +264,8 @@ func TestReal_outageIsNoQuorumWhateverEndsTheCall(t *testing.T) {
 		t.Parallel()
 		rc := redistest.Start(t, 3)
 		a := newClient(t, rc.Clients())
-		b := newClient(t, rc.Clients(), WithNodeTimeout(400*time.Millisecond))
+		// A node timeout far above the ctx: nodes are slow, not failed.
+		b := newClient(t, rc.Clients(), WithNodeTimeout(3*time.Second))
 		held, err := a.Lock(t.Context(), "busy")
 		if err != nil {
 			t.Fatal(err)
@@ -274,7 +277,7 @@ func TestReal_outageIsNoQuorumWhateverEndsTheCall(t *testing.T) {
 		for trial := range 5 {
 			// The deadline falls inside an attempt (go-redis may report
 			// it as an i/o timeout).
-			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(500+37*trial)*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(1500+37*trial)*time.Millisecond)
 			_, err := b.Lock(ctx, "busy", WithRetryDelay(time.Millisecond, 2*time.Millisecond), WithWakeUp(false))
 			cancel()
 			if !errors.Is(err, ErrNotObtained) || errors.Is(err, ErrNoQuorum) {
@@ -354,7 +357,7 @@ func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 		locks = n
 	}
 	rc := redistest.Start(t, 5)
-	const timeout = 200 * time.Millisecond
+	const timeout = 500 * time.Millisecond
 	c, err := New(rc.Clients(), WithTTL(30*time.Second), WithNodeTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)

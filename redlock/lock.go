@@ -56,6 +56,9 @@ type Lock struct {
 	handle     *renew.Handle
 	rounds     []inflight // rounds of this lock with requests maybe still in flight
 	unsure     []bool     // per node (nil: none): a request there went unanswered
+	// waiter is how the Lock call queues on the nodes (step 9); its zero
+	// value does not queue. Set by the call's goroutine between attempts.
+	waiter scripts.Waiter
 }
 
 // Resource returns the name of the locked resource.
@@ -169,7 +172,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
-			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
+			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})
 	l.track(roundRef{r})
@@ -401,7 +404,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 				WasLost: wasLost, Released: t.Yes, Err: err, NodeErrors: c.nodeErrors(t)})
 		}()
 	}
-	t = l.releaseAll(ctx, l.channel())
+	t = l.releaseAll(ctx)
 	return l.releaseError(t)
 }
 
@@ -409,10 +412,10 @@ func (l *Lock) release(ctx context.Context) (err error) {
 // answer (or the node timeout): returning after a majority would leave our
 // key on the others for a moment, and an immediate Lock of the same
 // resource could find it there. The requests go out even if ctx is done.
-func (l *Lock) releaseAll(ctx context.Context, channel string) quorum.Tally {
+func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	dctx := context.WithoutCancel(ctx)
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
-		return l.releaseNode(ctx, i, channel)
+		return l.releaseNode(ctx, i)
 	})
 	return r.Collect(dctx, voteReleased, quorum.All)
 }
@@ -441,15 +444,16 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 	return nil
 }
 
-// releaseNode releases the key on node i (step 4 and 6): check-and-delete,
-// and, when a request of this lock may still be in flight there, the
-// token's guard, so that the request sets nothing when it lands, whatever
-// the key holds then. A release that got no answer is retried in the
-// background. channel is the wake-up channel ("" for none: a failed
-// attempt's cleanup wakes nobody).
-func (l *Lock) releaseNode(ctx context.Context, i int, channel string) (bool, error) {
+// releaseNode releases the key on node i (steps 4, 6 and 9): hands it to
+// the first waiter queued there or deletes it, takes our own queue entry
+// out, and, when a request of this lock may still be in flight there,
+// leaves the token's guard, so that the request sets nothing when it lands,
+// whatever the key holds then. A release that got no answer is retried in
+// the background.
+func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
 	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		return l.releaseScript(ctx, i, s, l.guardFor(i), channel)
+		r, err := l.releaseScript(ctx, i, s, l.guardFor(i), false)
+		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
 	if retryable(err) {
 		rctx := context.WithoutCancel(ctx)
@@ -458,18 +462,10 @@ func (l *Lock) releaseNode(ctx context.Context, i int, channel string) (bool, er
 	return ok, err
 }
 
-// releaseScript runs the release script on node i. A release whose
-// wake-up message the node refused is a release all the same; waiters fall
-// back to polling, and the hooks are told, not the caller.
-func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, channel string) (bool, error) {
-	ok, err := scripts.Release(ctx, s, l.keys[i], l.token, guard, channel, l.c.nodes[i].cluster)
-	if errors.Is(err, scripts.ErrNotPublished) {
-		if obs := l.cfg.obs; obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Resource: l.resource, Op: "publish", Node: i, Addr: l.c.nodes[i].addr, Kind: "reply", Err: err})
-		}
-		return ok, nil
-	}
-	return ok, err
+// releaseScript runs the release script on node i; yield is for a waiter
+// giving its minority of grants to older waiters.
+func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, yield bool) (scripts.Released, error) {
+	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.cfg.reservation(), l.c.channelPrefix())
 }
 
 // guardFor returns how long node i must refuse requests of this lock after
@@ -525,15 +521,6 @@ func (p roundRef) answered(i int) bool {
 }
 func (p roundRef) settled() bool { return p.r.Settled() }
 
-// channel is the resource's wake-up channel: the lock key of a plain node
-// (channels are a namespace of their own).
-func (l *Lock) channel() string {
-	if !l.c.nodes[0].cluster {
-		return l.keys[0].Lock
-	}
-	return l.c.cfg.keyPrefix + l.resource
-}
-
 // retryable reports whether a release failed for want of an answer (a
 // timeout, a connection error), not because the node refused it.
 func retryable(err error) bool {
@@ -557,8 +544,8 @@ func (l *Lock) retryRelease(ctx context.Context, i int) {
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
-		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-			return l.releaseScript(ctx, i, s, l.guardTTL(), "")
+		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+			return l.releaseScript(ctx, i, s, l.guardTTL(), false)
 		})
 		cancel()
 		if !retryable(err) || time.Now().Add(delay).After(deadline) {

@@ -72,7 +72,9 @@ func newClient(t *testing.T, nodes []redis.UniversalClient, opts ...Option) *Cli
 func TestClient_Lock_exclusive(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 5)
-	c := newClient(t, nodes)
+	// miniredis runs one script at a time, a millisecond or more each: 50
+	// at once on a loaded machine take seconds, so allow 5s per node.
+	c := newClient(t, nodes, WithNodeTimeout(5*time.Second))
 	// Single attempts: split votes may leave no winner, never two.
 	var winners atomic.Int32
 	var wg sync.WaitGroup

@@ -3,158 +3,83 @@ package redlock
 import (
 	"context"
 	"errors"
-	"math"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// wakeups wakes waiting Lock calls when a release is published (DESIGN step
-// 9). A Client keeps one subscription connection per node, shared by all its
-// waiters (not one connection per waiter); a channel is subscribed while at
-// least one of the Client's waiters wants it.
+// wakeups tells waiting Lock calls that a release handed them the key
+// (DESIGN step 9). A release that finds waiters queued on a node sets the
+// key to the first one's token and publishes that token on its client's
+// channel only: one channel per Client, subscribed once on every node (one
+// connection per node, shared by all its waiters) when the Client first
+// waits, and kept until Close. A message is a hint: the waiter's attempt
+// confirms what it was handed, and its fallback attempts cover a message
+// lost.
 //
-// Nothing that waits on a node runs in a Lock call or under mu: joining and
-// leaving only change the set of wanted channels and kick each node's
-// worker, which subscribes and unsubscribes on its own goroutine. A node
-// whose subscription connection hangs (paused while go-redis re-dials it,
-// holding the PubSub's mutex) delays only its own worker.
+// Nothing that waits on a node runs in a Lock call or under mu: each node's
+// subscription is made and read on a goroutine of its own. A node whose
+// subscription connection hangs (paused while go-redis re-dials it, holding
+// the PubSub's mutex) delays only that goroutine.
 type wakeups struct {
-	c *Client
+	c       *Client
+	channel string // this Client's channel
 
-	mu      sync.Mutex // protects the fields below
-	subs    []*nodeSub // per node; nil until first needed
-	entries map[string]*wakeEntry
-	closed  bool
+	mu        sync.Mutex // protects the fields below
+	subs      []*redis.PubSub
+	ready     chan struct{} // closed once a majority of nodes confirmed the subscription
+	confirmed []bool        // per node
+	confirms  int
+	waiters   map[string]*waiter // by token
+	closed    bool
 }
 
-// wakeEntry is one channel and the waiters on it.
-type wakeEntry struct {
-	waiters map[*waiter]struct{}
-	ready   chan struct{} // closed once a majority of nodes confirmed the subscription
-	by      []bool        // per node: confirmed
-	confirm int           // nodes that confirmed so far
-}
-
-// waiter is one Lock call waiting for a release.
+// waiter is one Lock call waiting for its token to be handed the key.
 type waiter struct {
-	w       *wakeups
-	channel string
-	c       chan struct{} // buffered 1: a release was published
-	rivals  atomic.Int32  // clients waiting on the node, as the last release said
-	ready   <-chan struct{}
+	w     *wakeups
+	token string
+	c     chan struct{} // buffered 1: a release handed us the key somewhere
 }
 
-// nodeSub is the subscription connection to one node, its reader and its
-// worker.
-type nodeSub struct {
-	i    int
-	ps   *redis.PubSub
-	kick chan struct{} // buffered 1: the wanted channels changed
+func newWakeups(c *Client, channel string) *wakeups {
+	return &wakeups{c: c, channel: channel, ready: make(chan struct{}), confirmed: make([]bool, len(c.nodes)),
+		waiters: make(map[string]*waiter)}
 }
 
-func newWakeups(c *Client) *wakeups {
-	return &wakeups{c: c, subs: make([]*nodeSub, len(c.nodes)), entries: make(map[string]*wakeEntry)}
-}
-
-// join registers a waiter on channel; the nodes' workers subscribe to it
-// if it is the Client's first waiter there. It never waits for a node. The
-// caller must be inside an operation (Client.begin), and must call leave.
-func (w *wakeups) join(channel string) (*waiter, error) {
+// join registers a waiter for token, subscribing the Client's channel on
+// every node the first time. It never waits for a node. The caller must be
+// inside an operation (Client.begin), and must call leave.
+func (w *wakeups) join(token string) (*waiter, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil, ErrClosed
 	}
-	wt := &waiter{w: w, channel: channel, c: make(chan struct{}, 1)}
-	e := w.entries[channel]
-	if e == nil {
-		e = &wakeEntry{waiters: make(map[*waiter]struct{}), ready: make(chan struct{}), by: make([]bool, len(w.subs))}
-		w.entries[channel] = e
+	if w.subs == nil {
+		w.subs = make([]*redis.PubSub, len(w.c.nodes))
 		for i := range w.subs {
-			w.sub(i).poke()
+			ps := w.c.nodes[i].c.Subscribe(context.Background()) // no channel yet: no I/O
+			w.subs[i] = ps
+			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
-	e.waiters[wt] = struct{}{}
-	wt.ready = e.ready
+	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1)}
+	w.waiters[token] = wt
 	return wt, nil
 }
 
-// sub returns node i's subscription, starting its reader and worker if
-// needed. w.mu is held.
-func (w *wakeups) sub(i int) *nodeSub {
-	if s := w.subs[i]; s != nil {
-		return s
-	}
-	s := &nodeSub{i: i, ps: w.c.nodes[i].c.Subscribe(context.Background()), kick: make(chan struct{}, 1)}
-	w.subs[i] = s
-	w.c.wg.Go(func() { w.read(s) })
-	w.c.wg.Go(func() { w.work(s) })
-	return s
-}
-
-func (s *nodeSub) poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// work brings node s's subscriptions in line with the wanted channels
-// whenever they change, until the Client closes. Subscribe and Unsubscribe
-// may block (go-redis holds the PubSub's mutex while it reconnects); only
-// this goroutine waits for them. go-redis remembers the channels even when
-// the command fails, and subscribes to them again when it reconnects.
-func (w *wakeups) work(s *nodeSub) {
-	have := make(map[string]bool)
-	for {
-		select {
-		case <-s.kick:
-		case <-w.c.closing:
-			return
-		}
-		var add, drop []string
-		w.mu.Lock()
-		for ch, e := range w.entries {
-			if have[ch] {
-				// Subscribed since an earlier waiter: no confirmation will
-				// come, so count this node as confirmed now.
-				w.confirmedLocked(s.i, ch, e)
-			} else {
-				add = append(add, ch)
-			}
-		}
-		for ch := range have {
-			if w.entries[ch] == nil {
-				drop = append(drop, ch)
-			}
-		}
-		w.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
-		if len(add) > 0 {
-			_ = s.ps.Subscribe(ctx, add...)
-		}
-		if len(drop) > 0 {
-			_ = s.ps.Unsubscribe(ctx, drop...)
-		}
-		cancel()
-		for _, ch := range add {
-			have[ch] = true
-		}
-		for _, ch := range drop {
-			delete(have, ch)
-		}
-	}
-}
-
-// read delivers node messages to waiters until the subscription is closed.
-func (w *wakeups) read(s *nodeSub) {
+// read subscribes node i's connection to the Client's channel, then
+// delivers its messages until the subscription is closed. go-redis
+// remembers the channel even when SUBSCRIBE fails, and subscribes again
+// whenever it reconnects.
+func (w *wakeups) read(i int, ps *redis.PubSub) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
+	_ = ps.Subscribe(ctx, w.channel)
+	cancel()
 	fails := 0
 	for {
-		msg, err := s.ps.Receive(context.Background())
+		msg, err := ps.Receive(context.Background())
 		if err != nil {
 			w.mu.Lock()
 			closed := w.closed
@@ -176,110 +101,94 @@ func (w *wakeups) read(s *nodeSub) {
 		fails = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			w.notify(m.Channel, m.Payload)
+			w.notify(m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				w.mu.Lock()
-				if e := w.entries[m.Channel]; e != nil {
-					w.confirmedLocked(s.i, m.Channel, e)
-				}
-				w.mu.Unlock()
+				w.confirm(i)
 			}
 		}
 	}
 }
 
-func (w *wakeups) notify(channel, payload string) {
-	waiting, err := strconv.Atoi(payload)
-	if err != nil {
-		waiting = 2
-	}
+func (w *wakeups) notify(token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[channel]; e != nil {
-		for wt := range e.waiters {
-			wt.rivals.Store(int32(waiting))
-			select {
-			case wt.c <- struct{}{}:
-			default:
-			}
+	if wt := w.waiters[token]; wt != nil {
+		select {
+		case wt.c <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// confirmedLocked counts node i's confirmation of channel. w.mu is held.
-func (w *wakeups) confirmedLocked(i int, channel string, e *wakeEntry) {
-	if e.by[i] {
-		return
-	}
-	e.by[i] = true
-	e.confirm++
-	if e.confirm == w.c.quorum {
-		close(e.ready)
-	}
-}
-
-// leave unregisters the waiter; when it was the last on its channel, the
-// workers unsubscribe. It never waits for a node.
-func (wt *waiter) leave() {
-	w := wt.w
+func (w *wakeups) confirm(i int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := w.entries[wt.channel]
-	if e == nil {
+	if w.confirmed[i] {
 		return
 	}
-	delete(e.waiters, wt)
-	if len(e.waiters) > 0 {
-		return
-	}
-	delete(w.entries, wt.channel)
-	for _, s := range w.subs {
-		if s != nil {
-			s.poke()
-		}
+	w.confirmed[i] = true
+	w.confirms++
+	if w.confirms == w.c.quorum {
+		close(w.ready)
 	}
 }
 
 // awaitReady waits until a majority of nodes confirmed the subscription, at
-// most d, so that an attempt made afterwards cannot miss a release published
-// on those nodes in between.
-func (wt *waiter) awaitReady(ctx context.Context, d time.Duration) {
+// most d, and reports whether they have: a waiter queues on the nodes only
+// then, so that a handoff cannot go to a channel nobody reads yet (if one
+// does, the waiter's fallback attempt finds the key and confirms it).
+func (w *wakeups) awaitReady(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-w.ready:
+		return true
+	default:
+	}
+	if d <= 0 {
+		return false
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-wt.ready:
+	case <-w.ready:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return false
+}
+
+// leave unregisters the waiter. It never waits for a node.
+func (wt *waiter) leave() {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters[wt.token] == wt {
+		delete(w.waiters, wt.token)
+	}
+}
+
+// retoken moves the waiter to a new token of its Lock call.
+func (wt *waiter) retoken(token string) {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters[wt.token] == wt {
+		delete(w.waiters, wt.token)
+	}
+	wt.token = token
+	w.waiters[token] = wt
 }
 
 // close closes every subscription without waiting: closing one may wait
-// for go-redis to finish re-dialing its node. The readers, workers and
-// closes are the Client's goroutines; Close waits for them, bounded.
+// for go-redis to finish re-dialing its node. The readers and closes are
+// the Client's goroutines; Close waits for them, bounded.
 func (w *wakeups) close() {
 	w.mu.Lock()
 	w.closed = true
 	subs := w.subs
 	w.mu.Unlock()
-	for _, s := range subs {
-		if s != nil {
-			w.c.wg.Go(func() { _ = s.ps.Close() })
-		}
+	for _, ps := range subs {
+		w.c.wg.Go(func() { _ = ps.Close() })
 	}
-}
-
-// agePause is how long a woken waiter lets others go first when several
-// clients wait: the longer it has waited, the shorter the pause, so the
-// oldest waiter usually attempts first and wins — an approximation of a
-// queue across clients without one on the nodes. It falls from 4ms (just
-// started waiting) on a log scale: 2.6ms at 50ms waited, 1.3ms at 500ms,
-// 0 from about 5s.
-func agePause(waited time.Duration) time.Duration {
-	const most = 4 * time.Millisecond
-	f := 1 - math.Log2(1+float64(waited)/float64(5*time.Millisecond))/10
-	if f <= 0 {
-		return 0
-	}
-	return time.Duration(f * float64(most))
 }

@@ -36,9 +36,9 @@ func (e *Young) Error() string {
 // error there, and the lock key is left as it was. The uptime is read with INFO inside the script (Redis
 // ≥ 5, which replicates script effects; the ACL must allow INFO), so it
 // cannot change between the check and the grant.
-func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, guard time.Duration) (bool, int64, error) {
+func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, guard time.Duration) (bool, int64, error) {
 	secs := int64((guard + time.Second - 1) / time.Second)
-	v, err := acquireGuarded.Run(ctx, c, k.lock, token, ms(ttl), secs).Result()
+	v, err := acquireGuarded.Run(ctx, c, k.acq, token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), secs).Result()
 	if err != nil {
 		return false, 0, err
 	}

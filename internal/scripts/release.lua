@@ -1,43 +1,78 @@
--- release.lua: KEYS => [lock key, guard key]
---              ARGV => [token, guard ms ("0": no guard), wake-up channel
---                       ("" for none), cluster ("1": PUBSUB NUMSUB sees only
---                       this node's subscribers, so publish regardless)]
--- Check-and-delete: the lock key is deleted only while it holds our token
--- (returns 1, or 2 when the wake-up message could not be published; 0 when
--- the key is absent or holds another token). Deleted, not replaced: any
--- Redlock client of the same key (redsync, node-redlock) can take it at once.
+-- release.lua: KEYS => [lock key, guard key, queue, queue expiries]
+--              ARGV => [token, guard ms ("0": no guard), member ("" for none),
+--                       reservation ms, wake-up channel prefix, yield ticket
+--                       ("" unless yielding), queue entry lifetime in ms]
+-- Releases our key (DESIGN steps 4, 6 and 9) and reports what became of it:
+-- 0 the key was not ours; 1 deleted (nobody queued: any Redlock client of
+-- the key, redsync or node-redlock, can take it at once); 2 handed to the
+-- first in the queue: the key is set to that waiter's token for a short
+-- reservation, which the waiter's confirming attempt extends to its TTL (a
+-- waiter that went away delays the next one by the reservation at most),
+-- and that waiter's client alone is told, on its channel (prefix + client),
+-- with the token as message; 3 kept (yielding only, see below).
+--
+-- Our member leaves the queue, whether we held the key or not, so that no
+-- handoff lands on a token that is done.
+--
+-- Yielding (a waiter that won only a minority of nodes in a split vote, with
+-- its ticket): the key is handed to an older waiter queued here, or kept
+-- when there is none, and we stay queued. Split votes so settle toward the
+-- oldest ticket.
 --
 -- With guard ms, the guard key is set for that long whatever the lock key
 -- holds: a request of ours still in flight (an acquire or extend that timed
 -- out on a slow or paused node) that reaches the node after this release
 -- finds it and sets nothing (see acquire.lua, extend.lua). The guard lives
 -- beside the lock key, so nobody else is kept waiting by it.
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+if ARGV[3] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+end
 local r = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  r = 1
+  local head = {}
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())
+    for _, m in ipairs(gone) do
+      redis.call('ZREM', KEYS[3], m)
+      redis.call('ZREM', KEYS[4], m)
+    end
+    head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  end
+  if ARGV[6] ~= '' and (not head[1] or tonumber(ARGV[6]) <= tonumber(head[2])) then
+    r = 3
+  elseif head[1] then
+    local client, token = string.match(head[1], '^(.-)/(.*)$')
+    redis.call('SET', KEYS[1], token or head[1], 'PX', ARGV[4])
+    redis.call('ZREM', KEYS[3], head[1])
+    redis.call('ZREM', KEYS[4], head[1])
+    if client then
+      -- A refused PUBLISH (an ACL without the channel) must not undo the
+      -- handoff: the waiter's fallback attempt finds the key holding its
+      -- token and confirms it.
+      redis.pcall('PUBLISH', ARGV[5] .. client, token)
+    end
+    r = 2
+  else
+    redis.call('DEL', KEYS[1])
+    r = 1
+  end
+end
+if ARGV[6] ~= '' and r ~= 3 and ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[3])
+  redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[7]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  redis.call('PEXPIRE', KEYS[4], ARGV[7])
 end
 if ARGV[2] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
-end
--- Only a release that freed the key wakes anyone: a failed attempt's
--- cleanup passes no channel. The message says how many clients are waiting
--- on this node (PUBSUB NUMSUB; 2 when that cannot be read), so that a lone
--- waiter attempts at once and competing ones can let the longest waiter go
--- first. A PUBLISH that fails (an ACL without the channel, say) must not
--- keep the lock from being released: 2 is returned, so the client can
--- report it; waiters then fall back to polling.
-if r == 1 and ARGV[3] ~= '' then
-  local subs = 2
-  if ARGV[4] ~= '1' then
-    local n = redis.pcall('PUBSUB', 'NUMSUB', ARGV[3])
-    if type(n) == 'table' and n[2] then
-      subs = tonumber(n[2]) or 2
-    end
-  end
-  -- Nobody listening (the common, uncontended case): no message at all.
-  if subs > 0 and type(redis.pcall('PUBLISH', ARGV[3], tostring(subs))) ~= 'number' then
-    return 2
-  end
 end
 return r

@@ -10,8 +10,8 @@ package scripts
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,49 +42,69 @@ var (
 // Keys names the keys of one lock on one node. Build it with NewKeys, which
 // prepares the KEYS lists once for every script call of the lock.
 type Keys struct {
-	Lock  string // holds the owner's token, with a TTL
-	Guard string // set by our release: requests of ours landing later set nothing
-	Fence string // the fence counter; "" when fencing is off
-	lock  []string
-	rel   []string
-	com   []string
+	Lock   string // holds the owner's token, with a TTL
+	Guard  string // set by our release: requests of ours landing later set nothing
+	Queue  string // waiting members by ticket
+	Expiry string // waiting members by when their entry lapses
+	Fence  string // the fence counter; "" when fencing is off
+	acq    []string
+	ext    []string
+	rel    []string
+	com    []string
 }
 
-// GuardSuffix joins a lock key and a token into the name of the token's
-// release guard: lock key + GuardSuffix + token. It shares the lock key's
-// hash tag, so one script can touch both on a Cluster node.
-const GuardSuffix = ":released:"
+// The suffixes of a lock's other keys, after the lock key. GuardSuffix is
+// followed by the token. They share the lock key's hash tag, so one script
+// can touch them all on a Cluster node.
+const (
+	GuardSuffix  = ":released:"
+	QueueSuffix  = ":queue"
+	ExpirySuffix = ":queue:lapse"
+)
 
 // NewKeys returns the keys of the lock held by token: fence is "" when
 // fencing is off.
 func NewKeys(lock, fence, token string) Keys {
-	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Fence: fence}
-	k.rel = []string{k.Lock, k.Guard}
-	k.lock = k.rel
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Expiry: lock + ExpirySuffix, Fence: fence}
+	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Expiry}
+	k.acq, k.ext = k.rel, k.rel[:2]
 	if fence != "" {
-		k.lock = []string{k.Lock, k.Guard, k.Fence}
+		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Expiry, k.Fence}
+		k.ext = []string{k.Lock, k.Guard, k.Fence}
 		k.com = []string{k.Lock, k.Fence}
 	}
 	return k
 }
+
+// Waiter is how an acquire request queues a waiting Lock call, and how a
+// release yields to the queue. The zero Waiter does not queue.
+type Waiter struct {
+	Member string        // "client/token"; "" when not waiting
+	Ticket int64         // taken once per Lock call: older goes first
+	Lapse  time.Duration // an entry not renewed within it leaves the queue
+}
+
+// Member names a waiting token of a client in the queue.
+func Member(client, token string) string { return client + "/" + token }
 
 // Extended is the outcome of Extend on one node.
 type Extended int8
 
 // The outcomes of Extend.
 const (
-	NotOurs Extended = iota // another token holds the key, or our release guards it
+	Refused Extended = iota // another token holds the key, or our release guards it
 	Rearmed                 // the key held our token; its TTL was reset
 	Healed                  // the key was absent; it was set again with our token
 )
 
-// Acquire sets the lock key to token for ttl where it is absent, or
-// refreshes it where it already holds token — unless token was released on
-// the node (its guard key exists). It reports whether the key holds token
-// now, and, with a fence key, the node's fence counter (0 without). A key of
-// another type is an error (WRONGTYPE).
-func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, int64, error) {
-	v, err := acquire.Run(ctx, c, k.lock, token, ms(ttl)).Result()
+// Acquire sets the lock key to token for ttl where it is absent and no
+// older waiter is queued, or refreshes it where it already holds token —
+// unless token was released on the node (its guard key exists). A refused
+// waiter (w.Member set) joins the queue. It reports whether the key holds
+// token now, and, with a fence key, the node's fence counter (0 without). A
+// key of another type is an error (WRONGTYPE).
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter) (bool, int64, error) {
+	v, err := acquire.Run(ctx, c, k.acq, token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse)).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -130,14 +150,14 @@ func Commit(ctx context.Context, c redis.Scripter, k Keys, token string, t int64
 // where it is absent (unless token was released there); with a fence key it
 // also raises the counter to t there.
 func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
-	return parseExtended(extend.Run(ctx, c, k.lock, token, ms(ttl), t).Int64())
+	return parseExtended(extend.Run(ctx, c, k.ext, token, ms(ttl), t).Int64())
 }
 
 // ExtendCmd queues Extend on a pipeline, as EVALSHA: load the script on
 // the node first (Load), or redo the commands that fail with NOSCRIPT
 // after loading it. Read the outcome with ExtendResult after Exec.
 func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64) *redis.Cmd {
-	return extend.EvalSha(ctx, p, k.lock, token, ms(ttl), t)
+	return extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t)
 }
 
 // ExtendResult reads the outcome of a command queued by ExtendCmd.
@@ -147,13 +167,13 @@ func ExtendResult(cmd *redis.Cmd) (Extended, error) {
 
 func parseExtended(n int64, err error) (Extended, error) {
 	if err != nil {
-		return NotOurs, err
+		return Refused, err
 	}
 	switch n {
 	case 0, 1, 2:
 		return Extended(n), nil
 	}
-	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
+	return Refused, fmt.Errorf("scripts: extend returned %d", n)
 }
 
 // Script names a script for Load.
@@ -178,62 +198,64 @@ func IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Release is check-and-delete: it deletes the lock key if it holds token,
-// and reports whether it did. With guard > 0 it also sets the token's guard
-// key for guard, whatever the lock key holds, so that a request of ours
-// still in flight cannot set the key again when it lands (see Acquire,
-// Extend). A release that deleted the key publishes on channel (unless "")
-// when someone listens there.
+// Released is what a release did with the lock key on one node.
+type Released int8
+
+// The outcomes of Release.
+const (
+	NotOurs    Released = iota // the key did not hold our token
+	Deleted                    // deleted: nobody was queued
+	HandedOver                 // set to the first waiter's token, who was told
+	Kept                       // yielding: no older waiter, the key stays ours
+)
+
+// Release gives up the lock key where it holds token: it hands it to the
+// first waiter queued on the node (for reservation, which that waiter's
+// confirming attempt extends; its client is told on channelPrefix +
+// client), or deletes it when nobody waits. Our member (r.Member) leaves
+// the queue in any case. With guard > 0 it also sets the token's guard key
+// for guard, whatever the lock key holds, so that a request of ours still in
+// flight cannot set the key again when it lands (see Acquire, Extend).
 //
-// A release whose wake-up message the node refused (an ACL without the
-// channel) still deletes the key: it reports true with ErrNotPublished.
-//
-// On a Cluster node (cluster), PUBSUB NUMSUB counts only the subscribers
-// connected to that one node while a message reaches the whole cluster, so
-// the message is published whether or not the node sees a listener.
-func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, channel string, cluster bool) (bool, error) {
-	return parseReleased(release.Run(ctx, c, k.rel, releaseArgs(token, guard, channel, cluster)...).Int64())
+// Yielding (yield true, a waiter with a minority of grants): the key is
+// handed over only to an older ticket than r.Ticket (else Kept), and r
+// stays queued.
+func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) (Released, error) {
+	return parseReleased(release.Run(ctx, c, k.rel, releaseArgs(token, guard, r, yield, reservation, channelPrefix)...).Int64())
 }
 
-// ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd). Read
-// the outcome with ReleaseResult after Exec.
-func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, guard time.Duration, channel string, cluster bool) *redis.Cmd {
-	return release.EvalSha(ctx, p, k.rel, releaseArgs(token, guard, channel, cluster)...)
+// ReleaseCmd queues Release (not yielding) on a pipeline, as EVALSHA (see
+// ExtendCmd). Read the outcome with ReleaseResult after Exec.
+func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, guard time.Duration, r Waiter, reservation time.Duration, channelPrefix string) *redis.Cmd {
+	return release.EvalSha(ctx, p, k.rel, releaseArgs(token, guard, r, false, reservation, channelPrefix)...)
 }
 
 // ReleaseResult reads the outcome of a command queued by ReleaseCmd.
-func ReleaseResult(cmd *redis.Cmd) (bool, error) {
+func ReleaseResult(cmd *redis.Cmd) (Released, error) {
 	return parseReleased(cmd.Int64())
 }
 
-func releaseArgs(token string, guard time.Duration, channel string, cluster bool) []any {
+func releaseArgs(token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) []any {
 	g := int64(0)
 	if guard > 0 {
 		g = ms(guard)
 	}
-	cl := "0"
-	if cluster {
-		cl = "1"
+	ticket := ""
+	if yield {
+		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, channel, cl}
+	return []any{token, g, r.Member, ms(reservation), channelPrefix, ticket, ms(r.Lapse)}
 }
 
-func parseReleased(n int64, err error) (bool, error) {
+func parseReleased(n int64, err error) (Released, error) {
 	if err != nil {
-		return false, err
+		return NotOurs, err
 	}
-	switch n {
-	case 0, 1:
-		return n == 1, nil
-	case 2:
-		return true, ErrNotPublished
+	if n >= 0 && n <= 3 {
+		return Released(n), nil
 	}
-	return false, fmt.Errorf("scripts: release returned %d", n)
+	return NotOurs, fmt.Errorf("scripts: release returned %d", n)
 }
-
-// ErrNotPublished is returned with a successful Release whose wake-up
-// message could not be published on the node.
-var ErrNotPublished = errors.New("scripts: released, but the node refused to publish the wake-up message (check the ACL's channel rights)")
 
 // Exists reports whether key exists, whoever holds it.
 func Exists(ctx context.Context, c redis.Scripter, key string) (bool, error) {

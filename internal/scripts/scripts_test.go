@@ -59,8 +59,8 @@ func TestScripts(t *testing.T) {
 			if ok, err := acquire1(ctx, c, ko, other, time.Second); ok || err != nil {
 				t.Fatalf("Acquire by another token = %v, %v; want false, nil", ok, err)
 			}
-			if got, err := Extend(ctx, c, ko, other, time.Second, 0); got != NotOurs || err != nil {
-				t.Errorf("Extend by another token = %v, %v; want NotOurs", got, err)
+			if got, err := Extend(ctx, c, ko, other, time.Second, 0); got != Refused || err != nil {
+				t.Errorf("Extend by another token = %v, %v; want Refused", got, err)
 			}
 			if got, err := Extend(ctx, c, k, tok, 7*time.Second, 0); got != Rearmed || err != nil {
 				t.Errorf("Extend = %v, %v; want Rearmed", got, err)
@@ -71,7 +71,7 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); !ok || err != nil {
 				t.Errorf("Exists = %v, %v; want true", ok, err)
 			}
-			if ok, err := Release(ctx, c, ko, other, 0, "", false); ok || err != nil {
+			if ok, err := release1(ctx, c, ko, other, 0); ok || err != nil {
 				t.Errorf("Release by another token = %v, %v; want false", ok, err)
 			}
 			if got, _ := m.Get(key); got != tok {
@@ -81,7 +81,7 @@ func TestScripts(t *testing.T) {
 				t.Errorf("a release without a guard left the guard key %q", ko.Guard)
 			}
 			// Released with no request in flight: deleted, nothing left.
-			if ok, err := Release(ctx, c, k, tok, 0, "", false); !ok || err != nil {
+			if ok, err := release1(ctx, c, k, tok, 0); !ok || err != nil {
 				t.Errorf("Release = %v, %v; want true", ok, err)
 			}
 			if keys := m.Keys(); len(keys) != 0 {
@@ -117,7 +117,7 @@ func TestRelease_guard(t *testing.T) {
 			if ok, err := acquire1(ctx, c, k, tok, time.Second); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
-			if ok, err := Release(ctx, c, k, tok, 3*time.Second, "", false); !ok || err != nil {
+			if ok, err := release1(ctx, c, k, tok, 3*time.Second); !ok || err != nil {
 				t.Fatalf("Release with a guard = %v, %v; want true", ok, err)
 			}
 			if m.Exists(key) {
@@ -130,8 +130,8 @@ func TestRelease_guard(t *testing.T) {
 			if ok, err := acquire1(ctx, c, k, tok, time.Second); ok || err != nil {
 				t.Errorf("Acquire after our guarded release = %v, %v; want false", ok, err)
 			}
-			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != NotOurs || err != nil {
-				t.Errorf("Extend after our guarded release = %v, %v; want NotOurs", got, err)
+			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != Refused || err != nil {
+				t.Errorf("Extend after our guarded release = %v, %v; want Refused", got, err)
 			}
 			if m.Exists(key) {
 				t.Errorf("a late request of ours set the key again")
@@ -142,20 +142,20 @@ func TestRelease_guard(t *testing.T) {
 			}
 			// A release that finds another token's key still leaves its guard.
 			k2 := NewKeys(key, "", "tok-c")
-			if ok, err := Release(ctx, c, k2, "tok-c", time.Second, "", false); ok || err != nil {
+			if ok, err := release1(ctx, c, k2, "tok-c", time.Second); ok || err != nil {
 				t.Errorf("Release of a key held by another = %v, %v; want false", ok, err)
 			}
 			if !m.Exists(k2.Guard) {
 				t.Errorf("a release that matched nothing left no guard")
 			}
-			if ok, err := Release(ctx, c, ko, other, 0, "", false); !ok || err != nil {
+			if ok, err := release1(ctx, c, ko, other, 0); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 			if ok, err := acquire1(ctx, c, k2, "tok-c", time.Second); ok || err != nil {
 				t.Errorf("late Acquire over a free key after our guard = %v, %v; want false", ok, err)
 			}
-			if got, err := Extend(ctx, c, k2, "tok-c", time.Second, 0); got != NotOurs || err != nil {
-				t.Errorf("late Extend over a free key after our guard = %v, %v; want NotOurs", got, err)
+			if got, err := Extend(ctx, c, k2, "tok-c", time.Second, 0); got != Refused || err != nil {
+				t.Errorf("late Extend over a free key after our guard = %v, %v; want Refused", got, err)
 			}
 		})
 	}
@@ -173,7 +173,7 @@ func TestScripts_wrongType(t *testing.T) {
 	if _, err := Extend(ctx, c, NewKeys("lock:list", "", "tok"), "tok", time.Second, 0); err == nil {
 		t.Errorf("Extend on a list: err = nil; want WRONGTYPE")
 	}
-	if _, err := Release(ctx, c, NewKeys("lock:list", "", "tok"), "tok", 0, "", false); err == nil {
+	if _, err := release1(ctx, c, NewKeys("lock:list", "", "tok"), "tok", 0); err == nil {
 		t.Errorf("Release on a list: err = nil; want WRONGTYPE")
 	}
 }
@@ -190,9 +190,15 @@ func TestMs(t *testing.T) {
 	}
 }
 
+// release1 is Release without a queue, reporting whether the key was freed.
+func release1(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration) (bool, error) {
+	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, time.Second, "lock:wake:")
+	return r == Deleted || r == HandedOver, err
+}
+
 // acquire1 is Acquire without fencing.
 func acquire1(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, error) {
-	ok, _, err := Acquire(ctx, c, k, token, ttl)
+	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{})
 	return ok, err
 }
 
@@ -200,7 +206,7 @@ func TestFencing(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
 	k, kb := NewKeys("lock:f", "lock:f:fence", "a"), NewKeys("lock:f", "lock:f:fence", "b")
-	ok, fence, err := Acquire(ctx, c, k, "a", time.Second)
+	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{})
 	if !ok || fence != 0 || err != nil {
 		t.Fatalf("Acquire on a new resource = %v, %d, %v; want true, 0, nil", ok, fence, err)
 	}
@@ -213,7 +219,7 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter = %q; want 7 (max, never lowered)", got)
 	}
-	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second)
+	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{})
 	if ok || fence != 7 || err != nil {
 		t.Errorf("Acquire by another = %v, %d, %v; want false, 7 (counter from a refusing node too)", ok, fence, err)
 	}
@@ -225,7 +231,7 @@ func TestFencing(t *testing.T) {
 	}
 	// Release never deletes the counter; a node restarted empty is healed
 	// with the counter by Extend.
-	if ok, err := Release(ctx, c, k, "a", 0, "", false); !ok || err != nil {
+	if ok, err := release1(ctx, c, k, "a", 0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if !m.Exists("lock:f:fence") {
@@ -238,43 +244,163 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter after heal = %q; want 7", got)
 	}
-	if got, err := Extend(ctx, c, kb, "b", time.Second, 9); got != NotOurs || err != nil {
-		t.Errorf("Extend by a non-owner = %v, %v; want NotOurs", got, err)
+	if got, err := Extend(ctx, c, kb, "b", time.Second, 9); got != Refused || err != nil {
+		t.Errorf("Extend by a non-owner = %v, %v; want Refused", got, err)
 	}
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter after a foreign extend = %q; want 7", got)
 	}
 }
 
-func TestRelease_wakesOnlyWhenItFreedTheKey(t *testing.T) {
+// The queue: a refused waiter queues; a release hands the key to the
+// oldest ticket and tells its client alone; a free key goes to the head;
+// entries lapse; a yield settles a split toward the older ticket.
+func TestQueue(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
-	k := NewKeys("lock:h", "", "a")
-	sub := c.Subscribe(ctx, "lock:h")
+	const key, prefix = "lock:q", "lock:wake:"
+	w := func(client, token string, ticket int64) Waiter {
+		return Waiter{Member: Member(client, token), Ticket: ticket, Lapse: 10 * time.Second}
+	}
+	kh, ka, kb := NewKeys(key, "", "h"), NewKeys(key, "", "a"), NewKeys(key, "", "b")
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// Two waiters queue, b with the older ticket.
+	for _, x := range []struct {
+		k   Keys
+		tok string
+		w   Waiter
+	}{{ka, "a", w("ca", "a", 20)}, {kb, "b", w("cb", "b", 10)}} {
+		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w); ok || err != nil {
+			t.Fatalf("Acquire by waiter %s on a held key = %v, %v; want refused", x.tok, ok, err)
+		}
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 2 {
+		t.Fatalf("queue = %q; want both waiters", got)
+	}
+	sub := c.Subscribe(ctx, prefix+"cb")
 	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
+	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A release that matches nothing (a failed attempt's cleanup, a late
-	// release) publishes nothing.
-	if ok, err := Release(ctx, c, k, "a", time.Second, "lock:h", false); ok || err != nil {
-		t.Fatal(ok, err)
+	// The holder releases: the key goes to b (oldest ticket) for the
+	// reservation, and b's client is told.
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, 300*time.Millisecond, prefix); r != HandedOver || err != nil {
+		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
 	}
-	k = NewKeys("lock:h", "", "c")
-	if ok, err := acquire1(ctx, c, k, "c", time.Second); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if ok, err := Release(ctx, c, k, "c", 0, "lock:h", false); !ok || err != nil {
-		t.Fatal(ok, err)
+	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 300*time.Millisecond {
+		t.Errorf("key after the handoff = %q ttl %v; want b for the 300ms reservation", v, m.TTL(key))
 	}
 	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil || msg.Channel != "lock:h" || msg.Payload != "1" {
-		t.Fatalf("ReceiveMessage = %v, %v; want one message on lock:h saying 1 client waits", msg, err)
+	if err != nil || msg.Payload != "b" {
+		t.Fatalf("message on b's channel = %v, %v; want b's token", msg, err)
 	}
-	if m.Exists("lock:h") {
-		t.Errorf("the key survives a release with a subscriber")
+	// The holder cannot take it back; b confirms it with its TTL.
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); ok {
+		t.Errorf("the releaser took the handed key back")
 	}
-	if ok, err := acquire1(ctx, c, NewKeys("lock:h", "", "w"), "w", time.Second); !ok || err != nil {
-		t.Errorf("Acquire after the release = %v, %v; want true", ok, err)
+	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10)); !ok || err != nil {
+		t.Fatalf("b confirming = %v, %v; want granted", ok, err)
 	}
+	if m.TTL(key) != 5*time.Second {
+		t.Errorf("TTL after b confirmed = %v; want its TTL 5s", m.TTL(key))
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", "a") {
+		t.Errorf("queue after the handoff = %q; want a alone", got)
+	}
+	// b's Unlock removes b's member anywhere and hands the key to a.
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, time.Second, prefix); r != HandedOver || err != nil {
+		t.Fatalf("b's Release = %v, %v; want HandedOver", r, err)
+	}
+	// a gives up: its release takes its member out, and, holding the key,
+	// deletes it (nobody else waits).
+	if r, err := Release(ctx, c, ka, "a", 0, w("ca", "a", 20), false, time.Second, prefix); r != Deleted || err != nil {
+		t.Fatalf("a's Release = %v, %v; want Deleted", r, err)
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Errorf("keys left = %q; want none", keys)
+	}
+
+	// A free key with a queue goes to the head (or an older ticket) only.
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok {
+		t.Fatal("Acquire on a free key, nobody queued: refused")
+	}
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); ok {
+		t.Fatal("a granted a held key")
+	}
+	m.Del(key) // the holder's key expires
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, Waiter{}); ok {
+		t.Errorf("a caller not queued took a free key ahead of the queued a")
+	}
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30)); ok {
+		t.Errorf("a younger waiter took a free key ahead of the queued a")
+	}
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); !ok {
+		t.Errorf("the head was refused a free key")
+	}
+
+	// A yield: b, older than the head c, keeps its key; c yields to b.
+	m.FlushAll()
+	kc := NewKeys(key, "", "c")
+	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50))
+	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10)) // queued behind c's key
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, time.Second, prefix); r != HandedOver || err != nil {
+		t.Fatalf("c yielding to the older b = %v, %v; want HandedOver", r, err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", "c") {
+		t.Errorf("queue after c yielded = %q; want c queued", got)
+	}
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, time.Second, prefix); r != Kept || err != nil {
+		t.Errorf("b yielding with no older waiter = %v, %v; want Kept", r, err)
+	}
+
+	// Entries lapse: a waiter that stopped renewing leaves the queue.
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
+	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", "a"), Ticket: 1, Lapse: time.Millisecond})
+	time.Sleep(5 * time.Millisecond)
+	if r, _ := Release(ctx, c, kh, "h", 0, Waiter{}, false, time.Second, prefix); r != Deleted {
+		t.Errorf("Release with only a lapsed waiter = %v; want Deleted", r)
+	}
+}
+
+func FuzzParseAcquire(f *testing.F) {
+	f.Add(int64(1), int64(0), false)
+	f.Add(int64(0), int64(7), true)
+	f.Add(int64(-1), int64(3), true)
+	f.Add(int64(5), int64(-9), true)
+	f.Fuzz(func(t *testing.T, a, b int64, pair bool) {
+		var v any = a
+		if pair {
+			v = []any{a, b}
+		}
+		ok, n, young, err := parseAcquire(v)
+		switch {
+		case err != nil:
+			if ok || young {
+				t.Errorf("parseAcquire(%v) = %v, %v, %v, %v; want nothing with an error", v, ok, n, young, err)
+			}
+		case young:
+			if !pair || a != -1 {
+				t.Errorf("parseAcquire(%v) young; want only from {-1, n}", v)
+			}
+		case ok != (a == 1):
+			t.Errorf("parseAcquire(%v) = %v; want %v", v, ok, a == 1)
+		}
+	})
+}
+
+func FuzzParseReplies(f *testing.F) {
+	f.Add(int64(0))
+	f.Add(int64(3))
+	f.Add(int64(-1))
+	f.Fuzz(func(t *testing.T, n int64) {
+		if r, err := parseReleased(n, nil); (err == nil) != (n >= 0 && n <= 3) || (err != nil && r != NotOurs) {
+			t.Errorf("parseReleased(%d) = %v, %v", n, r, err)
+		}
+		if e, err := parseExtended(n, nil); (err == nil) != (n >= 0 && n <= 2) || (err != nil && e != Refused) {
+			t.Errorf("parseExtended(%d) = %v, %v", n, e, err)
+		}
+	})
 }
