@@ -24,28 +24,13 @@
 local v = redis.call('GET', KEYS[1])
 local ok = 0
 local guarded = false
-local now
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
 if v == false then
   guarded = redis.call('EXISTS', KEYS[2]) == 1
   if not guarded then
     local free = true
-    if redis.call('ZCARD', KEYS[3]) > 0 then
-      local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())
-      for _, m in ipairs(gone) do
-        redis.call('ZREM', KEYS[3], m)
-        redis.call('ZREM', KEYS[4], m)
-      end
-      local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-      if head[1] and head[1] ~= ARGV[3] then
-        free = ARGV[3] ~= '' and tonumber(ARGV[4]) < tonumber(head[2])
-      end
+    local first, ticket = head()
+    if first and first ~= ARGV[3] then
+      free = ARGV[3] ~= '' and tonumber(ARGV[4]) < ticket
     end
     if free then
       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -58,13 +43,9 @@ elseif v == ARGV[1] then
 end
 if ARGV[3] ~= '' and not guarded then
   if ok == 1 then
-    redis.call('ZREM', KEYS[3], ARGV[3])
-    redis.call('ZREM', KEYS[4], ARGV[3])
+    dequeue(ARGV[3])
   else
-    redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
-    redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[5]), ARGV[3])
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
-    redis.call('PEXPIRE', KEYS[4], ARGV[5])
+    enqueue(ARGV[3], ARGV[4], ARGV[5])
   end
 end
 if KEYS[5] then

@@ -17,7 +17,7 @@ import (
 //go:embed guard.lua
 var guardSrc string
 
-var acquireGuarded = redis.NewScript(guardSrc + "\n" + acquireSrc)
+var acquireGuarded = redis.NewScript(guardSrc + "\n" + queueSrc + acquireSrc)
 
 // Young is the error of AcquireGuarded on a node that has been up for less
 // than the restart guard: it granted nothing and changed nothing.

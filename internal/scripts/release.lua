@@ -24,36 +24,18 @@
 -- out on a slow or paused node) that reaches the node after this release
 -- finds it and sets nothing (see acquire.lua, extend.lua). The guard lives
 -- beside the lock key, so nobody else is kept waiting by it.
-local now
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
 if ARGV[3] ~= '' then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
+  dequeue(ARGV[3])
 end
 local r = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local head = {}
-  if redis.call('ZCARD', KEYS[3]) > 0 then
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())
-    for _, m in ipairs(gone) do
-      redis.call('ZREM', KEYS[3], m)
-      redis.call('ZREM', KEYS[4], m)
-    end
-    head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  end
-  if ARGV[6] ~= '' and (not head[1] or tonumber(ARGV[6]) <= tonumber(head[2])) then
+  local first, ticket = head()
+  if ARGV[6] ~= '' and (not first or tonumber(ARGV[6]) <= ticket) then
     r = 3
-  elseif head[1] then
-    local client, token = string.match(head[1], '^(.-)/(.*)$')
-    redis.call('SET', KEYS[1], token or head[1], 'PX', ARGV[4])
-    redis.call('ZREM', KEYS[3], head[1])
-    redis.call('ZREM', KEYS[4], head[1])
+  elseif first then
+    local client, token = string.match(first, '^(.-)/(.*)$')
+    redis.call('SET', KEYS[1], token or first, 'PX', ARGV[4])
+    dequeue(first)
     if client then
       -- A refused PUBLISH (an ACL without the channel) must not undo the
       -- handoff: the waiter's fallback attempt finds the key holding its
@@ -67,10 +49,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   end
 end
 if ARGV[6] ~= '' and r ~= 3 and ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[3])
-  redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[7]), ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[7])
-  redis.call('PEXPIRE', KEYS[4], ARGV[7])
+  enqueue(ARGV[3], ARGV[6], ARGV[7])
 end
 if ARGV[2] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])

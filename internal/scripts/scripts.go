@@ -30,11 +30,13 @@ var (
 	existsSrc string
 	//go:embed fenced_set.lua
 	fencedSetSrc string
+	//go:embed queue.lua
+	queueSrc string // the queue's functions, prepended to acquire and release
 
-	acquire = redis.NewScript(acquireSrc)
+	acquire = redis.NewScript(queueSrc + acquireSrc)
 	commit  = redis.NewScript(commitSrc)
 	extend  = redis.NewScript(extendSrc)
-	release = redis.NewScript(releaseSrc)
+	release = redis.NewScript(queueSrc + releaseSrc)
 	exists  = redis.NewScript(existsSrc)
 	fenced  = redis.NewScript(fencedSetSrc)
 )
