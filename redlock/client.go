@@ -323,6 +323,14 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 	if err != nil {
 		return nil, err
 	}
+	// A Client that has waited before listens already: queue from the
+	// first attempt, which saves a refused round under contention.
+	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
+		if w, err = c.wake.join(l.token); err != nil {
+			return nil, err
+		}
+		l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+	}
 	var verdict error // the error of the last attempt that settled anything
 	for attempt := 1; ; attempt++ {
 		*attempts = attempt
