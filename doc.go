@@ -10,49 +10,61 @@
 //  1. Acquire: one round, in parallel on all N nodes, of a Lua script that
 //     sets key = token with PX ttl where the key is free (or refreshes it
 //     where it already holds this token). The token is a uuid v4: 122 bits
-//     from crypto/rand, fresh for every attempt.
+//     from crypto/rand, one per Lock call (all its attempts carry it).
 //  2. Decide early: the call returns as soon as a majority (N/2+1) granted, or
 //     as soon as a majority became impossible. Slower nodes finish in the
 //     background, bounded by the node timeout, which the fan-out enforces
 //     itself (it stops waiting for that node).
 //  3. Validity = TTL − elapsed − (TTL·drift + 2ms), on the monotonic clock
 //     from before the first request. A majority reached with no validity
-//     left is a failure.
-//  4. A failed or cancelled attempt releases its key on every node, on a
-//     context without the caller's cancellation. On each node the release
-//     goes out after the attempt's own request there has answered or timed
-//     out, so the acquire cannot land after its release; a late grant
-//     triggers another release.
+//     left is a failure, and Lock checks validity again just before it
+//     returns: it never returns an expired lock.
+//  4. A failed or cancelled Lock call releases its key on every node, on a
+//     context without the caller's cancellation. Where a request of the
+//     lock may still be in flight (it timed out, or has not answered), the
+//     release also sets a guard key beside the lock key,
+//     <key>:released:<token>, for two TTLs: an acquire or extend of ours that
+//     reaches the node later — delayed on the way, or queued on a paused
+//     node — finds it and sets nothing, whatever the lock key holds then.
 //  5. Extend re-arms the TTL only where the key holds our token, and sets it
-//     again where the key is absent (a node that restarted empty is healed);
-//     a node where another token holds the key counts against us.
-//  6. Release is check-and-delete on every node. The key is replaced by a
-//     tombstone naming our token for two node timeouts (free for any
-//     other token),
-//     so that a request of ours a paused node runs after the release
-//     cannot set it again; a release that got no answer is retried until
-//     the node answers or the TTL has passed.
+//     again where the key is absent and unguarded (a node that restarted
+//     empty is healed); a node where another token holds the key counts
+//     against us.
+//  6. Release is check-and-delete on every node (with the guard of step 4
+//     where needed): the lock key is free at once for every Redlock client
+//     of it (redsync, node-redlock, aioredlock in a rolling migration). A
+//     release that got no answer is retried until the node answers or the
+//     TTL has passed. With waiters queued, the key is handed over instead
+//     (step 9).
 //  7. Renewal: one scheduler per Client extends every held lock each TTL/3,
 //     retrying a failed round quickly with jittered backoff while validity
 //     remains. A lock is lost when a majority says the key is not ours, or
-//     when its ValidUntil passes without a successful renewal, whichever comes
-//     first; a timer armed at ValidUntil fires even if a renewal hangs.
+//     when its ValidUntil passes without a successful renewal (also when an
+//     Extend round ends after it), whichever comes first; a timer armed at
+//     ValidUntil fires even if a renewal hangs.
 //  8. Fencing (opt-in, WithFencing): the acquire script also returns the
 //     node's fence counter for the resource; t = max(counters) + 1; then a
 //     second phase raises the counter to max(counter, t) on every node that
 //     granted, only where the key still holds our token. The lock and its
 //     token count only when a majority committed, with validity measured
 //     over both phases. Extend raises the counter to t wherever it re-arms
-//     or heals a key.
-//  9. Wake-up: a release publishes on the resource's channel; a waiting Lock
-//     listens through one subscription per node per Client, attempts again
-//     on every message, and keeps its jittered retry delay only as a
-//     fallback. A Client's own Lock calls on one resource take turns in
-//     arrival order, and a release that has listeners leaves, for a few
-//     milliseconds, a marker only a waiter may take: a holder that unlocks
-//     and locks again at once goes behind the waiters. The release message
-//     says how many clients wait; when several do, each pauses for less the
-//     longer it has waited, so the oldest usually wins.
+//     or heals a key. A handed-over lock is confirmed by an ordinary
+//     attempt, so it is fenced like any other.
+//  9. Waiters queue on the nodes: a Lock call refused on a node joins that
+//     node's queue of the resource (<key>:queue, by a ticket taken once per
+//     call: its start time) in the same script. A release that finds
+//     waiters sets the key to the first one's token for a short
+//     reservation and publishes that token on its Client's channel only (one
+//     channel per Client, subscribed once); the waiter confirms at once with
+//     an ordinary attempt, which re-arms the key for its TTL. On a free key
+//     the first in the queue goes first. A waiter that won only a minority
+//     in a split vote yields those nodes to older waiters queued there, so
+//     splits settle toward the oldest ticket. Entries lapse when their
+//     waiter stops renewing them (every attempt renews; a waiter keeps its
+//     jittered retry delay as a fallback), and a waiter that went away
+//     delays the next by the reservation at most. A failed attempt's
+//     cleanup wakes nobody. A Client's own Lock calls on one resource also
+//     take turns in arrival order.
 //
 // # What is guaranteed
 //

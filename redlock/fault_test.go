@@ -632,8 +632,8 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 
 // DESIGN step 4: no request may land after its release. A renewal that
 // timed out on a paused node is still executed when the node resumes,
-// possibly after the Unlock's release there; the release's tombstone keeps
-// it from setting our key again.
+// possibly after the Unlock's release there; the release's guard keeps it
+// from setting our key again.
 func TestReal_lateRequestAfterReleaseLeavesNoKey(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
