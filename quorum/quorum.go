@@ -8,6 +8,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -42,13 +43,18 @@ func (v Vote) String() string {
 }
 
 // TimeoutError is the error of a node that did not answer within the node
-// timeout. It matches context.DeadlineExceeded.
+// timeout, or before the caller's deadline (Caller). It matches
+// context.DeadlineExceeded.
 type TimeoutError struct {
-	After time.Duration
+	After  time.Duration
+	Caller bool // the caller's ctx deadline came first
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("no reply within %v", e.After)
+	if e.Caller {
+		return fmt.Sprintf("no reply before the caller's deadline (%v)", e.After.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("no reply within %v", e.After.Round(time.Millisecond))
 }
 
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) hold.
@@ -252,7 +258,11 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 		case <-timeout:
 			t.failPending(&TimeoutError{After: r.timeout}, false)
 		case <-ctx.Done():
-			t.failPending(ctx.Err(), !r.timedOut())
+			var err error = &TimeoutError{After: time.Since(r.start), Caller: true}
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				err = ctx.Err() // cancelled, not timed out
+			}
+			t.failPending(err, !r.timedOut())
 		}
 	}
 	t.Elapsed = time.Since(r.start)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -84,6 +85,7 @@ type Client struct {
 	mu      sync.Mutex // protects closed, locks, maxWait
 	closed  bool
 	locks   map[*Lock]struct{}
+	held    map[string]int // per resource: locks in locks, to tell a caller it holds one already
 	maxWait time.Duration // longest node timeout used, for Close's bounded wait
 	owned   []io.Closer   // node clients this Client built (none with New)
 }
@@ -110,6 +112,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		quorum:  quorum.Size(len(nodes)),
 		closing: make(chan struct{}),
 		locks:   make(map[*Lock]struct{}),
+		held:    make(map[string]int),
 		lines:   make(map[string][]chan struct{}),
 		maxWait: cfg.timeout(),
 	}
@@ -221,19 +224,40 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 	var err error
 	select {
 	case n.sem <- struct{}{}:
+		start := time.Now()
 		var v T
 		v, err = fn(ctx, n.c)
 		<-n.sem
 		if err == nil {
 			return v, nil
 		}
+		// One wording for a node that did not answer in time, whether
+		// the client reports the deadline or an i/o timeout.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
+			err = &quorum.TimeoutError{After: dl.Sub(start)}
+		}
 	default:
 		err = errBusy
+	}
+	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
+		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
 	}
 	if at.obs != nil {
 		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
 	}
 	return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
+}
+
+// isTimeout reports whether err is a deadline or a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// scriptRefused reports whether err is a node refusing a command inside a
+// script for want of an ACL right.
+func scriptRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "can't run this command")
 }
 
 // Lock acquires the lock on resource, retrying with a jittered delay (see
@@ -470,6 +494,24 @@ func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
 	return l, nil
 }
 
+// forget removes l from the Client's locks. c.mu is held.
+func (c *Client) forget(l *Lock) {
+	if _, ok := c.locks[l]; !ok {
+		return
+	}
+	delete(c.locks, l)
+	if c.held[l.resource]--; c.held[l.resource] <= 0 {
+		delete(c.held, l.resource)
+	}
+}
+
+// holds reports whether this Client holds a lock on resource.
+func (c *Client) holds(resource string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[resource] > 0
+}
+
 // drop takes back a lock granted but never handed out: its renewal stops
 // and it is released, without hooks (the caller never saw it).
 func (c *Client) drop(ctx context.Context, l *Lock) {
@@ -481,7 +523,7 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 	}
 	l.finish(nil)
 	c.mu.Lock()
-	delete(c.locks, l)
+	c.forget(l)
 	c.mu.Unlock()
 	l.releaseAll(ctx)
 }
@@ -575,10 +617,10 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 		if t2.Quorum() && time.Now().Before(deadline) {
 			return t, c.hold(ctx, l, deadline), true
 		}
-		err, settled := c.attemptError(t2, cfg)
+		err, settled := c.attemptError(t2, cfg, l.resource)
 		return t, err, settled
 	}
-	err, settled := c.attemptError(t, cfg)
+	err, settled := c.attemptError(t, cfg, l.resource)
 	return t, err, settled
 }
 
@@ -641,7 +683,11 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 // nodes settles nothing (settled is false); it is ErrNoQuorum, as too few
 // nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
-func (c *Client) attemptError(t quorum.Tally, cfg config) (err error, settled bool) {
+func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
+	holder := ""
+	if t.No > 0 && c.holds(resource) {
+		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
+	}
 	n := len(c.nodes)
 	if t.Quorum() {
 		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl), true
@@ -649,6 +695,8 @@ func (c *Client) attemptError(t quorum.Tally, cfg config) (err error, settled bo
 	cut := t.CutShort()
 	var head error
 	switch {
+	case t.No > n-c.quorum && holder != "":
+		head = fmt.Errorf("%w: %d of %d nodes hold another key: %s", ErrNotObtained, t.No, n, holder)
 	case t.No > n-c.quorum:
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
 	case t.Failed > cut:
@@ -695,6 +743,7 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error 
 		return ErrClosed
 	}
 	c.locks[l] = struct{}{}
+	c.held[l.resource]++
 	c.mu.Unlock()
 	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
 	if err != nil { // closed meanwhile; Close will release it
@@ -817,7 +866,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	close(c.closing)
 	locks := c.locks
-	c.locks = nil
+	c.locks, c.held = nil, nil
 	wait := c.maxWait
 	deadline := time.Now().Add(wait + closeGrace)
 	c.mu.Unlock()

@@ -56,3 +56,25 @@ func (e *NodeError) Unwrap() error { return e.Err }
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
+
+// classed is an error with one message that matches several sentinels: a
+// loss that is also "not held" reads as one sentence, not two prefixes.
+type classed struct {
+	msg   string
+	class []error
+	cause error // may be nil
+}
+
+func (e *classed) Error() string {
+	if e.cause != nil {
+		return e.msg + ": " + e.cause.Error()
+	}
+	return e.msg
+}
+
+func (e *classed) Unwrap() []error {
+	if e.cause != nil {
+		return append(e.class[:len(e.class):len(e.class)], e.cause)
+	}
+	return e.class
+}

@@ -55,6 +55,8 @@ func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, token stri
 	ok, fence, err := scripts.AcquireGuarded(ctx, s, k, token, cfg.ttl, w, cfg.restartGuard)
 	if young := (*scripts.Young)(nil); errors.As(err, &young) {
 		err = fmt.Errorf("%w: %w", ErrNodeRestarted, err)
+	} else if scriptRefused(err) {
+		err = fmt.Errorf("%w (WithRestartGuard reads INFO inside the acquire script: the node's ACL user needs +info)", err)
 	}
 	return ok, fence, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -223,8 +224,9 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 		l.mu.Unlock()
 		return nil
 	case t.No >= c.quorum:
-		err := c.joinNodeErrors(fmt.Errorf("%w: %w: %d of %d nodes hold another owner's key or none, %d confirmed",
-			ErrLockLost, ErrNotHeld, t.No, n, t.Yes), t)
+		err := c.joinNodeErrors(&classed{msg: fmt.Sprintf("redlock: lock lost: our key is gone from %d of %d nodes "+
+			"(another owner's key there, or no key: it expired or was deleted), %d confirmed", t.No, n, t.Yes),
+			class: []error{ErrLockLost, ErrNotHeld}}, t)
 		l.lose(err)
 		return err
 	}
@@ -267,7 +269,7 @@ func (l *Lock) usable() error {
 // expire declares the lock lost because its validity ran out, and returns
 // the loss error.
 func (l *Lock) expire(last error) error {
-	err := fmt.Errorf("%w: %w", ErrLockLost, errors.Join(renew.ErrExpired, last))
+	err := l.expiredError(last)
 	l.lose(err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -275,6 +277,17 @@ func (l *Lock) expire(last error) error {
 		return l.lostErr
 	}
 	return err
+}
+
+// expiredError is the loss of a lock whose validity ran out; last is what
+// the last renewal round (or Extend) saw, if anything. It matches
+// ErrLockLost and renew.ErrExpired.
+func (l *Lock) expiredError(last error) error {
+	msg := "redlock: lock lost: its validity ran out before a renewal succeeded"
+	if !l.cfg.autoRenew {
+		msg = "redlock: lock lost: its lease ran out at ValidUntil (a fixed lease, WithAutoRenew(false): Extend it in time, or let it renew)"
+	}
+	return &classed{msg: msg, class: []error{ErrLockLost, renew.ErrExpired}, cause: last}
 }
 
 // lose declares the lock lost, once: Lost() is closed, Context() cancelled
@@ -381,7 +394,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.reportExpiry()
 	l.finish(ErrUnlocked)
 	c.mu.Lock()
-	delete(c.locks, l)
+	c.forget(l)
 	c.mu.Unlock()
 	return l.release(ctx)
 }
@@ -607,7 +620,13 @@ func (w watch) Lose(err error) {
 		return
 	}
 	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
-		err = fmt.Errorf("%w: %w", ErrLockLost, err)
+		// The scheduler's deadline: err joins renew.ErrExpired with what
+		// the last renewal saw.
+		var last error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			last = errors.Join(slices.DeleteFunc(slices.Clone(j.Unwrap()), func(e error) bool { return e == renew.ErrExpired })...)
+		}
+		err = w.l.expiredError(last)
 	}
 	w.l.lose(err)
 }

@@ -317,8 +317,9 @@ func TestNodes_aclMissingRights(t *testing.T) {
 		c := dialT(t, urlsOf("redis", "noinfo:pw", addrs...), WithRestartGuard(DefaultTTL))
 		_, err := c.TryLock(ctx, "r3")
 		var ne *NodeError
-		if !errors.Is(err, ErrNoQuorum) || !errors.As(err, &ne) || !strings.Contains(ne.Err.Error(), "can't run this command") {
-			t.Fatalf("TryLock = %v; want ErrNoQuorum with a *NodeError saying the script may not run INFO", err)
+		if !errors.Is(err, ErrNoQuorum) || !errors.As(err, &ne) || !strings.Contains(ne.Err.Error(), "can't run this command") ||
+			!strings.Contains(ne.Err.Error(), "needs +info") {
+			t.Fatalf("TryLock = %v; want ErrNoQuorum with a *NodeError saying the script may not run INFO and naming +info", err)
 		}
 		t.Logf("node error: %v", ne)
 	})
