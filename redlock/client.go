@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -86,8 +86,8 @@ type Client struct {
 	closed  bool
 	locks   map[*Lock]struct{}
 	held    map[string]int // per resource: locks in locks, to tell a caller it holds one already
-	maxWait time.Duration // longest node timeout used, for Close's bounded wait
-	owned   []io.Closer   // node clients this Client built (none with New)
+	maxWait time.Duration  // longest node timeout used, for Close's bounded wait
+	owned   []io.Closer    // node clients this Client built (none with New)
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
