@@ -241,11 +241,19 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 		l.mu.Unlock()
 	}
 	ctx := context.Background()
+	args := make([]*[2][]any, k)
+	for j, l := range locks {
+		args[j] = l.releaseArgs()
+	}
 	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) ([]*redis.Cmd, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
 			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 				l := locks[j]
-				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.token, l.guardFor(i), l.waiter, l.cfg.reservation(), c.channelPrefix())
+				a := args[j][0]
+				if l.guardFor(i) > 0 {
+					a = args[j][1]
+				}
+				return scripts.ReleaseCmd(ctx, p, l.keys[i], a)
 			})
 		})
 	})

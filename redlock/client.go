@@ -596,11 +596,12 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 // try is attempt without the hook.
 func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
-	w := l.waiter
+	// The arguments are boxed once for every node.
+	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter)
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, w) // guard.go
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], args, cfg) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
@@ -802,6 +803,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Unlock()
 	dctx := context.WithoutCancel(ctx)
 	wait := ctx.Err() == nil
+	args := l.releaseArgs()
 	var wg sync.WaitGroup
 	for i := range c.nodes {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
@@ -810,7 +812,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		rel := func() {
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
 			defer cancel()
-			_, _ = l.releaseNode(rctx, i)
+			_, _ = l.releaseNode(rctx, i, args)
 		}
 		if wait {
 			wg.Go(rel)

@@ -427,8 +427,9 @@ func (l *Lock) release(ctx context.Context) (err error) {
 // resource could find it there. The requests go out even if ctx is done.
 func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	dctx := context.WithoutCancel(ctx)
+	args := l.releaseArgs()
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
-		return l.releaseNode(ctx, i)
+		return l.releaseNode(ctx, i, args)
 	})
 	return r.Collect(dctx, voteReleased, quorum.All)
 }
@@ -463,9 +464,16 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 // leaves the token's guard, so that the request sets nothing when it lands,
 // whatever the key holds then. A release that got no answer is retried in
 // the background.
-func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
+func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, error) {
+	if args == nil {
+		args = l.releaseArgs()
+	}
 	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		r, err := l.releaseScript(ctx, i, s, l.guardFor(i), false)
+		a := args[0]
+		if l.guardFor(i) > 0 {
+			a = args[1]
+		}
+		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
 		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
 	if retryable(err) {
@@ -473,6 +481,15 @@ func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
 		l.c.goCallback(func() { l.retryRelease(rctx, i) })
 	}
 	return ok, err
+}
+
+// releaseArgs boxes the release's arguments once for every node: without
+// the guard, and with it.
+func (l *Lock) releaseArgs() *[2][]any {
+	return &[2][]any{
+		scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.cfg.reservation(), l.c.channelPrefix()),
+		scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.cfg.reservation(), l.c.channelPrefix()),
+	}
 }
 
 // releaseScript runs the release script on node i; yield is for a waiter

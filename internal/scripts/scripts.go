@@ -106,7 +106,18 @@ const (
 // token now, and, with a fence key, the node's fence counter (0 without). A
 // key of another type is an error (WRONGTYPE).
 func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter) (bool, int64, error) {
-	v, err := acquire.Run(ctx, c, k.acq, token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse)).Result()
+	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w))
+}
+
+// AcquireArgs boxes the arguments of Acquire once, for a lock that sends
+// them to every node and on every attempt (AcquireWith).
+func AcquireArgs(token string, ttl time.Duration, w Waiter) []any {
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse)}
+}
+
+// AcquireWith is Acquire with arguments from AcquireArgs.
+func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (bool, int64, error) {
+	v, err := acquire.Run(ctx, c, k.acq, args...).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -223,13 +234,19 @@ const (
 // handed over only to an older ticket than r.Ticket (else Kept), and r
 // stays queued.
 func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) (Released, error) {
-	return parseReleased(release.Run(ctx, c, k.rel, releaseArgs(token, guard, r, yield, reservation, channelPrefix)...).Int64())
+	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, reservation, channelPrefix))
 }
 
-// ReleaseCmd queues Release (not yielding) on a pipeline, as EVALSHA (see
-// ExtendCmd). Read the outcome with ReleaseResult after Exec.
-func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, guard time.Duration, r Waiter, reservation time.Duration, channelPrefix string) *redis.Cmd {
-	return release.EvalSha(ctx, p, k.rel, releaseArgs(token, guard, r, false, reservation, channelPrefix)...)
+// ReleaseWith is Release with arguments from ReleaseArgs.
+func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
+	return parseReleased(release.Run(ctx, c, k.rel, args...).Int64())
+}
+
+// ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),
+// with arguments from ReleaseArgs (not yielding). Read the outcome with
+// ReleaseResult after Exec.
+func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, args []any) *redis.Cmd {
+	return release.EvalSha(ctx, p, k.rel, args...)
 }
 
 // ReleaseResult reads the outcome of a command queued by ReleaseCmd.
@@ -237,7 +254,9 @@ func ReleaseResult(cmd *redis.Cmd) (Released, error) {
 	return parseReleased(cmd.Int64())
 }
 
-func releaseArgs(token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) []any {
+// ReleaseArgs boxes the arguments of Release once, for a lock that sends
+// them to every node (ReleaseWith, ReleaseCmd).
+func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) []any {
 	g := int64(0)
 	if guard > 0 {
 		g = ms(guard)
