@@ -49,6 +49,7 @@ var panelTitles = map[string]string{
 	"extend":      "extend · one renewal round",
 	"slow":        "slow node · Lock with node 0 delayed",
 	"contended":   "contended · wait in Lock",
+	"clients":     "clients · wait in Lock, an instance each",
 	"handoff":     "handoff · Unlock → waiter holds it",
 	"parallel":    "parallel · Lock + Unlock, a resource per client",
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -387,15 +388,41 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 		res.Err = err.Error()
 		return res
 	}
+	lks := []libs.Locker{lk}
+	if s.runMany != nil {
+		for len(lks) < e.clients {
+			more, err := lib.New(ns, cfg.ttl)
+			if err != nil {
+				res.Err = err.Error()
+				break
+			}
+			lks = append(lks, more)
+		}
+		defer func() {
+			for _, more := range lks[1:] {
+				more.Close()
+			}
+		}()
+		if res.Err != "" {
+			return res
+		}
+	}
 	rec := &recorder{}
 	hard, cancelHard := context.WithTimeout(ctx, cfg.duration+cfg.grace)
 	defer cancelHard()
 	soft, cancelSoft := context.WithTimeout(context.WithValue(ctx, hardKey{}, hard), cfg.duration)
 	defer cancelSoft()
 	prog.start(tag+" "+lib.Name+" · "+s.name, cfg.duration, &rec.ops)
+	usecBefore := serverUsec(ctx, ns)
 	start := time.Now()
-	err = s.run(soft, e, lk, fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano()), rec)
+	name := fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano())
+	if s.runMany != nil {
+		err = s.runMany(soft, e, lks, name, rec)
+	} else {
+		err = s.run(soft, e, lk, name, rec)
+	}
 	res.Elapsed = time.Since(start)
+	usec := serverUsec(ctx, ns) - usecBefore
 	if cerr := lk.Close(); err == nil {
 		err = cerr
 	}
@@ -412,6 +439,9 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	res.Errors = rec.errs
 	res.Fair = rec.fair
 	res.Ops = len(rec.samples)
+	if res.Ops > 0 && usecBefore >= 0 && usec > 0 {
+		res.ServerUS = usec / float64(res.Ops)
+	}
 	d := make([]time.Duration, len(rec.samples))
 	for i, sm := range rec.samples {
 		d[i] = sm.D
@@ -492,4 +522,28 @@ func writeMany(ctx context.Context, stdout io.Writer, opts []*redis.Options, cfg
 		fmt.Fprintln(tw, r.Row())
 	}
 	return tw.Flush()
+}
+
+// serverUsec sums the usec of every command in INFO commandstats over the
+// nodes: the CPU time the servers spent on commands. It returns -1 when a
+// node cannot tell (miniredis has no commandstats).
+func serverUsec(ctx context.Context, ns []redis.UniversalClient) float64 {
+	total := 0.0
+	for _, n := range ns {
+		info, err := n.Info(ctx, "commandstats").Result()
+		if err != nil || !strings.Contains(info, "usec=") {
+			return -1
+		}
+		for line := range strings.Lines(info) {
+			_, rest, ok := strings.Cut(line, "usec=")
+			if !ok {
+				continue
+			}
+			v, _, _ := strings.Cut(rest, ",")
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				total += f
+			}
+		}
+	}
+	return total
 }

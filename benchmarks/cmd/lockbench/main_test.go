@@ -39,7 +39,7 @@ func TestRun_smoke(t *testing.T) {
 			t.Errorf("table lacks scenario %q:\n%s", s, out)
 		}
 	}
-	for _, want := range []string{"quorumlock", "redsync", "redislock", "floor", "longest wait in Lock", "to another goroutine",
+	for _, want := range []string{"quorumlock", "redsync", "redislock", "floor", "longest wait in Lock", "to another",
 		"\nversions: Go ", ", redsync v4.18.1", "* to another: share of handoffs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

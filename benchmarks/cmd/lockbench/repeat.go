@@ -20,6 +20,10 @@ type Run struct {
 	OpsPerSec float64       `json:"ops_per_sec"`
 	Summary   Summary       `json:"summary"`
 	Fair      *Fairness     `json:"fairness,omitempty"`
+	// ServerUS is the nodes' CPU time per operation, in µs: the usec of
+	// every command in INFO commandstats, summed over the nodes, before and
+	// after the run (0 when it could not be read).
+	ServerUS float64 `json:"server_us_per_op,omitempty"`
 }
 
 // Spread is, for one figure, (max − min) / median over the runs: 0.1 means
@@ -45,7 +49,7 @@ func merge(runs []*Result) *Result {
 	}
 	first := runs[0]
 	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
-	var rates []float64
+	var rates, server []float64
 	var p50, p90, p99, mean []time.Duration
 	for i, r := range runs {
 		m.Runs = append(m.Runs, runOf(r))
@@ -78,12 +82,14 @@ func merge(runs []*Result) *Result {
 			continue // a failed run has no figures to take the median of
 		}
 		rates = append(rates, r.OpsPerSec)
+		server = append(server, r.ServerUS)
 		p50 = append(p50, r.Summary.P50)
 		p90 = append(p90, r.Summary.P90)
 		p99 = append(p99, r.Summary.P99)
 		mean = append(mean, r.Summary.Mean)
 	}
 	m.OpsPerSec = medianFloat(rates)
+	m.ServerUS = medianFloat(server)
 	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
 	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99)}
 	return m

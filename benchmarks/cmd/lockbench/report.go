@@ -156,7 +156,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		fmt.Fprintf(w, "* ops/s, p50, p90, p99: medians over %d runs; ops and max: all runs; spread: (max − min) / median over the runs\n", rep.Count)
 	}
 	if hasFairness(rep) {
-		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine other than the releaser; longest wait: the longest single Lock call (contended only)")
+		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call; server µs/acq: the nodes' command time per acquisition (INFO commandstats)")
 	}
 	if len(thin) > 0 {
 		fmt.Fprintf(w, "† fewer than %d samples in a run (%s): p90 and p99 are among its top few samples, close to the max; run longer (-duration)\n",
@@ -168,7 +168,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		}
 	}
 
-	ft := &table{head: []string{"contended", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another goroutine"}}
+	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server µs/acq"}}
 	for _, r := range rep.Results {
 		if r.Fair == nil {
 			continue
@@ -177,8 +177,16 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Fair.Censored {
 			wait += " (still waiting at the end)"
 		}
-		ft.add(fmt.Sprintf("%d clients / %d res.", rep.Clients, rep.Resources), r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair))
+		who := fmt.Sprintf("%d goroutines / %d res.", rep.Clients, rep.Resources)
+		if r.Scenario == "clients" {
+			who = fmt.Sprintf("%d instances / 1 res.", rep.Clients)
+		}
+		server := "–"
+		if r.ServerUS > 0 {
+			server = strconv.FormatFloat(r.ServerUS, 'f', 0, 64)
+		}
+		ft.add(who, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), server)
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)

@@ -47,6 +47,10 @@ type scenario struct {
 	// is all a single-node library has).
 	multiNode bool
 	run       func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+	// runMany, when set, replaces run: it gets -clients lockers of the
+	// library, each its own instance (a Client of its own, like a process
+	// of its own), over the same nodes.
+	runMany func(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error
 }
 
 var scenarios = []scenario{
@@ -73,6 +77,13 @@ var scenarios = []scenario{
 		waits:      true,
 		concurrent: true,
 		run:        runContended,
+	},
+	{
+		name:       "clients",
+		about:      "-clients instances of the library (like processes) Lock+Unlock one resource; sample = wait in Lock",
+		waits:      true,
+		concurrent: true,
+		runMany:    runClients,
 	},
 	{
 		name:  "handoff",
@@ -240,7 +251,22 @@ func runSlow(ctx context.Context, e *env, lk libs.Locker, res string, r *recorde
 
 // runContended runs e.clients goroutines; goroutine i uses resource
 // i % e.resources. Each sample is the time one Lock call waited.
+// runClients is runContended with one resource and a locker per
+// goroutine: fairness across instances, as across processes.
+func runClients(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error {
+	ce := *e
+	ce.resources = 1
+	return contend(ctx, &ce, func(g int) libs.Locker { return lks[g] }, res, r)
+}
+
 func runContended(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	return contend(ctx, e, func(int) libs.Locker { return lk }, res, r)
+}
+
+// contend runs e.clients goroutines that Lock and Unlock e.resources
+// resources, goroutine g with locker(g), and records each wait in Lock and
+// who took each lock after whom.
+func contend(ctx context.Context, e *env, locker func(g int) libs.Locker, res string, r *recorder) error {
 	hard := hardCtx(ctx)
 	nres := max(1, min(e.resources, e.clients))
 	type resState struct {
@@ -259,6 +285,7 @@ func runContended(ctx context.Context, e *env, lk libs.Locker, res string, r *re
 	for g := range e.clients {
 		st := states[g%nres]
 		name := fmt.Sprintf("%s:%d", res, g%nres)
+		lk := locker(g)
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				start := time.Now()
