@@ -123,6 +123,9 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if _, ok := n.(*redis.Ring); ok {
 			return nil, invalid("nodes[%d] is a *redis.Ring: it moves keys between shards, so it is not one independent master", i)
 		}
+		if err := checkNode(nodes, i); err != nil {
+			return nil, err
+		}
 		_, cluster := n.(*redis.ClusterClient)
 		c.nodes[i] = node{c: n, addr: nodeAddr(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
 		c.anyCluster = c.anyCluster || cluster

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,18 +42,35 @@ import (
 // TLS URLs verify the server against the system's roots, unless
 // WithTLSConfig supplies other roots or a client certificate.
 //
-// Unlike New, Dial talks to the nodes: it sends PING to every node in
-// parallel, each bounded by ctx and the node timeout (see WithNodeTimeout),
-// so that a configuration error shows at startup rather than at the first
-// Lock. A minority of nodes down or unreachable is tolerated, as it is for
-// every lock (the clients reconnect when the nodes come back; WithLogger and
-// WithHooks see their errors, with Op "dial"). Dial fails, and closes what it
-// built, when:
+// Unlike New, Dial talks to the nodes: in one parallel round, each bounded
+// by ctx and the node timeout (see WithNodeTimeout), it sends every node
+// PING, then ROLE and INFO server on the same connection, so that a
+// configuration error shows at startup rather than at the first Lock. A
+// minority of nodes down or unreachable is tolerated, as it is for every
+// lock (the clients reconnect when the nodes come back; WithLogger and
+// WithHooks see their errors, with Op "dial"); such nodes are not checked.
+// A node that answers ROLE or INFO with an error reply is not verified, and
+// Dial goes on: an ACL user without +role or +info (NOPERM), or a server
+// without these commands, such as miniredis. WithHooks and WithLogger see it
+// as a node error with Op "dial" and Kind "reply" (a warning in the log).
+// A Cluster node gets PING only: its client writes each key to the master
+// of the key's slot. Dial fails, and closes what it built, when:
 //
 //   - an argument is bad: no URLs, a URL that does not parse or has an
-//     unknown scheme or option, or an invalid option. The error matches
-//     ErrInvalidArgument, names the URL by its index with its password
-//     redacted, and no I/O was done;
+//     unknown scheme or option, or an invalid option. So are max_retries or
+//     max_redirects below -1 (go-redis would then send no pipelined command
+//     and report success), and pool sizes or connection counts above 65,536
+//     or buffer sizes above 64 MiB (go-redis allocates pools when it builds
+//     a client). The error matches ErrInvalidArgument, names the URL by its
+//     index with its password redacted, and no I/O was done;
+//   - the nodes are not independent masters: two URLs with the same address
+//     (found before any I/O; the database number does not make another
+//     server), two nodes that answer with the same run_id (one server
+//     reached by two names, such as 127.0.0.1 and localhost, a proxy, or a
+//     Sentinel URL and its master's), or a node whose ROLE is not master (a
+//     replica refuses writes; a Sentinel holds no keys). One server counted
+//     twice is not a majority. The error matches ErrInvalidArgument and
+//     names the nodes by index and URL, passwords redacted;
 //   - a node refused us for good: wrong credentials (WRONGPASS, NOAUTH), an
 //     ACL without PING (NOPERM), a TLS certificate that does not verify, or
 //     a TLS handshake the server rejected. The error is joined with a
@@ -85,6 +103,14 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, addr)
+		if why := droppedCommands(n); why != "" {
+			closeAll()
+			return nil, invalid("urls[%d] (%s): %s", i, redact(raw), why)
+		}
+		if j, why := duplicateNode(nodes, i); j >= 0 {
+			closeAll()
+			return nil, invalid("urls[%d] (%s) and urls[%d] (%s) %s: one server counted twice is not a majority", j, redact(urls[j]), i, redact(raw), why)
+		}
 	}
 	c, err := New(nodes, opts...)
 	if err != nil {
@@ -97,7 +123,7 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 		}
 		c.owned = append(c.owned, n)
 	}
-	if err := c.ping(ctx); err != nil {
+	if err := c.ping(ctx, urls); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -132,6 +158,9 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 	base, kind, _ := strings.Cut(u.Scheme, "+")
 	if base != "redis" && base != "rediss" && !(base == "unix" && kind == "") {
 		return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme)
+	}
+	if err := checkSizes(u.Query()); err != nil {
+		return nil, "", err
 	}
 	plain := *u
 	plain.Scheme = base
@@ -177,6 +206,48 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 	return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme)
 }
 
+// Bounds of the URL parameters by which go-redis sizes what it allocates.
+const (
+	// maxURLConns bounds pool sizes and connection counts: go-redis
+	// allocates a pool's slots when it builds the client (pool_size=1e6
+	// took 540MB; 1e8 was a fatal out-of-memory error, found fuzzing Dial).
+	// One host cannot open more TCP connections to one address anyway: one
+	// per local port.
+	maxURLConns = 1 << 16
+	// maxURLBuffer bounds the buffers go-redis allocates per connection.
+	maxURLBuffer = 64 << 20
+)
+
+// sizeParams are the URL parameters bounded by checkSizes, with their bound.
+var sizeParams = []struct {
+	name  string
+	limit int
+}{
+	{"pool_size", maxURLConns},
+	{"pipeline_pool_size", maxURLConns},
+	{"min_idle_conns", maxURLConns},
+	{"max_idle_conns", maxURLConns},
+	{"max_active_conns", maxURLConns},
+	{"max_concurrent_dials", maxURLConns},
+	{"read_buffer_size", maxURLBuffer},
+	{"write_buffer_size", maxURLBuffer},
+	{"pipeline_read_buffer_size", maxURLBuffer},
+	{"pipeline_write_buffer_size", maxURLBuffer},
+}
+
+// checkSizes refuses a URL whose sizes would make go-redis allocate without
+// bound. Values that are not integers are left to go-redis's parser.
+func checkSizes(q url.Values) error {
+	for _, p := range sizeParams {
+		for _, v := range q[p.name] {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > int64(p.limit) {
+				return fmt.Errorf("%s %s is above %d", p.name, v, p.limit)
+			}
+		}
+	}
+	return nil
+}
+
 // withTLS returns the TLS config for a URL: parsed is what go-redis made of
 // it (nil without TLS), user is WithTLSConfig's (nil if not given).
 func withTLS(parsed, user *tls.Config, u *url.URL) *tls.Config {
@@ -213,40 +284,46 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// ping sends PING to every node in parallel (see Dial for what fails).
-func (c *Client) ping(ctx context.Context) error {
+// ping sends PING, ROLE and INFO server to every node, the nodes in
+// parallel (see Dial for what fails). urls name the nodes in errors.
+func (c *Client) ping(ctx context.Context, urls []string) error {
 	n := len(c.nodes)
-	errs := make([]error, n)
+	probes := make([]probe, n)
 	var wg sync.WaitGroup
 	for i := range c.nodes {
 		wg.Go(func() {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
-			if err := c.nodes[i].c.Ping(pctx).Err(); err != nil {
-				errs[i] = err
-			}
+			probes[i] = probeNode(pctx, c.nodes[i].c)
 		})
 	}
 	wg.Wait()
 	var refused, failed []error
-	for i, err := range errs {
-		if err == nil {
+	obs := c.cfg.obs
+	for i, p := range probes {
+		if p.unverified != nil && obs != nil {
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].addr, Kind: errorKind(p.unverified), Err: p.unverified})
+		}
+		if p.err == nil {
 			continue
 		}
-		if obs := c.cfg.obs; obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].addr, Kind: errorKind(err), Err: err})
+		if obs != nil {
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].addr, Kind: errorKind(p.err), Err: p.err})
 		}
-		ne := &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+		ne := &NodeError{Node: i, Addr: c.nodes[i].addr, Err: p.err}
 		failed = append(failed, ne)
-		if permanent(err) {
+		if permanent(p.err) {
 			refused = append(refused, ne)
 		}
 	}
-	switch {
-	case len(refused) > 0:
+	if err := unsafeNodes(probes, func(i int) string { return redact(urls[i]) }); err != nil {
+		return err
+	}
+	if len(refused) > 0 {
 		head := fmt.Errorf("redlock: dial: %d of %d nodes refused the connection; check the credentials, ACL and TLS settings of their URLs", len(refused), n)
 		return errors.Join(append([]error{head}, refused...)...)
-	case n-len(failed) < c.quorum:
+	}
+	if n-len(failed) < c.quorum {
 		head := fmt.Errorf("%w: %d of %d nodes answered PING, %d needed", ErrNoQuorum, n-len(failed), n, c.quorum)
 		return errors.Join(append([]error{head}, failed...)...)
 	}

@@ -32,7 +32,8 @@ var (
 	ErrClosed = errors.New("redlock: client closed")
 
 	// ErrInvalidArgument means bad input. It is joined with a message naming
-	// the argument. No I/O is done.
+	// the argument. No I/O is done, except by Dial when it finds that the
+	// nodes it asked are not independent masters (see Dial).
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 )
 

@@ -30,7 +30,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // miniNodes starts n miniredis nodes (TTLs run in real time) and clients.
-func miniNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []redis.UniversalClient) {
+func miniNodes(t testing.TB, n int) ([]*miniredis.Miniredis, []redis.UniversalClient) {
 	t.Helper()
 	var ms []*miniredis.Miniredis
 	var cs []redis.UniversalClient

@@ -387,6 +387,23 @@ func TestNodes_sentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	exerciseNodes(t, []string{s.URL()}, "sentinel")
 	guardRuns(t, []string{s.URL()})
+
+	// Dial asks the master the failover client routes to for its ROLE and
+	// run_id, as it asks plain nodes.
+	t.Run("unsafe node lists", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		master, err := s.MasterAddr(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Dial(ctx, []string{s.URL(), "redis://" + master})
+		wantRefused(t, "Dial(the Sentinel URL, its master)", err, []string{"urls[0]", "urls[1]", "run_id"})
+		_, err = Dial(ctx, []string{"redis://" + s.ServerAddr(1)})
+		wantRefused(t, "Dial(the replica)", err, []string{"urls[0]", `"slave"`})
+		_, err = Dial(ctx, []string{"redis://" + s.SentinelAddrs()[0]})
+		wantRefused(t, "Dial(a Sentinel)", err, []string{"urls[0]", `"sentinel"`})
+	})
 }
 
 // TestNodes_sentinelFailoverKeepsReplicatedLock: a failover while a lock is

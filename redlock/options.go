@@ -29,8 +29,10 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	ttl           time.Duration
 	autoRenew     bool
-	renewInterval time.Duration // 0: derived, TTL/3
-	nodeTimeout   time.Duration // 0: derived, min(TTL/10, 1s)
+	renewInterval time.Duration // if renewSet; else derived, TTL/3
+	renewSet      bool          // WithRenewInterval was given (0 is then invalid, not "derived")
+	nodeTimeout   time.Duration // if timeoutSet; else derived, min(TTL/10, 1s)
+	timeoutSet    bool          // WithNodeTimeout was given
 	retryCount    int
 	retryMin      time.Duration
 	retryMax      time.Duration
@@ -76,7 +78,7 @@ func buildConfig(base config, opts []Option) config {
 
 // interval returns the effective renew interval.
 func (c *config) interval() time.Duration {
-	if c.renewInterval != 0 {
+	if c.renewSet {
 		return c.renewInterval
 	}
 	return c.ttl / 3
@@ -99,7 +101,7 @@ func (c *config) lapse() time.Duration {
 
 // timeout returns the effective per-node request timeout.
 func (c *config) timeout() time.Duration {
-	if c.nodeTimeout != 0 {
+	if c.timeoutSet {
 		return c.nodeTimeout
 	}
 	return min(c.ttl/10, MaxNodeTimeout)
@@ -112,11 +114,13 @@ func (c *config) validate() error {
 		return invalid("WithTTL: ttl must be positive, got %v", c.ttl)
 	case c.drift < 0 || c.drift >= 1 || c.drift != c.drift:
 		return invalid("WithDriftFactor: drift must be in [0,1), got %v", c.drift)
-	case c.ttl <= quorum.DriftAllowance(c.ttl, c.drift):
-		return invalid("WithTTL: ttl %v must exceed the drift allowance %v", c.ttl, quorum.DriftAllowance(c.ttl, c.drift))
+	case float64(c.ttl) <= float64(c.ttl)*c.drift+float64(quorum.ClockDriftMin):
+		// In float64: near the largest Duration, TTL·drift + 2ms overflows
+		// and would pass an integer comparison (found fuzzing option values).
+		return invalid("WithTTL: ttl %v must exceed the drift allowance (ttl·%v + %v)", c.ttl, c.drift, quorum.ClockDriftMin)
 	case c.timeout() <= 0:
 		return invalid("WithNodeTimeout: node timeout must be positive, got %v", c.timeout())
-	case c.renewInterval < 0:
+	case c.renewSet && c.renewInterval <= 0:
 		return invalid("WithRenewInterval: interval must be positive, got %v", c.renewInterval)
 	case c.interval() <= c.timeout():
 		return invalid("WithNodeTimeout/WithRenewInterval: node timeout %v must be shorter than the renew interval %v", c.timeout(), c.interval())
@@ -153,7 +157,7 @@ func WithAutoRenew(on bool) Option {
 // default is TTL/3. It must be longer than the node timeout and shorter than
 // the TTL.
 func WithRenewInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.renewInterval = d })
+	return optionFunc(func(c *config) { c.renewInterval, c.renewSet = d, true })
 }
 
 // WithRetryCount sets the total number of attempts Lock makes (like
@@ -181,7 +185,7 @@ func WithDriftFactor(f float64) Option {
 // node counts as failed. The default is TTL/10, at most 1s. It must be
 // positive and shorter than the renew interval.
 func WithNodeTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.nodeTimeout = d })
+	return optionFunc(func(c *config) { c.nodeTimeout, c.timeoutSet = d, true })
 }
 
 // WithKeyPrefix sets the prefix of every lock key: resource "invoice:1234"

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -40,6 +41,11 @@ func TestNew_invalid(t *testing.T) {
 		{"node timeout not below interval", []redis.UniversalClient{good}, []Option{WithNodeTimeout(10 * time.Second)}},
 		{"interval not below ttl", []redis.UniversalClient{good}, []Option{WithRenewInterval(30 * time.Second)}},
 		{"interval negative", []redis.UniversalClient{good}, []Option{WithRenewInterval(-time.Second)}},
+		// 0 is not "derived": these options must be positive.
+		{"node timeout zero", []redis.UniversalClient{good}, []Option{WithNodeTimeout(0)}},
+		{"interval zero", []redis.UniversalClient{good}, []Option{WithRenewInterval(0)}},
+		// TTL·drift + 2ms overflows a Duration: still within the allowance.
+		{"largest ttl within drift allowance", []redis.UniversalClient{good}, []Option{WithTTL(math.MaxInt64), WithDriftFactor(0.9999999999999999)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
