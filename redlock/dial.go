@@ -153,11 +153,11 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 		if ue := (*url.Error)(nil); errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, "", err
+		return nil, "", withHint(err, raw)
 	}
 	base, kind, _ := strings.Cut(u.Scheme, "+")
 	if base != "redis" && base != "rediss" && !(base == "unix" && kind == "") {
-		return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme)
+		return nil, "", withHint(fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme), raw)
 	}
 	if err := checkSizes(u.Query()); err != nil {
 		return nil, "", err
@@ -353,4 +353,21 @@ func nodeContext(ctx context.Context, d time.Duration) (context.Context, context
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// withHint adds "did you mean redis://host:port" to the error of a URL
+// given as a bare host:port (url.Parse reads "127.0.0.1:7601" as a path
+// with a colon, and "localhost:7601" as the scheme "localhost").
+func withHint(err error, raw string) error {
+	if strings.Contains(raw, "://") || strings.ContainsAny(raw, "/@?") {
+		return err
+	}
+	host, port, splitErr := net.SplitHostPort(raw)
+	if splitErr != nil || port == "" {
+		return err
+	}
+	if _, convErr := strconv.Atoi(port); convErr != nil {
+		return err
+	}
+	return fmt.Errorf("%w (did you mean redis://%s?)", err, net.JoinHostPort(host, port))
 }

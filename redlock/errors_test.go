@@ -89,3 +89,13 @@ func TestReal_errorsOneTimeoutWording(t *testing.T) {
 		t.Errorf("TryLock = %v; want one wording for a node timeout", err)
 	}
 }
+
+func TestErrors_dialBareAddressSuggestsAURL(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"127.0.0.1:7601", "localhost:7601"} {
+		_, err := Dial(t.Context(), []string{raw})
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "did you mean redis://"+raw) {
+			t.Errorf("Dial(%q) = %v; want ErrInvalidArgument suggesting redis://%s", raw, err, raw)
+		}
+	}
+}
