@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,8 +28,6 @@ func WithRenewBatch(n int) Option {
 // batcher renews the Client's locks in batches (issue: one process holding
 // many locks). It is the renew.Batcher of the Client's scheduler.
 type batcher struct{ c *Client }
-
-var _ renew.Batcher = batcher{}
 
 func (b batcher) RenewBatch(ctx context.Context, ts []renew.Target, dues []time.Time) []error {
 	locks := make([]*Lock, len(ts))
@@ -221,86 +218,4 @@ func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scr
 		todo = again
 	}
 	return cmds, nil
-}
-
-// releaseMany releases locks on every node for Close: per node, pipelines
-// of the release script for all of them, so that a node that hangs costs
-// one node timeout in all, not one per lock (step 4). Each lock is then
-// decided as by Unlock, and reported to its hooks; the errors of locks
-// that too few nodes released are returned.
-func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
-	if len(locks) == 0 {
-		return nil
-	}
-	n, k := len(c.nodes), len(locks)
-	start := time.Now()
-	wasLost := make([]bool, k)
-	for j, l := range locks {
-		l.mu.Lock()
-		wasLost[j] = l.state == stateLost
-		l.mu.Unlock()
-	}
-	ctx := context.Background()
-	args := make([]*[2][]any, k)
-	for j, l := range locks {
-		args[j] = l.releaseArgs()
-	}
-	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) ([]*redis.Cmd, error) {
-		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
-				l := locks[j]
-				a := args[j][0]
-				if l.guardFor(i) > 0 {
-					a = args[j][1]
-				}
-				return scripts.ReleaseCmd(ctx, p, l.keys[i], a)
-			})
-		})
-	})
-	t := r.Collect(ctx, func(_ int, rep quorum.Reply[[]*redis.Cmd]) (quorum.Vote, error) {
-		if rep.Err != nil {
-			return quorum.Failed, rep.Err
-		}
-		return quorum.Yes, nil
-	}, quorum.All)
-	var errs []error
-	for j, l := range locks {
-		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Elapsed: t.Elapsed}
-		for i := range n {
-			var err error
-			ok := false
-			if t.Votes[i] != quorum.Yes {
-				err = t.Errs[i]
-			} else {
-				rep, _ := r.Reply(i)
-				var r scripts.Released
-				r, err = scripts.ReleaseResult(rep.Val[j])
-				ok = r == scripts.Deleted || r == scripts.HandedOver
-				if err != nil {
-					err = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
-				}
-			}
-			lt.Votes[i], lt.Errs[i] = voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
-			switch lt.Votes[i] {
-			case quorum.Yes:
-				lt.Yes++
-			case quorum.No:
-				lt.No++
-			default:
-				lt.Failed++
-			}
-		}
-		err := l.releaseError(lt)
-		if obs := l.cfg.obs; obs != nil {
-			if wasLost[j] {
-				<-l.lostDone // the Lost hook comes first
-			}
-			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired),
-				WasLost: wasLost[j], Released: lt.Yes, Err: err, NodeErrors: c.nodeErrors(lt)})
-		}
-		if err != nil && !errors.Is(err, ErrNotHeld) {
-			errs = append(errs, fmt.Errorf("release %q: %w", l.resource, err))
-		}
-	}
-	return errs
 }

@@ -8,7 +8,41 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
 )
+
+// commitFence is phase 2 of a fenced acquire (step 8). t = max(counters
+// read in phase 1) + 1; phase 1's granting majority is among the nodes
+// read, and any earlier holder committed its token on a majority, which
+// intersects it, so t exceeds every earlier token. Each node that granted is
+// sent the commit as soon as its own phase-1 reply is in; the lock counts
+// only if a majority commits.
+func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply]) quorum.Tally {
+	var top int64
+	for i := range r.N() {
+		if rep, ok := r.Reply(i); ok && rep.Err == nil {
+			top = max(top, rep.Val.fence)
+		}
+	}
+	l.fence = top + 1
+	r2 := quorum.Start(ctx, r.N(), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		select {
+		case <-r.Done(i):
+		case <-ctx.Done():
+			return reply{}, ctx.Err()
+		}
+		rep, _ := r.Reply(i)
+		if rep.Err != nil || !rep.Val.ours {
+			return reply{}, rep.Err // not granted: nothing to commit there
+		}
+		return call(c, ctx, i, site{l.cfg.obs, "commit", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, err := scripts.Commit(ctx, s, l.keys[i], l.token, l.fence)
+			return reply{ours: ok}, err
+		})
+	})
+	l.track(roundRef{r2})
+	return r2.Collect(ctx, classify, quorum.Majority)
+}
 
 // ErrStaleFence is returned by FencedSet when the write carries a fencing
 // token lower than one the resource has already seen: the writer's lock was

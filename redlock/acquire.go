@@ -1,0 +1,423 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/renew"
+)
+
+// Lock acquires the lock on resource, retrying with a jittered delay (see
+// WithRetryDelay) until it is acquired, WithRetryCount attempts were made,
+// ctx is done, or the Client is closed. ctx bounds the call, not the lease:
+// the lock stays held (and renewed, unless WithAutoRenew(false)) until
+// Unlock, loss or Close.
+//
+// It returns an error matching ErrNotObtained when another owner holds the
+// lock, ErrNoQuorum (joined with one *NodeError per failed node) when too few
+// nodes answered, joined with ctx's error when ctx ended;
+// ErrInvalidArgument on bad input; ErrClosed after Close.
+func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+	return c.lock(ctx, resource, opts, false)
+}
+
+// TryLock makes exactly one attempt to acquire the lock on resource. It
+// returns the same errors as Lock.
+func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
+	return c.lock(ctx, resource, opts, true)
+}
+
+func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
+	cfg, err := c.callConfig(resource, opts)
+	if err != nil {
+		return nil, err
+	}
+	attempts := 0
+	callID := c.ids.Add(1)
+	if obs := cfg.obs; obs != nil {
+		start := time.Now()
+		defer func() {
+			info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: attempts,
+				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err}
+			if l != nil {
+				info.Lock = l.id
+			}
+			obs.Acquire(ctx, info)
+		}()
+	}
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	defer c.end()
+	c.noteTimeout(cfg.timeout())
+	if !once {
+		// Fairness within this Client: its Lock calls on one resource take
+		// turns in arrival order, and only the first contends on the
+		// nodes. A goroutine that unlocks and locks again goes to the back.
+		leave, err := c.line(ctx, resource)
+		if err != nil {
+			return nil, err
+		}
+		defer leave()
+	}
+
+	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
+}
+
+// acquire is Lock's attempt loop (TryLock: one attempt). One token serves
+// the whole call, so that the waiter queued on the nodes (step 9) is the
+// one a release hands the key to; a token is replaced only when an attempt
+// ended with a request of ours unanswered that could still change the key
+// (see settle).
+//
+// Nothing slow runs between a grant and the return (step 6): leaving the
+// wake-up registry and this Client's line only unregisters, and the lock's
+// validity is checked last, so an expired lock is never returned.
+func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
+	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
+	var timer *time.Timer
+	var w *waiter // set once this call waits for a handoff (step 9)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if w != nil {
+			w.leave()
+		}
+	}()
+	ticket := time.Now().UnixMicro()
+	l, err := c.newLock(resource, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A Client that has waited before listens already: queue from the
+	// first attempt, which saves a refused round under contention.
+	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
+		if w, err = c.wake.join(l.token); err != nil {
+			return nil, err
+		}
+		l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+	}
+	var verdict error // the error of the last attempt that settled anything
+	for attempt := 1; ; attempt++ {
+		*attempts = attempt
+		t, err, settled := c.attempt(ctx, callID, l)
+		if err == nil {
+			if l.Valid() {
+				return l, nil
+			}
+			// Validity ran out between the decision and here (the process
+			// was starved or paused): never hand out an expired lock.
+			c.drop(ctx, l)
+			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
+		}
+		if errors.Is(err, ErrClosed) {
+			c.abandon(ctx, l, t)
+			return nil, err
+		}
+		// An attempt cut short by ctx says nothing about the nodes: the
+		// last attempt that did tells contention from an outage.
+		if settled {
+			verdict = err
+		} else if verdict != nil {
+			err = verdict
+		}
+		if ctx.Err() != nil || once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+			c.abandon(ctx, l, t)
+			if ctx.Err() != nil {
+				return nil, errors.Join(err, ctx.Err())
+			}
+			return nil, err
+		}
+		// Between attempts: grants of a failed attempt go to older waiters
+		// (or back, without a queue), so that split votes settle.
+		if !c.settle(ctx, l, t) {
+			c.abandon(ctx, l, quorum.Tally{})
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
+		}
+		// Step 9: after the first refusal, wait in the queue: subscribe
+		// this Client's channel (once per Client), then queue on the nodes
+		// with the next attempt, made at once.
+		if w == nil && cfg.wakeUp && errors.Is(err, ErrNotObtained) {
+			if w, err = c.wake.join(l.token); err != nil {
+				c.abandon(ctx, l, quorum.Tally{})
+				return nil, err
+			}
+			if c.wake.awaitReady(ctx, cfg.timeout()) {
+				l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+			}
+			continue
+		}
+		if w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
+			l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+		}
+		d := delay.NextBackOff()
+		if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+			// A split vote without a queue: nobody holds the lock on a
+			// majority, but the others that lost it too will retry; a
+			// short random pause breaks the tie sooner than the full
+			// retry delay. (When a majority refused, someone holds it:
+			// that is contention.)
+			d = splitPause()
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		var woken <-chan struct{}
+		if w != nil {
+			woken = w.c
+		}
+		select {
+		case <-timer.C:
+		case <-woken: // a release handed us the key somewhere: confirm at once
+		case <-ctx.Done():
+			c.abandon(ctx, l, quorum.Tally{})
+			return nil, errors.Join(err, ctx.Err())
+		case <-c.closing:
+			c.abandon(ctx, l, quorum.Tally{})
+			return nil, ErrClosed
+		}
+	}
+}
+
+// newLock returns a lock for one Lock or TryLock call on resource, with a
+// fresh token, not yet held.
+func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
+	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
+	if err != nil {
+		return nil, fmt.Errorf("redlock: token: %w", err)
+	}
+	n := len(c.nodes)
+	l := &Lock{
+		c:        c,
+		resource: resource,
+		keys:     make([]scripts.Keys, n),
+		token:    id.String(),
+		cfg:      cfg,
+		lost:     make(chan struct{}),
+		lostDone: make(chan struct{}),
+		state:    stateFinished, // held only once hold has run
+	}
+	for i := range c.nodes {
+		// Plain nodes share one set of keys; Cluster nodes need hash tags.
+		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
+			l.keys[i] = l.keys[i-1]
+			continue
+		}
+		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
+	}
+	return l, nil
+}
+
+// newLockLike replaces the call's lock with one of a fresh token, queued
+// with the same ticket; the waiter follows the new token.
+func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
+	l, err := c.newLock(old.resource, old.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if old.waiter.Member != "" {
+		l.waiter = old.waiter
+		l.waiter.Member = scripts.Member(c.id, l.token)
+	}
+	if w != nil {
+		w.retoken(l.token)
+	}
+	return l, nil
+}
+
+// drop takes back a lock granted but never handed out: its renewal stops
+// and it is released, without hooks (the caller never saw it).
+func (c *Client) drop(ctx context.Context, l *Lock) {
+	l.mu.Lock()
+	h := l.handle
+	l.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+	l.finish(nil)
+	c.mu.Lock()
+	c.forget(l)
+	c.mu.Unlock()
+	l.releaseAll(ctx)
+}
+
+// attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
+// fencing): on success l is held. It returns the tally of phase 1 and the
+// error, and whether the attempt settled anything: false when ctx ended
+// before the nodes that could have made the difference answered.
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Tally, error, bool) {
+	start := time.Now()
+	t, err, settled := c.try(ctx, l)
+	if obs := l.cfg.obs; obs != nil {
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes,
+			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
+	}
+	return t, err, settled
+}
+
+// try is attempt without the hook.
+func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
+	cfg, n := l.cfg, len(c.nodes)
+	// The arguments are boxed once for every node.
+	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter)
+	// Step 1: one parallel round on every node.
+	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], args, cfg) // guard.go
+			return reply{ours: ok, fence: fence}, err
+		})
+	})
+	l.track(roundRef{r})
+	// Step 2: decide as soon as a majority granted or became impossible.
+	t := r.Collect(ctx, classify, quorum.Majority)
+	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
+	// Step 3: validity, from before the first request was sent.
+	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
+		if !cfg.fencing {
+			return t, c.hold(ctx, l, deadline), true
+		}
+		t2 := c.commitFence(ctx, l, r)
+		if t2.Quorum() && time.Now().Before(deadline) {
+			return t, c.hold(ctx, l, deadline), true
+		}
+		err, settled := c.attemptError(t2, cfg, l.resource)
+		return t, err, settled
+	}
+	err, settled := c.attemptError(t, cfg, l.resource)
+	return t, err, settled
+}
+
+// reply is one node's answer to a lock script.
+type reply struct {
+	ours   bool  // the key holds our token there now
+	healed bool  // extend set it again where it was absent
+	fence  int64 // the node's fence counter (fenced acquire only)
+}
+
+func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
+	switch {
+	case rep.Err != nil:
+		return quorum.Failed, rep.Err
+	case rep.Val.ours:
+		return quorum.Yes, nil
+	}
+	return quorum.No, nil
+}
+
+// attemptError tells contention from failure: ErrNotObtained when the
+// refusals alone made a majority impossible (or a majority granted too late
+// to leave any validity), ErrNoQuorum when nodes failed — errors, or no
+// answer within the node timeout — where they could have made the
+// difference. Nodes cut short because ctx ended before their node timeout
+// are neither: the caller gave up on them. An attempt decided only by such
+// nodes settles nothing (settled is false); it is ErrNoQuorum, as too few
+// nodes answered, and the caller may prefer an earlier attempt's verdict.
+// Node errors are joined either way.
+func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
+	holder := ""
+	if t.No > 0 && c.holds(resource) {
+		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
+	}
+	n := len(c.nodes)
+	if t.Quorum() {
+		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl), true
+	}
+	cut := t.CutShort()
+	var head error
+	switch {
+	case t.No > n-c.quorum && holder != "":
+		head = fmt.Errorf("%w: %d of %d nodes hold another key: %s", ErrNotObtained, t.No, n, holder)
+	case t.No > n-c.quorum:
+		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
+	case t.Failed > cut:
+		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
+	default:
+		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
+			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
+	}
+	return c.joinNodeErrors(head, t), true
+}
+
+// hold turns a granted attempt into a held Lock: registered with the Client
+// (so Close releases it) and with the renewal scheduler.
+func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error {
+	l.mu.Lock()
+	l.state = stateHeld
+	l.validUntil = validUntil
+	l.mu.Unlock()
+	l.acquired = time.Now()
+	l.id = c.ids.Add(1)
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		l.finish(ErrClosed)
+		return ErrClosed
+	}
+	c.locks[l] = struct{}{}
+	c.held[l.resource]++
+	c.mu.Unlock()
+	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
+	if err != nil { // closed meanwhile; Close will release it
+		return ErrClosed
+	}
+	l.mu.Lock()
+	l.handle = h
+	l.mu.Unlock()
+	return nil
+}
+
+// abandon ends a Lock call's lock that was never handed out (step 4): it
+// is released on every node where anything of ours may be — nodes that
+// granted, nodes that have not answered (with the token's guard, so that an
+// acquire still on its way sets nothing when it lands), and, for a queued
+// call, every node, to take our queue entry out. It waits for those
+// releases, each bounded by the node timeout, unless the caller gave up:
+// then they finish in the background. t is the last attempt's tally (zero:
+// release everywhere).
+func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
+	l.mu.Lock()
+	l.state = stateFinished
+	l.mu.Unlock()
+	dctx := context.WithoutCancel(ctx)
+	wait := ctx.Err() == nil
+	args := l.releaseArgs()
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		rel := func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i, args)
+		}
+		if wait {
+			wg.Go(rel)
+		} else {
+			c.wg.Go(rel)
+		}
+	}
+	wg.Wait()
+}

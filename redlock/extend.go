@@ -1,0 +1,162 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/renew"
+)
+
+var _ renew.Batcher = batcher{}
+
+// Extend re-arms the lease (the TTL) on a majority of nodes now, and moves
+// ValidUntil. Where a node has lost the key (it restarted empty), the key is
+// set again with our token; a node where another token holds it counts
+// against us. New validity is measured from before the first request.
+//
+// Extend never resurrects an expired lock: after loss, or at or after
+// ValidUntil, it returns an error matching ErrLockLost without I/O. When a
+// majority says the key is not ours, the lock is lost and the error matches
+// both ErrLockLost and ErrNotHeld. When too few nodes answer while validity
+// remains, it returns ErrNoQuorum joined with the node errors, and the lock
+// is not yet lost. After Unlock it returns ErrNotHeld; after Close,
+// ErrClosed.
+func (l *Lock) Extend(ctx context.Context) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	return l.extend(ctx, time.Time{})
+}
+
+// extend runs one extension round; due is set for a renewal (when it was
+// due), zero for an Extend call.
+func (l *Lock) extend(ctx context.Context, due time.Time) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	c := l.c
+	if err := c.begin(); err != nil {
+		return err
+	}
+	defer c.end()
+	// Step 5: re-arm where ours, set where absent, on every node.
+	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
+			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
+		})
+	})
+	l.track(roundRef{r})
+	t := r.Collect(ctx, classify, quorum.Majority)
+	healed := 0
+	for i, v := range t.Votes {
+		if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
+			healed++
+		}
+	}
+	return l.settle(ctx, r.Started(), t, healed, due)
+}
+
+// settle applies the tally of an extension round that started at started:
+// new validity on a majority, loss when a majority says not ours, and
+// ErrNoQuorum otherwise (the lock is not lost yet). due is set for a
+// renewal: when it was due.
+func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, healed int, due time.Time) (err error) {
+	c := l.c
+	n := len(c.nodes)
+	if obs := l.cfg.obs; obs != nil {
+		defer func() {
+			info := ExtendInfo{Lock: l.id, Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
+				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
+			if !due.IsZero() && err == nil {
+				info.Lag = max(time.Since(due), 0)
+			}
+			obs.Extend(ctx, info)
+		}()
+	}
+	switch {
+	case t.Quorum():
+		until := quorum.Deadline(started, l.cfg.ttl, l.cfg.drift)
+		l.mu.Lock()
+		if l.state != stateHeld {
+			l.mu.Unlock()
+			return l.usable()
+		}
+		// A renewal counts only if it was decided before the old deadline:
+		// after it, another client may have held the lock in between.
+		if !time.Now().Before(l.validUntil) {
+			l.mu.Unlock()
+			return l.expire(nil)
+		}
+		if until.After(l.validUntil) {
+			l.validUntil = until
+		}
+		l.mu.Unlock()
+		return nil
+	case t.No >= c.quorum:
+		err := c.joinNodeErrors(&classed{msg: fmt.Sprintf("redlock: lock lost: our key is gone from %d of %d nodes "+
+			"(another owner's key there, or no key: it expired or was deleted), %d confirmed", t.No, n, t.Yes),
+			class: []error{ErrLockLost, ErrNotHeld}}, t)
+		l.lose(err)
+		return err
+	}
+	tally := fmt.Sprintf("%d of %d nodes confirmed the extension, %d needed (%d failed, %d refused, %d not waited for)",
+		t.Yes, n, c.quorum, t.Failed, t.No, n-t.Yes-t.No-t.Failed)
+	// A round that ends at or after ValidUntil without a majority leaves
+	// the lock lost, not "not yet lost": another client may hold it now.
+	l.mu.Lock()
+	st, expired := l.state, !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	switch {
+	case st != stateHeld:
+		return l.usable() // lost meanwhile (at ValidUntil, say), unlocked or closed
+	case expired:
+		return l.expire(c.joinNodeErrors(errors.New(tally), t))
+	}
+	return c.joinNodeErrors(fmt.Errorf("%w: %s", ErrNoQuorum, tally), t)
+}
+
+// watch is what the renewal scheduler sees of a Lock.
+type watch struct{ l *Lock }
+
+var _ renew.Target = watch{}
+
+func (w watch) Renew(ctx context.Context, due time.Time) error {
+	return renewError(w.l.extend(ctx, due))
+}
+
+// renewError marks the errors that end a lock's renewal for good.
+func renewError(err error) error {
+	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
+
+func (w watch) Lose(err error) {
+	// A renewal that raced Close (it found the Client closed) is not a
+	// loss: Close ends the lock with cause ErrClosed.
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
+		// The scheduler's deadline: err joins renew.ErrExpired with what
+		// the last renewal saw.
+		var last error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			last = errors.Join(slices.DeleteFunc(slices.Clone(j.Unwrap()), func(e error) bool { return e == renew.ErrExpired })...)
+		}
+		err = w.l.expiredError(last)
+	}
+	w.l.lose(err)
+}

@@ -1,0 +1,109 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// splitPause is a random pause of up to 3ms: long enough to order the
+// attempts of waiters on one host (a local round trip is ~0.1ms), short
+// against any retry delay.
+func splitPause() time.Duration { return rand.N(3 * time.Millisecond) }
+
+// line queues a Lock call behind this Client's earlier calls on resource
+// and returns when it is first. leave must be called when the call is done
+// contending: it hands the turn to the next in line.
+func (c *Client) line(ctx context.Context, resource string) (leave func(), err error) {
+	turn := make(chan struct{})
+	c.lineMu.Lock()
+	q := append(c.lines[resource], turn)
+	c.lines[resource] = q
+	ahead := len(q) - 1
+	c.lineMu.Unlock()
+	leave = func() {
+		c.lineMu.Lock()
+		defer c.lineMu.Unlock()
+		q := c.lines[resource]
+		i := slices.Index(q, turn)
+		q = slices.Delete(q, i, i+1)
+		if len(q) == 0 {
+			delete(c.lines, resource)
+			return
+		}
+		c.lines[resource] = q
+		if i == 0 {
+			close(q[0]) // the next caller's turn
+		}
+	}
+	if ahead == 0 {
+		return leave, nil
+	}
+	select {
+	case <-turn:
+		return leave, nil
+	case <-ctx.Done():
+		leave()
+		return nil, errors.Join(fmt.Errorf("%w: %d earlier Lock calls of this client were waiting for it", ErrNotObtained, ahead), ctx.Err())
+	case <-c.closing:
+		leave()
+		return nil, ErrClosed
+	}
+}
+
+// settle is what a failed attempt leaves between two attempts of a Lock
+// call. The nodes that granted keep our key or pass it on: a queued call
+// yields each to an older waiter queued there (who is told), so that split
+// votes settle toward the oldest ticket; a call not queued gives them back.
+// Requests of ours still unanswered may grant later; that is harmless, as
+// the next attempt carries the same token. settle waits for its requests,
+// each bounded by the node timeout, and reports whether every one
+// answered: if not, a late one could still hand over a key that our next
+// attempt counts, so the caller must go on with a fresh token.
+func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
+	dctx := context.WithoutCancel(ctx)
+	yield := l.waiter.Member != ""
+	var wg sync.WaitGroup
+	var unsure atomic.Bool
+	for i, v := range t.Votes {
+		if v != quorum.Yes {
+			continue
+		}
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, err := call(c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+				return l.releaseScript(ctx, i, s, 0, yield)
+			})
+			if err != nil && !answered(err) {
+				unsure.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !unsure.Load()
+}
+
+// jitter is the fallback delay between two attempts of Lock: uniform in
+// [min, max). It is a backoff.BackOff that never stops; ctx and the retry
+// count end the loop.
+type jitter struct{ min, max time.Duration }
+
+func (j jitter) NextBackOff() time.Duration {
+	if j.max <= j.min {
+		return j.min
+	}
+	return j.min + rand.N(j.max-j.min)
+}
+
+func (j jitter) Reset() {}
