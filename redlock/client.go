@@ -94,7 +94,10 @@ type Client struct {
 // ContextTimeoutEnabled: true, so that a node timeout also frees the
 // connection. Close does not close the node clients.
 //
-// New returns an error matching ErrInvalidArgument on bad input.
+// New returns an error matching ErrInvalidArgument on bad input, including
+// the same client twice, two clients with one address (one server counted
+// twice is no quorum), or a client whose MaxRetries (Cluster: MaxRedirects)
+// is below -1.
 func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("nodes: at least one node is needed")
