@@ -39,11 +39,11 @@ const LeaderSuffix = ":leader"
 // It is safe for concurrent use; several candidates (Campaign or Run calls)
 // may share one Election, though usually each process has one.
 type Election struct {
-	client *redlock.Client
-	nodes  []redis.UniversalClient
-	name   string
-	cfg    config
-	quorum int
+	client  *redlock.Client
+	nodes   []redis.UniversalClient
+	name    string
+	cfg     config
+	quorum  int
 	cluster []bool // per node: a Cluster client (keys carry a hash tag)
 }
 
