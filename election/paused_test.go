@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,10 +132,12 @@ func (h *helper) expect(t testing.TB, prefix string, d time.Duration) string {
 }
 
 // pausedTakeover runs one trial: a helper process leads, is paused with
-// SIGSTOP, and the candidate c (waiting in Campaign) takes over. It returns
-// the time from the pause to c's Campaign returning, and checks that the
-// paused leader, once resumed, learns its loss and sees c as leader.
-func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name string, ttl time.Duration) time.Duration {
+// SIGSTOP at a random point of its renewal interval, and the candidate c
+// (waiting in Campaign) takes over. It returns the time from the pause to
+// c's Campaign returning, and from the end of the paused leader's lease (as
+// a majority of nodes had it) to that return; it checks that the paused leader, once
+// resumed, learns its loss and sees c as leader.
+func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name string, ttl time.Duration) (took, afterExpiry time.Duration) {
 	t.Helper()
 	h := startHelper(t, rc, name, ttl)
 	// The helper's first line comes after its test binary started: slow
@@ -142,11 +146,25 @@ func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name stri
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := campaign(ctx, c)
-	time.Sleep(ttl / 4) // c is waiting in line
+	time.Sleep(ttl/4 + rand.N(ttl/3)) // c is waiting in line
 	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	paused := time.Now()
+	// The lease ends for a successor when it has ended on a majority: at
+	// the quorum-th earliest expiry among the nodes.
+	// Each node's expiry is dated from before its PTTL read: a lower bound.
+	var ends []time.Time
+	for i := range rc.N() {
+		asked := time.Now()
+		pttl, err := rc.Admin(i).PTTL(context.Background(), "lock:"+name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, asked.Add(pttl))
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	expiry := ends[rc.N()/2]
 	var r result
 	select {
 	case r = <-ch:
@@ -156,7 +174,7 @@ func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name stri
 	if r.err != nil {
 		t.Fatalf("Campaign while the leader is paused: %v", r.err)
 	}
-	took := r.at.Sub(paused)
+	took, afterExpiry = r.at.Sub(paused), r.at.Sub(expiry)
 	l, err := c.e.Leader(context.Background())
 	if err != nil || l.Identity != c.e.Identity() {
 		t.Errorf("Leader() after takeover = %+v, %v; want %q", l, err, c.e.Identity())
@@ -185,15 +203,19 @@ func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name stri
 	if err := r.t.Resign(context.Background()); err != nil && !errors.Is(err, election.ErrNotLeader) {
 		t.Errorf("Resign: %v", err)
 	}
-	return took
+	return took, afterExpiry
 }
 
 func TestElection_leaderPaused(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	const ttl = 2 * time.Second
 	c := newCandidate(t, rc, "paused", "successor", []redlock.Option{redlock.WithTTL(ttl)})
-	took := pausedTakeover(t, rc, c, "paused", ttl)
-	t.Logf("takeover %v after the leader's pause (TTL %v)", took, ttl)
+	took, afterExpiry := pausedTakeover(t, rc, c, "paused", ttl)
+	t.Logf("takeover %v after the leader's pause, %v after its lease ended (TTL %v)", took, afterExpiry, ttl)
+	// PTTL has millisecond resolution.
+	if afterExpiry < -2*time.Millisecond {
+		t.Errorf("takeover %v before the paused leader's lease ended", -afterExpiry)
+	}
 	// The old lease must run out first: at least the part of the TTL left
 	// after the last renewal (renewals come every TTL/3).
 	if took < ttl/2 {
