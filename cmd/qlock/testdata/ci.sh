@@ -13,6 +13,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # so that the EXIT trap stops the nodes
 
 go build -o "$dir/qlock" ./cmd/qlock
 
