@@ -222,3 +222,38 @@ func TestElection_leaderPaused(t *testing.T) {
 		t.Errorf("takeover after %v: before the paused leader's lease (TTL %v) could have run out", took, ttl)
 	}
 }
+
+// TestElection_observeExpiry kills the leader's process (no resignation, no
+// announcement): observers see that there is no leader once its lease ran
+// out, through the poll.
+func TestElection_observeExpiry(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	const ttl = 2 * time.Second
+	obs := newCandidate(t, rc, "expiry", "observer", nil, election.WithPollInterval(200*time.Millisecond))
+	h := startHelper(t, rc, "expiry", ttl)
+	h.expect(t, "elected", 60*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch := obs.e.Observe(ctx)
+	if l := <-ch; l.Identity != "paused" {
+		t.Fatalf("first observation = %+v; want the helper leading", l)
+	}
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	select {
+	case l := <-ch:
+		if !l.IsZero() {
+			t.Errorf("observation after the leader died = %+v; want no leader", l)
+		}
+		if took := time.Since(killed); took > ttl+5*time.Second {
+			t.Errorf("no-leader seen %v after the kill", took)
+		}
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatal("the dead leader's expiry not observed")
+	}
+	cancel()
+	for range ch {
+	}
+}

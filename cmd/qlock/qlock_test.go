@@ -51,11 +51,11 @@ func run(t *testing.T, rc *redistest.Cluster, args ...string) (int, string, stri
 }
 
 // start starts qlock in the background; Cleanup kills it if still running.
-func start(t *testing.T, rc *redistest.Cluster, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func start(t *testing.T, rc *redistest.Cluster, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := qlockCmd(rc, args...)
-	var errb syncBuffer
-	cmd.Stderr = &errb
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func start(t *testing.T, rc *redistest.Cluster, args ...string) (*exec.Cmd, *byt
 		<-done
 	})
 	waitCmd[cmd] = done
-	return cmd, &errb.b
+	return cmd, errb
 }
 
 // syncBuffer is a bytes.Buffer written by the process's stderr copier.
@@ -82,6 +82,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 var waitCmd = map[*exec.Cmd]chan struct{}{}
@@ -458,4 +464,38 @@ func TestElect(t *testing.T) {
 	}
 	_ = b.Process.Signal(syscall.SIGTERM)
 	wait(t, b, 10*time.Second)
+}
+
+// TestElect_lossCampaignsAgain pauses a majority while the leader's command
+// runs: the command is stopped (SIGTERM) and, once the nodes are back, qlock
+// elect campaigns again and runs it anew.
+func TestElect_lossCampaignsAgain(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	file := filepath.Join(t.TempDir(), "log")
+	cmd, stderr := start(t, rc, "elect", "-ttl", "2s", "-grace", "300ms", "-identity", "a", "comeback", "--", "sh", "-c",
+		fmt.Sprintf(`trap 'echo stop >> %s; exit 0' TERM; echo lead >> %s; while :; do sleep 0.05; done`, file, file))
+	waitFile(t, file, "lead", 30*time.Second)
+	rc.Pause(1)
+	rc.Pause(2)
+	waitFile(t, file, "stop", 15*time.Second)
+	rc.Resume(1)
+	rc.Resume(2)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(file)
+		if strings.Count(string(b), "lead") == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not leading again 30s after the nodes came back: log %q, stderr %q", b, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "leadership lost; campaigning again") {
+		t.Errorf("stderr = %q; want the loss reported", stderr.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if code := wait(t, cmd, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM; want the command's 0", code)
+	}
 }
