@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -218,8 +219,12 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (resou
 		return "", nil, errors.New("missing RESOURCE")
 	}
 	resource, command = rest[0], rest[1:]
-	if len(command) > 0 && command[0] == "--" {
+	switch i := slices.Index(command, "--"); {
+	case i == 0:
 		command = command[1:]
+	case i > 0 && strings.HasPrefix(command[0], "-"):
+		// "qlock run res -wait 5s -- cmd": flag parsing stopped at RESOURCE.
+		return "", nil, fmt.Errorf("%q before --: flags go before RESOURCE", command[:i])
 	}
 	switch {
 	case c.nodes == "":

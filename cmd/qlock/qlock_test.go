@@ -162,6 +162,7 @@ func TestRun_usage(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"bogus"}, {"run"}, {"run", "res"}, {"run", "-wait", "soon", "res", "--", "true"},
 		{"run", "-ttl", "0s", "res", "--", "true"}, {"status"}, {"elect", "name"},
+		{"run", "res", "-wait", "5s", "--", "true"}, {"status", "res", "extra"},
 	} {
 		got, _, stderr := run(t, rc, args...)
 		if got != exitUsage {
