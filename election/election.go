@@ -276,7 +276,9 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		return nil, err
 	}
 	value := string(b)
-	ok, errs := e.proclaim(ctx, l.Token(), value)
+	// The lock is ours: finish taking office even if ctx ends now (each
+	// write is bounded by the node timeout), rather than give it up.
+	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value)
 	if ok < e.quorum {
 		e.withdraw(ctx, value)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.nodeTimeout)
