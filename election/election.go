@@ -311,6 +311,10 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 		t, err := e.Campaign(ctx)
 		switch {
 		case ctx.Err() != nil:
+			if t != nil {
+				// Won just as ctx ended: hand the office straight over.
+				_ = t.Resign(context.WithoutCancel(ctx))
+			}
 			return errors.Join(ctx.Err(), err)
 		case errors.Is(err, redlock.ErrClosed), errors.Is(err, redlock.ErrInvalidArgument):
 			return err
