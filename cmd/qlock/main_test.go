@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +28,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	qlockBin = filepath.Join(dir, "qlock")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", qlockBin, ".")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the qlock tests build the binary and need the go command on PATH:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	build := exec.Command(goTool, "build", "-o", qlockBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building qlock:", err)
