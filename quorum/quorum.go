@@ -170,7 +170,29 @@ type Tally struct {
 	Yes, No, Failed, Pending int
 	Votes                    []Vote  // per node; Pending for a node whose reply was not waited for
 	Errs                     []error // per node; the error of a Failed node
-	Elapsed                  time.Duration
+	// Cut is set for a Failed node that was cut short because the caller's
+	// ctx ended before the node timeout: the caller gave up on it, which
+	// says nothing about the node. Nil when there is none.
+	Cut     []bool
+	Elapsed time.Duration
+}
+
+// CutShort returns how many Failed nodes were cut short by the caller.
+func (t Tally) CutShort() int {
+	n := 0
+	for _, c := range t.Cut {
+		if c {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *Tally) cut(i int) {
+	if t.Cut == nil {
+		t.Cut = make([]bool, len(t.Votes))
+	}
+	t.Cut[i] = true
 }
 
 // Quorum reports whether a majority voted yes.
@@ -194,7 +216,10 @@ func All(t Tally) bool { return t.Pending == 0 }
 // [*TimeoutError]; the fan-out enforces the timeout itself, since a Redis
 // client may ignore a context deadline on a blocked read), or ctx is done
 // (silent nodes count as Failed with ctx's error). classify turns a reply into
-// a vote; it runs on the caller's goroutine.
+// a vote; it runs on the caller's goroutine. A node that failed after ctx
+// ended and before the node timeout — silent, or answering with the error
+// its request got from ctx's end (a Redis client may report it as an i/o
+// timeout) — is marked in Tally.Cut: the caller gave up on it.
 //
 // Collect must be called at most once per Round.
 func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Reply[T]) (Vote, error), decide Decider) Tally {
@@ -220,22 +245,43 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 			default:
 				t.Votes[i] = Failed
 				t.Failed++
+				if ended(ctx) && !r.timedOut() {
+					t.cut(i)
+				}
 			}
 		case <-timeout:
-			t.failPending(&TimeoutError{After: r.timeout})
+			t.failPending(&TimeoutError{After: r.timeout}, false)
 		case <-ctx.Done():
-			t.failPending(ctx.Err())
+			t.failPending(ctx.Err(), !r.timedOut())
 		}
 	}
 	t.Elapsed = time.Since(r.start)
 	return t
 }
 
-func (t *Tally) failPending(err error) {
+// ended reports whether ctx is done or past its deadline: a request may
+// report the deadline (as an i/o timeout, say) a moment before ctx does.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// timedOut reports whether the node timeout has passed since Start.
+func (r *Round[T]) timedOut() bool {
+	return r.timeout > 0 && time.Since(r.start) >= r.timeout
+}
+
+func (t *Tally) failPending(err error, cut bool) {
 	for i, v := range t.Votes {
 		if v == Pending {
 			t.Votes[i], t.Errs[i] = Failed, err
 			t.Failed++
+			if cut {
+				t.cut(i)
+			}
 		}
 	}
 	t.Pending = 0

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,10 +56,9 @@ type batchRef struct {
 	k int
 }
 
-func (p batchRef) Done(i int) <-chan struct{} { return p.r.Done(i) }
-func (p batchRef) ours(i int) bool {
+func (p batchRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && rep.Err == nil && rep.Val.errs[p.k] == nil && rep.Val.res[p.k].ours
+	return ok && answered(rep.Err)
 }
 func (p batchRef) settled() bool { return p.r.Settled() }
 
@@ -159,46 +159,140 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 }
 
 // extendPipeline sends the extend script for every live lock to node i in
-// one pipeline. Replies that are errors for one lock (WRONGTYPE, say) stay
-// that lock's; a connection error fails the node for all. Scripts missing
-// on the node (restart, SCRIPT FLUSH) are loaded and the pipeline redone
-// for them.
+// pipelines. Replies that are errors for one lock (WRONGTYPE, say) stay
+// that lock's; a connection error fails the node for all.
 func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int) (batchReply, error) {
-	node := c.nodes[i].c
+	cmds, err := pipelined(ctx, c.nodes[i].c, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
+		l := locks[live[kk]]
+		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence)
+	})
+	if err != nil {
+		return batchReply{}, err
+	}
 	out := batchReply{res: make([]reply, len(live)), errs: make([]error, len(live))}
-	todo := make([]int, len(live))
-	for kk := range todo {
-		todo[kk] = kk
+	for kk, cmd := range cmds {
+		e, err := scripts.ExtendResult(cmd)
+		out.res[kk], out.errs[kk] = reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
+	}
+	return out, nil
+}
+
+// pipelineChunk is the most commands one pipeline carries.
+const pipelineChunk = 512
+
+// pipelined sends one script command per item (queue builds item k's) to
+// node in pipelines of at most pipelineChunk, all bounded by ctx. Items
+// that find the script missing on the node (NOSCRIPT: a restart or SCRIPT
+// FLUSH) are sent again once it is loaded. It returns each item's command,
+// whose error is that item's error reply; a connection error or timeout
+// fails the node for every item.
+func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scripts.Script, queue func(p redis.Pipeliner, k int) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, count)
+	todo := make([]int, count)
+	for k := range todo {
+		todo[k] = k
 	}
 	for pass := 0; len(todo) > 0; pass++ {
-		pipe := node.Pipeline()
-		cmds := make([]*redis.Cmd, len(todo))
-		for x, kk := range todo {
-			l := locks[live[kk]]
-			cmds[x] = scripts.ExtendCmd(ctx, pipe, l.keys[i], l.token, l.cfg.ttl, l.fence)
-		}
-		_, _ = pipe.Exec(ctx)
 		var again []int
-		for x, kk := range todo {
-			e, err := scripts.ExtendResult(cmds[x])
-			var re redis.Error
-			switch {
-			case err == nil:
-				out.res[kk] = reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}
-			case scripts.IsNoScript(err) && pass == 0:
-				again = append(again, kk)
-			case errors.As(err, &re):
-				out.errs[kk] = err
-			default:
-				return batchReply{}, err // the node, not the lock: a connection error or timeout
+		for lo := 0; lo < len(todo); lo += pipelineChunk {
+			part := todo[lo:min(lo+pipelineChunk, len(todo))]
+			pipe := node.Pipeline()
+			for _, k := range part {
+				cmds[k] = queue(pipe, k)
+			}
+			_, _ = pipe.Exec(ctx)
+			for _, k := range part {
+				err := cmds[k].Err()
+				var re redis.Error
+				switch {
+				case err == nil:
+				case scripts.IsNoScript(err) && pass == 0:
+					again = append(again, k)
+				case !errors.As(err, &re):
+					return nil, err // the node, not the item: a connection error or timeout
+				}
 			}
 		}
 		if len(again) > 0 {
-			if err := scripts.LoadExtend(ctx, node); err != nil {
-				return batchReply{}, err
+			if err := scripts.Load(ctx, node, s); err != nil {
+				return nil, err
 			}
 		}
 		todo = again
 	}
-	return out, nil
+	return cmds, nil
+}
+
+// releaseMany releases locks on every node for Close: per node, pipelines
+// of the release script for all of them, so that a node that hangs costs
+// one node timeout in all, not one per lock (step 4). Each lock is then
+// decided as by Unlock, and reported to its hooks; the errors of locks
+// that too few nodes released are returned.
+func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
+	if len(locks) == 0 {
+		return nil
+	}
+	n, k := len(c.nodes), len(locks)
+	start := time.Now()
+	wasLost := make([]bool, k)
+	for j, l := range locks {
+		l.mu.Lock()
+		wasLost[j] = l.state == stateLost
+		l.mu.Unlock()
+	}
+	ctx := context.Background()
+	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) ([]*redis.Cmd, error) {
+		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
+			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
+				l := locks[j]
+				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.token, l.guardFor(i), l.waiter, l.cfg.reservation(), c.channelPrefix())
+			})
+		})
+	})
+	t := r.Collect(ctx, func(_ int, rep quorum.Reply[[]*redis.Cmd]) (quorum.Vote, error) {
+		if rep.Err != nil {
+			return quorum.Failed, rep.Err
+		}
+		return quorum.Yes, nil
+	}, quorum.All)
+	var errs []error
+	for j, l := range locks {
+		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Elapsed: t.Elapsed}
+		for i := range n {
+			var err error
+			ok := false
+			if t.Votes[i] != quorum.Yes {
+				err = t.Errs[i]
+			} else {
+				rep, _ := r.Reply(i)
+				var r scripts.Released
+				r, err = scripts.ReleaseResult(rep.Val[j])
+				ok = r == scripts.Deleted || r == scripts.HandedOver
+				if err != nil {
+					err = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+				}
+			}
+			lt.Votes[i], lt.Errs[i] = voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
+			switch lt.Votes[i] {
+			case quorum.Yes:
+				lt.Yes++
+			case quorum.No:
+				lt.No++
+			default:
+				lt.Failed++
+			}
+		}
+		err := l.releaseError(lt)
+		if obs := l.cfg.obs; obs != nil {
+			if wasLost[j] {
+				<-l.lostDone // the Lost hook comes first
+			}
+			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired),
+				WasLost: wasLost[j], Released: lt.Yes, Err: err, NodeErrors: c.nodeErrors(lt)})
+		}
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, fmt.Errorf("release %q: %w", l.resource, err))
+		}
+	}
+	return errs
 }

@@ -29,8 +29,6 @@ const (
 	// closeGrace is added to the node timeout when Close waits for requests
 	// still in flight.
 	closeGrace = 250 * time.Millisecond
-	// closeParallel is how many locks Close releases at once.
-	closeParallel = 64
 )
 
 var errBusy = errors.New("too many requests in flight on this node")
@@ -49,7 +47,7 @@ const fenceSuffix = ":fence"
 // keys names the keys of resource on this node. On a Cluster node the lock
 // key and the fence counter share a hash tag, so they live in one slot and
 // one script may touch both.
-func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
+func (n *node) keys(prefix, resource string, fencing bool, token string) scripts.Keys {
 	lock := prefix + resource
 	if n.cluster {
 		lock = prefix + "{" + resource + "}"
@@ -58,7 +56,7 @@ func (n *node) keys(prefix, resource string, fencing bool) scripts.Keys {
 	if fencing {
 		fence = lock + fenceSuffix
 	}
-	return scripts.NewKeys(lock, fence)
+	return scripts.NewKeys(lock, fence, token)
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is
@@ -78,6 +76,7 @@ type Client struct {
 	wg      sync.WaitGroup
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
+	id      string        // names this Client in queue entries and its wake-up channel
 
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
@@ -129,7 +128,12 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
 	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
-	c.wake = newWakeups(c)
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: client ID: %w", err)
+	}
+	c.id = id.String()
+	c.wake = newWakeups(c, c.channelPrefix()+c.id)
 	return c, nil
 }
 
@@ -192,6 +196,10 @@ func (c *Client) checkResource(resource string) error {
 		return invalid("resource must not be empty")
 	case strings.HasSuffix(resource, fenceSuffix):
 		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
+	case strings.HasSuffix(resource, scripts.QueueSuffix) || strings.HasSuffix(resource, scripts.ExpirySuffix):
+		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.ExpirySuffix)
+	case strings.Contains(resource, scripts.GuardSuffix):
+		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
 	case c.anyCluster && strings.ContainsAny(resource, "{}"):
 		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
 	}
@@ -254,7 +262,6 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		return nil, err
 	}
 	attempts := 0
-	started := time.Now()
 	callID := c.ids.Add(1)
 	if obs := cfg.obs; obs != nil {
 		start := time.Now()
@@ -283,9 +290,26 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		defer leave()
 	}
 
+	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
+}
+
+// channelPrefix is the prefix of the Clients' wake-up channels: a
+// release tells the first waiter's Client on prefix + its ID.
+func (c *Client) channelPrefix() string { return c.cfg.keyPrefix + "wake:" }
+
+// acquire is Lock's attempt loop (TryLock: one attempt). One token serves
+// the whole call, so that the waiter queued on the nodes (step 9) is the
+// one a release hands the key to; a token is replaced only when an attempt
+// ended with a request of ours unanswered that could still change the key
+// (see settle).
+//
+// Nothing slow runs between a grant and the return (step 6): leaving the
+// wake-up registry and this Client's line only unregisters, and the lock's
+// validity is checked last, so an expired lock is never returned.
+func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
 	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
 	var timer *time.Timer
-	var w *waiter // set once this call waits for releases (step 9)
+	var w *waiter // set once this call waits for a handoff (step 9)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -294,36 +318,88 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 			w.leave()
 		}
 	}()
+	ticket := time.Now().UnixMicro()
+	l, err := c.newLock(resource, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A Client that has waited before listens already: queue from the
+	// first attempt, which saves a refused round under contention.
+	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
+		if w, err = c.wake.join(l.token); err != nil {
+			return nil, err
+		}
+		l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+	}
+	var verdict error // the error of the last attempt that settled anything
 	for attempt := 1; ; attempt++ {
-		attempts = attempt
-		l, granted, err := c.attempt(ctx, callID, resource, cfg, w != nil)
+		*attempts = attempt
+		t, err, settled := c.attempt(ctx, callID, l)
 		if err == nil {
-			return l, nil
+			if l.Valid() {
+				return l, nil
+			}
+			// Validity ran out between the decision and here (the process
+			// was starved or paused): never hand out an expired lock.
+			c.drop(ctx, l)
+			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
 		}
 		if errors.Is(err, ErrClosed) {
+			c.abandon(ctx, l, t)
 			return nil, err
 		}
-		if ctx.Err() != nil {
-			return nil, errors.Join(err, ctx.Err())
+		// An attempt cut short by ctx says nothing about the nodes: the
+		// last attempt that did tells contention from an outage.
+		if settled {
+			verdict = err
+		} else if verdict != nil {
+			err = verdict
 		}
-		if once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+		if ctx.Err() != nil || once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+			c.abandon(ctx, l, t)
+			if ctx.Err() != nil {
+				return nil, errors.Join(err, ctx.Err())
+			}
 			return nil, err
 		}
-		// Step 9: after the first refusal, subscribe to the resource's
-		// release channel, then attempt again at once, so that a release
-		// published before the subscription took effect is not missed.
+		// Between attempts: grants of a failed attempt go to older waiters
+		// (or back, without a queue), so that split votes settle.
+		if !c.settle(ctx, l, t) {
+			c.abandon(ctx, l, quorum.Tally{})
+			next, nerr := c.newLockLike(l, w)
+			if nerr != nil {
+				return nil, nerr
+			}
+			l = next
+		}
+		// Step 9: after the first refusal, wait in the queue: subscribe
+		// this Client's channel (once per Client), then queue on the nodes
+		// with the next attempt, made at once.
 		if w == nil && cfg.wakeUp && errors.Is(err, ErrNotObtained) {
-			if w, err = c.wake.join(c.cfg.keyPrefix + resource); err != nil {
+			if w, err = c.wake.join(l.token); err != nil {
+				c.abandon(ctx, l, quorum.Tally{})
 				return nil, err
 			}
-			w.awaitReady(ctx, cfg.timeout())
+			if c.wake.awaitReady(ctx, cfg.timeout()) {
+				l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+			}
 			continue
 		}
+		if w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
+			l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+		}
 		d := delay.NextBackOff()
-		if granted > 0 {
-			// A split vote: nobody holds the lock now, but the others that
-			// lost it too will retry; a short random pause breaks the tie
-			// sooner than the full retry delay.
+		if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+			// A split vote without a queue: nobody holds the lock on a
+			// majority, but the others that lost it too will retry; a
+			// short random pause breaks the tie sooner than the full
+			// retry delay. (When a majority refused, someone holds it:
+			// that is contention.)
 			d = splitPause()
 		}
 		if timer == nil {
@@ -337,19 +413,77 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		}
 		select {
 		case <-timer.C:
-		case <-woken:
-			// Alone, attempt at once. With waiters of other Clients (within
-			// a Client only the first in line waits on the nodes), the one
-			// that has waited longest goes first.
-			if w.rivals.Load() > 1 {
-				time.Sleep(agePause(time.Since(started)))
-			}
+		case <-woken: // a release handed us the key somewhere: confirm at once
 		case <-ctx.Done():
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, errors.Join(err, ctx.Err())
 		case <-c.closing:
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, ErrClosed
 		}
 	}
+}
+
+// newLock returns a lock for one Lock or TryLock call on resource, with a
+// fresh token, not yet held.
+func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
+	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
+	if err != nil {
+		return nil, fmt.Errorf("redlock: token: %w", err)
+	}
+	n := len(c.nodes)
+	l := &Lock{
+		c:        c,
+		resource: resource,
+		keys:     make([]scripts.Keys, n),
+		token:    id.String(),
+		cfg:      cfg,
+		lost:     make(chan struct{}),
+		lostDone: make(chan struct{}),
+		state:    stateFinished, // held only once hold has run
+	}
+	for i := range c.nodes {
+		// Plain nodes share one set of keys; Cluster nodes need hash tags.
+		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
+			l.keys[i] = l.keys[i-1]
+			continue
+		}
+		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
+	}
+	return l, nil
+}
+
+// newLockLike replaces the call's lock with one of a fresh token, queued
+// with the same ticket; the waiter follows the new token.
+func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
+	l, err := c.newLock(old.resource, old.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if old.waiter.Member != "" {
+		l.waiter = old.waiter
+		l.waiter.Member = scripts.Member(c.id, l.token)
+	}
+	if w != nil {
+		w.retoken(l.token)
+	}
+	return l, nil
+}
+
+// drop takes back a lock granted but never handed out: its renewal stops
+// and it is released, without hooks (the caller never saw it).
+func (c *Client) drop(ctx context.Context, l *Lock) {
+	l.mu.Lock()
+	h := l.handle
+	l.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+	l.finish(nil)
+	c.mu.Lock()
+	delete(c.locks, l)
+	c.mu.Unlock()
+	l.releaseAll(ctx)
 }
 
 // splitPause is a random pause of up to 3ms: long enough to order the
@@ -403,48 +537,28 @@ func (c *Client) noteTimeout(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// attempt is one acquisition round (DESIGN steps 1–4, and 8 with fencing).
-// It returns the lock, or the number of nodes that granted and the error.
-// Each attempt uses a fresh token: a background release left by a failed
-// attempt must never delete the key of a later attempt.
-func (c *Client) attempt(ctx context.Context, callID uint64, resource string, cfg config, waiter bool) (*Lock, int, error) {
+// attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
+// fencing): on success l is held. It returns the tally of phase 1 and the
+// error, and whether the attempt settled anything: false when ctx ended
+// before the nodes that could have made the difference answered.
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Tally, error, bool) {
 	start := time.Now()
-	l, t, err := c.try(ctx, resource, cfg, waiter)
-	if cfg.obs != nil {
-		cfg.obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: resource, Latency: time.Since(start), Granted: t.Yes,
+	t, err, settled := c.try(ctx, l)
+	if obs := l.cfg.obs; obs != nil {
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
 	}
-	return l, t.Yes, err
+	return t, err, settled
 }
 
-// try is attempt without the hook; it also returns the tally of phase 1.
-func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bool) (*Lock, quorum.Tally, error) {
-	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
-	if err != nil {
-		return nil, quorum.Tally{}, fmt.Errorf("redlock: token: %w", err)
-	}
-	n := len(c.nodes)
-	l := &Lock{
-		c:        c,
-		resource: resource,
-		keys:     make([]scripts.Keys, n),
-		token:    id.String(),
-		cfg:      cfg,
-		lost:     make(chan struct{}),
-		lostDone: make(chan struct{}),
-	}
-	for i := range c.nodes {
-		// Plain nodes share one set of keys; Cluster nodes need hash tags.
-		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
-			l.keys[i] = l.keys[i-1]
-			continue
-		}
-		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing)
-	}
+// try is attempt without the hook.
+func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
+	cfg, n := l.cfg, len(c.nodes)
+	w := l.waiter
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{cfg.obs, "acquire", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, waiter) // guard.go
+		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], l.token, cfg, w) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
@@ -455,20 +569,17 @@ func (c *Client) try(ctx context.Context, resource string, cfg config, waiter bo
 	// Step 3: validity, from before the first request was sent.
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
-			l, err := c.hold(ctx, l, deadline)
-			return l, t, err
+			return t, c.hold(ctx, l, deadline), true
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
-			l, err := c.hold(ctx, l, deadline)
-			return l, t, err
+			return t, c.hold(ctx, l, deadline), true
 		}
-		c.abandon(ctx, l, r, t)
-		return nil, t, c.attemptError(ctx, t2, cfg)
+		err, settled := c.attemptError(t2, cfg)
+		return t, err, settled
 	}
-	// Step 4: a failed or cancelled attempt releases what it may have set.
-	c.abandon(ctx, l, r, t)
-	return nil, t, c.attemptError(ctx, t, cfg)
+	err, settled := c.attemptError(t, cfg)
+	return t, err, settled
 }
 
 // commitFence is phase 2 of a fenced acquire (step 8). t = max(counters
@@ -522,32 +633,31 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 }
 
 // attemptError tells contention from failure: ErrNotObtained when the
-// refusals alone made a majority impossible, ErrNoQuorum when failed nodes
-// could have made the difference. Nodes cut short because ctx ended are not
-// failures: the caller gave up, and the ctx error is joined by the caller.
+// refusals alone made a majority impossible (or a majority granted too late
+// to leave any validity), ErrNoQuorum when nodes failed — errors, or no
+// answer within the node timeout — where they could have made the
+// difference. Nodes cut short because ctx ended before their node timeout
+// are neither: the caller gave up on them. An attempt decided only by such
+// nodes settles nothing (settled is false); it is ErrNoQuorum, as too few
+// nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
-func (c *Client) attemptError(ctx context.Context, t quorum.Tally, cfg config) error {
+func (c *Client) attemptError(t quorum.Tally, cfg config) (err error, settled bool) {
 	n := len(c.nodes)
 	if t.Quorum() {
-		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl)
+		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl), true
 	}
-	// Failures that are only the caller giving up do not count as node
-	// failures.
-	failed := t.Failed
-	if ctx.Err() != nil {
-		for _, e := range t.Errs {
-			if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
-				failed--
-			}
-		}
-	}
+	cut := t.CutShort()
 	var head error
-	if t.No > n-c.quorum || failed == 0 {
+	switch {
+	case t.No > n-c.quorum:
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
-	} else {
-		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed", ErrNoQuorum, t.Yes, n, c.quorum)
+	case t.Failed > cut:
+		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
+	default:
+		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
+			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
 	}
-	return c.joinNodeErrors(head, t)
+	return c.joinNodeErrors(head, t), true
 }
 
 // joinNodeErrors joins head with one *NodeError per failed node of t.
@@ -570,8 +680,11 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 
 // hold turns a granted attempt into a held Lock: registered with the Client
 // (so Close releases it) and with the renewal scheduler.
-func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock, error) {
+func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error {
+	l.mu.Lock()
+	l.state = stateHeld
 	l.validUntil = validUntil
+	l.mu.Unlock()
 	l.acquired = time.Now()
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -579,67 +692,81 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) (*Lock
 	if c.closed {
 		c.mu.Unlock()
 		l.finish(ErrClosed)
-		l.release(ctx)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.locks[l] = struct{}{}
 	c.mu.Unlock()
 	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
 	if err != nil { // closed meanwhile; Close will release it
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	l.mu.Lock()
 	l.handle = h
 	l.mu.Unlock()
-	return l, nil
+	return nil
 }
 
-// abandon releases a failed attempt on every node (step 4), on a context
-// that ignores the caller's cancellation. Nodes that granted are released
-// before it returns; the others are released in the background once their
-// acquire request has answered or timed out, so that no acquire lands after
-// its release.
-func (c *Client) abandon(ctx context.Context, l *Lock, r *quorum.Round[reply], t quorum.Tally) {
+// settle is what a failed attempt leaves between two attempts of a Lock
+// call. The nodes that granted keep our key or pass it on: a queued call
+// yields each to an older waiter queued there (who is told), so that split
+// votes settle toward the oldest ticket; a call not queued gives them back.
+// Requests of ours still unanswered may grant later; that is harmless, as
+// the next attempt carries the same token. settle waits for its requests,
+// each bounded by the node timeout, and reports whether every one
+// answered: if not, a late one could still hand over a key that our next
+// attempt counts, so the caller must go on with a fresh token.
+func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
+	dctx := context.WithoutCancel(ctx)
+	yield := l.waiter.Member != ""
+	var wg sync.WaitGroup
+	var unsure atomic.Bool
+	for i, v := range t.Votes {
+		if v != quorum.Yes {
+			continue
+		}
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, err := call(c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+				return l.releaseScript(ctx, i, s, 0, yield)
+			})
+			if err != nil && !answered(err) {
+				unsure.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	return !unsure.Load()
+}
+
+// abandon ends a Lock call's lock that was never handed out (step 4): it
+// is released on every node where anything of ours may be — nodes that
+// granted, nodes that have not answered (with the token's guard, so that an
+// acquire still on its way sets nothing when it lands), and, for a queued
+// call, every node, to take our queue entry out. It waits for those
+// releases, each bounded by the node timeout, unless the caller gave up:
+// then they finish in the background. t is the last attempt's tally (zero:
+// release everywhere).
+func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
 	dctx := context.WithoutCancel(ctx)
-	// Nodes still answering when the attempt was decided are waited for,
-	// up to the node timeout, unless the caller gave up: a node that grants
-	// a moment after the others refused is released before the call
-	// returns too. One that answers later still is released when it does.
-	var wait chan struct{} // closed when waiting is over; shared by every node
-	if ctx.Err() == nil {
-		wait = make(chan struct{})
-		tm := time.AfterFunc(max(l.cfg.timeout()-time.Since(r.Started()), 0)+closeGrace, func() { close(wait) })
-		defer tm.Stop()
-	}
+	wait := ctx.Err() == nil
 	var wg sync.WaitGroup
-	for i, v := range t.Votes {
-		switch v {
-		case quorum.No:
-			// Another token holds the key there: nothing of ours to delete.
-		case quorum.Yes:
-			wg.Go(func() { l.releaseNode(dctx, i, false) })
-		default:
-			late := func() {
-				<-r.Done(i)
-				if rep, _ := r.Reply(i); rep.Err != nil || rep.Val.ours {
-					l.releaseNode(dctx, i, false)
-				}
-			}
-			if wait == nil {
-				c.wg.Go(late)
-				continue
-			}
-			wg.Go(func() {
-				select {
-				case <-r.Done(i):
-					late() // answered: releases now, before abandon returns
-				case <-wait:
-					c.wg.Go(late)
-				}
-			})
+	for i := range c.nodes {
+		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		rel := func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i)
+		}
+		if wait {
+			wg.Go(rel)
+		} else {
+			c.wg.Go(rel)
 		}
 	}
 	wg.Wait()
@@ -659,7 +786,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false).Lock)
+			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false, "").Lock)
 			return reply{ours: ok}, err
 		})
 	})
@@ -691,34 +818,23 @@ func (c *Client) Close() error {
 	close(c.closing)
 	locks := c.locks
 	c.locks = nil
-	wait := c.maxWait + closeGrace
+	wait := c.maxWait
+	deadline := time.Now().Add(wait + closeGrace)
 	c.mu.Unlock()
 
 	c.sched.Close()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	// Release with bounded parallelism: a Client may hold many thousands of
-	// locks, and the nodes' in-flight caps must not turn Close into errors.
-	sem := make(chan struct{}, closeParallel)
+	ls := make([]*Lock, 0, len(locks))
 	for l := range locks {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			l.reportExpiry()
-			l.finish(ErrClosed)
-			if err := l.release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("release %q: %w", l.resource, err))
-				mu.Unlock()
-			}
-		})
+		l.reportExpiry()
+		l.finish(ErrClosed)
+		ls = append(ls, l)
 	}
-	wg.Wait()
+	// One round of pipelines for every lock: bounded by the node timeout
+	// and the grace whatever the number of locks (thousands of releases
+	// take a node some milliseconds).
+	errs := c.releaseMany(ls, wait+closeGrace)
 	c.wake.close()
-	waitTimeout(&c.wg, wait)
+	waitTimeout(&c.wg, time.Until(deadline))
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {
 			errs = append(errs, err)

@@ -48,11 +48,11 @@ func WithRestartGuard(maxTTL time.Duration) Option {
 
 // acquireOn runs the acquire script on one node: with the restart guard
 // when it is on, in the same atomic step.
-func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, token string, cfg config, waiter bool) (bool, int64, error) {
+func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, token string, cfg config, w scripts.Waiter) (bool, int64, error) {
 	if cfg.restartGuard <= 0 {
-		return scripts.Acquire(ctx, s, k, token, cfg.ttl, waiter)
+		return scripts.Acquire(ctx, s, k, token, cfg.ttl, w)
 	}
-	ok, fence, err := scripts.AcquireGuarded(ctx, s, k, token, cfg.ttl, waiter, cfg.restartGuard)
+	ok, fence, err := scripts.AcquireGuarded(ctx, s, k, token, cfg.ttl, w, cfg.restartGuard)
 	if young := (*scripts.Young)(nil); errors.As(err, &young) {
 		err = fmt.Errorf("%w: %w", ErrNodeRestarted, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
@@ -54,6 +55,10 @@ type Lock struct {
 	lostErr    error
 	handle     *renew.Handle
 	rounds     []inflight // rounds of this lock with requests maybe still in flight
+	unsure     []bool     // per node (nil: none): a request there went unanswered
+	// waiter is how the Lock call queues on the nodes (step 9); its zero
+	// value does not queue. Set by the call's goroutine between attempts.
+	waiter scripts.Waiter
 }
 
 // Resource returns the name of the locked resource.
@@ -167,7 +172,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
-			return reply{ours: e != scripts.NotOurs, healed: e == scripts.Healed}, err
+			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})
 	l.track(roundRef{r})
@@ -223,8 +228,20 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 		l.lose(err)
 		return err
 	}
-	return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes confirmed the extension, %d needed (%d failed, %d refused, %d not waited for)",
-		ErrNoQuorum, t.Yes, n, c.quorum, t.Failed, t.No, n-t.Yes-t.No-t.Failed), t)
+	tally := fmt.Sprintf("%d of %d nodes confirmed the extension, %d needed (%d failed, %d refused, %d not waited for)",
+		t.Yes, n, c.quorum, t.Failed, t.No, n-t.Yes-t.No-t.Failed)
+	// A round that ends at or after ValidUntil without a majority leaves
+	// the lock lost, not "not yet lost": another client may hold it now.
+	l.mu.Lock()
+	st, expired := l.state, !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	switch {
+	case st != stateHeld:
+		return l.usable() // lost meanwhile (at ValidUntil, say), unlocked or closed
+	case expired:
+		return l.expire(c.joinNodeErrors(errors.New(tally), t))
+	}
+	return c.joinNodeErrors(fmt.Errorf("%w: %s", ErrNoQuorum, tally), t)
 }
 
 // usable returns nil while the lock is held and valid, or the error Extend
@@ -370,7 +387,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 }
 
 // release runs check-and-delete on every node (step 6) and waits for every
-// answer, bounded by the node timeout.
+// answer, bounded by the node timeout; it reports to the hooks.
 func (l *Lock) release(ctx context.Context) (err error) {
 	c := l.c
 	var t quorum.Tally
@@ -387,29 +404,36 @@ func (l *Lock) release(ctx context.Context) (err error) {
 				WasLost: wasLost, Released: t.Yes, Err: err, NodeErrors: c.nodeErrors(t)})
 		}()
 	}
-	n := len(c.nodes)
+	t = l.releaseAll(ctx)
+	return l.releaseError(t)
+}
+
+// releaseAll releases the lock on every node at once and waits for every
+// answer (or the node timeout): returning after a majority would leave our
+// key on the others for a moment, and an immediate Lock of the same
+// resource could find it there. The requests go out even if ctx is done.
+func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	dctx := context.WithoutCancel(ctx)
-	// Each node's release may first wait for this lock's requests still in
-	// flight there (a node timeout and a grace at most).
-	timeout := l.cfg.timeout() + closeGrace
-	if l.pending() {
-		timeout += l.cfg.timeout()
-	}
-	r := quorum.Start(dctx, n, timeout, &c.wg, func(ctx context.Context, i int) (bool, error) {
-		return l.releaseNode(ctx, i, true)
+	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
+		return l.releaseNode(ctx, i)
 	})
-	// Wait for every node (or its timeout): returning after a majority would
-	// leave our key on the others for a moment, and an immediate Lock of the
-	// same resource could find it there.
-	t = r.Collect(dctx, func(i int, rep quorum.Reply[bool]) (quorum.Vote, error) {
-		switch {
-		case rep.Err != nil:
-			return quorum.Failed, rep.Err
-		case rep.Val:
-			return quorum.Yes, nil
-		}
-		return quorum.No, nil
-	}, quorum.All)
+	return r.Collect(dctx, voteReleased, quorum.All)
+}
+
+func voteReleased(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
+	switch {
+	case rep.Err != nil:
+		return quorum.Failed, rep.Err
+	case rep.Val:
+		return quorum.Yes, nil
+	}
+	return quorum.No, nil
+}
+
+// releaseError is what Unlock returns for the tally of a release.
+func (l *Lock) releaseError(t quorum.Tally) error {
+	c := l.c
+	n := len(c.nodes)
 	answered := t.Yes + t.No
 	switch {
 	case answered < c.quorum:
@@ -420,152 +444,95 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	return nil
 }
 
-// releaseNode releases the key on node i once this lock's requests still in
-// flight there have answered or timed out, so that none of them lands after
-// the release. A request that outlives that wait and turns out to have set
-// our key triggers another release when it answers.
-//
-// The release publishes on the resource's channel, waking waiters (step 9);
-// with handoff, the key is left as a short-lived marker that only those
-// waiters may take, when any are listening on the node.
-func (l *Lock) releaseNode(ctx context.Context, i int, handoff bool) (bool, error) {
-	channel := l.channel()
-	var window time.Duration
-	if handoff {
-		window = handoffWindow(l.cfg.ttl)
-	}
-	l.mu.Lock()
-	rounds := l.rounds
-	l.mu.Unlock()
-	var (
-		late    []inflight
-		wait    *time.Timer
-		expired bool
-	)
-	for _, r := range rounds {
-		select {
-		case <-r.Done(i):
-			continue
-		default:
-		}
-		if expired {
-			late = append(late, r)
-			continue
-		}
-		if wait == nil {
-			wait = time.NewTimer(l.cfg.timeout() + closeGrace)
-			defer wait.Stop()
-		}
-		select {
-		case <-r.Done(i):
-		case <-wait.C:
-			expired = true
-			late = append(late, r)
-		}
-	}
-	rctx := ctx
-	// The request gets a node timeout of its own when the wait used part of
-	// ctx's time, or when ctx has no deadline (a failed attempt's cleanup).
-	if _, ok := ctx.Deadline(); wait != nil || !ok {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout())
-		defer cancel()
-	}
-	ok, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, window, l.tombstone(), l.c.nodes[i].cluster)
-		if errors.Is(err, scripts.ErrNotPublished) {
-			// Released all the same; waiters fall back to polling. Tell
-			// the hooks, not the caller.
-			if obs := l.cfg.obs; obs != nil {
-				obs.NodeError(ctx, NodeErrorInfo{Resource: l.resource, Op: "publish", Node: i, Addr: l.c.nodes[i].addr, Kind: "reply", Err: err})
-			}
-			return ok, nil
-		}
-		return ok, err
+// releaseNode releases the key on node i (steps 4, 6 and 9): hands it to
+// the first waiter queued there or deletes it, takes our own queue entry
+// out, and, when a request of this lock may still be in flight there,
+// leaves the token's guard, so that the request sets nothing when it lands,
+// whatever the key holds then. A release that got no answer is retried in
+// the background.
+func (l *Lock) releaseNode(ctx context.Context, i int) (bool, error) {
+	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
+		r, err := l.releaseScript(ctx, i, s, l.guardFor(i), false)
+		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
-	var lctx context.Context
-	if len(late) > 0 || retryable(err) {
-		lctx = context.WithoutCancel(ctx)
-	}
 	if retryable(err) {
-		l.c.goCallback(func() { l.retryRelease(lctx, i, channel) })
-	}
-	for _, r := range late {
-		l.c.goCallback(func() {
-			<-r.Done(i)
-			if r.ours(i) {
-				rctx, cancel := context.WithTimeout(lctx, l.cfg.timeout())
-				defer cancel()
-				_, _ = call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-					ok, err := scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone(), l.c.nodes[i].cluster)
-					if errors.Is(err, scripts.ErrNotPublished) {
-						err = nil
-					}
-					return ok, err
-				})
-			}
-		})
+		rctx := context.WithoutCancel(ctx)
+		l.c.goCallback(func() { l.retryRelease(rctx, i) })
 	}
 	return ok, err
 }
 
-// handoffWindow is how long a released key stays reserved for the waiters
-// that were woken: long enough for a woken waiter's attempt to arrive, short
-// enough that a waiter that has gone away costs little. A quarter of the TTL
-// at most.
-func handoffWindow(ttl time.Duration) time.Duration {
-	return min(30*time.Millisecond, ttl/4)
+// releaseScript runs the release script on node i; yield is for a waiter
+// giving its minority of grants to older waiters.
+func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, yield bool) (scripts.Released, error) {
+	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.cfg.reservation(), l.c.channelPrefix())
 }
 
-// inflight is a round of requests of this lock, seen by release: on each
-// node, the release waits for the lock's requests there.
+// guardFor returns how long node i must refuse requests of this lock after
+// its release: 0 when every request of the lock there has been answered
+// (none can land later), else the guard's lifetime (see guardTTL).
+func (l *Lock) guardFor(i int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	unsure := l.unsure != nil && l.unsure[i]
+	for _, r := range l.rounds {
+		unsure = unsure || !r.answered(i)
+	}
+	if unsure {
+		return l.guardTTL()
+	}
+	return 0
+}
+
+// guardTTL is how long a release's guard stays: twice the TTL. A request
+// of ours delayed on the way to a node, or queued on a paused node, cannot
+// set our key again after our release for that long. Only a request held
+// up for longer still (a node paused for over two TTLs while holding it)
+// could set the key again, for one TTL at most. The guard is a key of its
+// own, so it keeps nobody else waiting.
+func (l *Lock) guardTTL() time.Duration {
+	if testhooks.SkipReleaseGuard.Load() {
+		return 0 // a negative control of the chaos checker
+	}
+	return 2 * l.cfg.ttl
+}
+
+// inflight is a round of requests of this lock, seen by release: where a
+// node has not answered it, a request may still land after the release.
 type inflight interface {
-	Done(i int) <-chan struct{} // closed when node i has answered or given up
-	ours(i int) bool            // node i answered that our key is set there
-	settled() bool              // every node has answered or given up
+	answered(i int) bool // node i's reply is in (not a timeout or a connection error)
+	settled() bool       // every node has answered or given up
+}
+
+// answered reports whether rep is a reply of the node itself: a result, or
+// an error reply. A timeout or a connection error leaves it unknown whether
+// (and when) the request reaches the node.
+func answered(err error) bool {
+	var re redis.Error
+	return err == nil || errors.As(err, &re)
 }
 
 // roundRef is a round of this lock alone.
 type roundRef struct{ r *quorum.Round[reply] }
 
-func (p roundRef) Done(i int) <-chan struct{} { return p.r.Done(i) }
-func (p roundRef) ours(i int) bool {
+func (p roundRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && rep.Err == nil && rep.Val.ours
+	return ok && answered(rep.Err)
 }
 func (p roundRef) settled() bool { return p.r.Settled() }
-
-// channel is the resource's wake-up channel: the lock key of a plain node
-// (channels are a namespace of their own).
-func (l *Lock) channel() string {
-	if !l.c.nodes[0].cluster {
-		return l.keys[0].Lock
-	}
-	return l.c.cfg.keyPrefix + l.resource
-}
-
-// tombstone is how long a release's tombstone stays: long enough to outlast
-// a request of ours still in flight on a node that answered the release (a
-// node that did not answer gets the release again, see retryRelease), and
-// short, because other Redis clients of the same key (a redsync process in
-// a rolling migration) see it as held.
-func (l *Lock) tombstone() time.Duration {
-	return min(l.cfg.ttl, 2*l.cfg.timeout()+closeGrace)
-}
 
 // retryable reports whether a release failed for want of an answer (a
 // timeout, a connection error), not because the node refused it.
 func retryable(err error) bool {
-	var re redis.Error
-	return err != nil && !errors.As(err, &re) && !errors.Is(err, errBusy) && !errors.Is(err, scripts.ErrNotPublished)
+	return err != nil && !answered(err) && !errors.Is(err, errBusy)
 }
 
-// retryRelease sends the release to node i again, with backoff, until the
-// node answers, the lock's TTL has passed (our key, if any, is gone by then),
-// or the Client closes. A node that was paused or unreachable during Unlock
-// may still hold our key — or get it from a request of ours it runs when it
-// resumes, before the release that never reached it.
-func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
+// retryRelease sends the release (with its guard) to node i again, with
+// backoff, until the node answers, the lock's TTL has passed (our key, if
+// any, is gone by then), or the Client closes. A node that was paused or
+// unreachable during Unlock may still hold our key — or get it from a
+// request of ours it runs when it resumes.
+func (l *Lock) retryRelease(ctx context.Context, i int) {
 	deadline := time.Now().Add(l.cfg.ttl)
 	delay := max(l.cfg.timeout(), 10*time.Millisecond)
 	t := time.NewTimer(delay)
@@ -577,8 +544,8 @@ func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
-		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-			return scripts.Release(ctx, s, l.keys[i].Lock, l.token, channel, 0, l.tombstone(), l.c.nodes[i].cluster)
+		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+			return l.releaseScript(ctx, i, s, l.guardTTL(), false)
 		})
 		cancel()
 		if !retryable(err) || time.Now().Add(delay).After(deadline) {
@@ -589,19 +556,9 @@ func (l *Lock) retryRelease(ctx context.Context, i int, channel string) {
 	}
 }
 
-// pending reports whether a request of this lock may still be in flight.
-func (l *Lock) pending() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.rounds {
-		if !r.settled() {
-			return true
-		}
-	}
-	return false
-}
-
-// track remembers a round until all its requests have answered.
+// track remembers a round until all its requests have answered or given
+// up; a node that gave up on one is remembered in unsure for good (its
+// request may land at any later time).
 func (l *Lock) track(r inflight) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -609,8 +566,18 @@ func (l *Lock) track(r inflight) {
 	for _, old := range l.rounds {
 		if !old.settled() {
 			keep = append(keep, old)
+			continue
+		}
+		for i := range l.keys {
+			if !old.answered(i) {
+				if l.unsure == nil {
+					l.unsure = make([]bool, len(l.keys))
+				}
+				l.unsure[i] = true
+			}
 		}
 	}
+	clear(l.rounds[len(keep):])
 	l.rounds = append(keep, r)
 }
 
@@ -634,6 +601,11 @@ func renewError(err error) error {
 func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
 
 func (w watch) Lose(err error) {
+	// A renewal that raced Close (it found the Client closed) is not a
+	// loss: Close ends the lock with cause ErrClosed.
+	if errors.Is(err, ErrClosed) {
+		return
+	}
 	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
 		err = fmt.Errorf("%w: %w", ErrLockLost, err)
 	}

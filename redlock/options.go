@@ -82,6 +82,21 @@ func (c *config) interval() time.Duration {
 	return c.ttl / 3
 }
 
+// reservation is how long a release hands the key to the first waiter
+// before that waiter confirms it (step 9): long enough for the waiter to be
+// told and answer on a slow node, short against the TTL, so that a waiter
+// that went away delays the next one little.
+func (c *config) reservation() time.Duration {
+	return min(c.ttl/2, max(2*c.timeout(), 100*time.Millisecond))
+}
+
+// lapse is how long a queue entry stays without being renewed: a waiter
+// renews it with every attempt, at least every retry delay, so one that
+// went away leaves the queue within this.
+func (c *config) lapse() time.Duration {
+	return max(time.Second, 4*c.retryMax+2*c.timeout())
+}
+
 // timeout returns the effective per-node request timeout.
 func (c *config) timeout() time.Duration {
 	if c.nodeTimeout != 0 {

@@ -3,112 +3,83 @@ package redlock
 import (
 	"context"
 	"errors"
-	"math"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// wakeups wakes waiting Lock calls when a release is published (DESIGN step
-// 9). A Client keeps one subscription connection per node, shared by all its
-// waiters (not one connection per waiter); a channel is subscribed while at
-// least one of the Client's waiters wants it.
+// wakeups tells waiting Lock calls that a release handed them the key
+// (DESIGN step 9). A release that finds waiters queued on a node sets the
+// key to the first one's token and publishes that token on its client's
+// channel only: one channel per Client, subscribed once on every node (one
+// connection per node, shared by all its waiters) when the Client first
+// waits, and kept until Close. A message is a hint: the waiter's attempt
+// confirms what it was handed, and its fallback attempts cover a message
+// lost.
+//
+// Nothing that waits on a node runs in a Lock call or under mu: each node's
+// subscription is made and read on a goroutine of its own. A node whose
+// subscription connection hangs (paused while go-redis re-dials it, holding
+// the PubSub's mutex) delays only that goroutine.
 type wakeups struct {
-	c *Client
+	c       *Client
+	channel string // this Client's channel
 
-	mu      sync.Mutex // protects the fields below
-	subs    []*nodeSub // per node; nil until first needed
-	entries map[string]*wakeEntry
-	closed  bool
+	mu        sync.Mutex // protects the fields below
+	subs      []*redis.PubSub
+	ready     chan struct{} // closed once a majority of nodes confirmed the subscription
+	confirmed []bool        // per node
+	confirms  int
+	waiters   map[string]*waiter // by token
+	closed    bool
 }
 
-// wakeEntry is one channel and the waiters on it.
-type wakeEntry struct {
-	waiters map[*waiter]struct{}
-	ready   chan struct{} // closed once a majority of nodes confirmed the subscription
-	confirm int           // nodes that confirmed so far
-}
-
-// waiter is one Lock call waiting for a release.
+// waiter is one Lock call waiting for its token to be handed the key.
 type waiter struct {
-	w       *wakeups
-	channel string
-	c       chan struct{} // buffered 1: a release was published
-	rivals  atomic.Int32  // clients waiting on the node, as the last release said
-	ready   <-chan struct{}
+	w     *wakeups
+	token string
+	c     chan struct{} // buffered 1: a release handed us the key somewhere
 }
 
-// nodeSub is the subscription connection to one node and its reader.
-type nodeSub struct {
-	ps   *redis.PubSub
-	done chan struct{} // closed when the reader has returned
+func newWakeups(c *Client, channel string) *wakeups {
+	return &wakeups{c: c, channel: channel, ready: make(chan struct{}), confirmed: make([]bool, len(c.nodes)),
+		waiters: make(map[string]*waiter)}
 }
 
-func newWakeups(c *Client) *wakeups {
-	return &wakeups{c: c, subs: make([]*nodeSub, len(c.nodes)), entries: make(map[string]*wakeEntry)}
-}
-
-// join registers a waiter on channel, subscribing on every node if it is the
-// Client's first waiter there. The caller must be inside an operation
-// (Client.begin), and must call leave.
-func (w *wakeups) join(channel string) (*waiter, error) {
+// join registers a waiter for token, subscribing the Client's channel on
+// every node the first time. It never waits for a node. The caller must be
+// inside an operation (Client.begin), and must call leave.
+func (w *wakeups) join(token string) (*waiter, error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		return nil, ErrClosed
 	}
-	wt := &waiter{w: w, channel: channel, c: make(chan struct{}, 1)}
-	e := w.entries[channel]
-	first := e == nil
-	if first {
-		e = &wakeEntry{waiters: make(map[*waiter]struct{}), ready: make(chan struct{})}
-		w.entries[channel] = e
-	}
-	e.waiters[wt] = struct{}{}
-	wt.ready = e.ready
-	var subs []*nodeSub
-	if first {
+	if w.subs == nil {
+		w.subs = make([]*redis.PubSub, len(w.c.nodes))
 		for i := range w.subs {
-			subs = append(subs, w.sub(i))
+			ps := w.c.nodes[i].c.Subscribe(context.Background()) // no channel yet: no I/O
+			w.subs[i] = ps
+			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
-	w.mu.Unlock()
-	// Subscribe only writes the command (after dialing, the first time);
-	// the reader sees the confirmation. Nodes are asked in parallel, outside
-	// w.mu, so a node that hangs delays nobody else. A node that is down
-	// fails here or later; the fallback delay covers it.
-	var wg sync.WaitGroup
-	for _, s := range subs {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
-			defer cancel()
-			_ = s.ps.Subscribe(ctx, channel)
-		})
-	}
-	wg.Wait()
+	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1)}
+	w.waiters[token] = wt
 	return wt, nil
 }
 
-// sub returns node i's subscription, starting it if needed. w.mu is held.
-func (w *wakeups) sub(i int) *nodeSub {
-	if s := w.subs[i]; s != nil {
-		return s
-	}
-	s := &nodeSub{ps: w.c.nodes[i].c.Subscribe(context.Background()), done: make(chan struct{})}
-	w.subs[i] = s
-	w.c.wg.Go(func() { w.read(s) })
-	return s
-}
-
-// read delivers node messages to waiters until the subscription is closed.
-func (w *wakeups) read(s *nodeSub) {
-	defer close(s.done)
+// read subscribes node i's connection to the Client's channel, then
+// delivers its messages until the subscription is closed. go-redis
+// remembers the channel even when SUBSCRIBE fails, and subscribes again
+// whenever it reconnects.
+func (w *wakeups) read(i int, ps *redis.PubSub) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
+	_ = ps.Subscribe(ctx, w.channel)
+	cancel()
 	fails := 0
 	for {
-		msg, err := s.ps.Receive(context.Background())
+		msg, err := ps.Receive(context.Background())
 		if err != nil {
 			w.mu.Lock()
 			closed := w.closed
@@ -130,111 +101,94 @@ func (w *wakeups) read(s *nodeSub) {
 		fails = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			w.notify(m.Channel, m.Payload)
+			w.notify(m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				w.confirmed(m.Channel)
+				w.confirm(i)
 			}
 		}
 	}
 }
 
-func (w *wakeups) notify(channel, payload string) {
-	waiting, err := strconv.Atoi(payload)
-	if err != nil {
-		waiting = 2
-	}
+func (w *wakeups) notify(token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e := w.entries[channel]; e != nil {
-		for wt := range e.waiters {
-			wt.rivals.Store(int32(waiting))
-			select {
-			case wt.c <- struct{}{}:
-			default:
-			}
+	if wt := w.waiters[token]; wt != nil {
+		select {
+		case wt.c <- struct{}{}:
+		default:
 		}
 	}
 }
 
-func (w *wakeups) confirmed(channel string) {
+func (w *wakeups) confirm(i int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := w.entries[channel]
-	if e == nil {
+	if w.confirmed[i] {
 		return
 	}
-	e.confirm++
-	if e.confirm == w.c.quorum {
-		close(e.ready)
-	}
-}
-
-// leave unregisters the waiter, and unsubscribes the channel when it was
-// the last one.
-func (wt *waiter) leave() {
-	w := wt.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e := w.entries[wt.channel]
-	if e == nil {
-		return
-	}
-	delete(e.waiters, wt)
-	if len(e.waiters) > 0 {
-		return
-	}
-	delete(w.entries, wt.channel)
-	if w.closed {
-		return
-	}
-	for _, s := range w.subs {
-		if s != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
-			_ = s.ps.Unsubscribe(ctx, wt.channel)
-			cancel()
-		}
+	w.confirmed[i] = true
+	w.confirms++
+	if w.confirms == w.c.quorum {
+		close(w.ready)
 	}
 }
 
 // awaitReady waits until a majority of nodes confirmed the subscription, at
-// most d, so that an attempt made afterwards cannot miss a release published
-// on those nodes in between.
-func (wt *waiter) awaitReady(ctx context.Context, d time.Duration) {
+// most d, and reports whether they have: a waiter queues on the nodes only
+// then, so that a handoff cannot go to a channel nobody reads yet (if one
+// does, the waiter's fallback attempt finds the key and confirms it).
+func (w *wakeups) awaitReady(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-w.ready:
+		return true
+	default:
+	}
+	if d <= 0 {
+		return false
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-wt.ready:
+	case <-w.ready:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return false
 }
 
-// close closes every subscription and waits for the readers.
+// leave unregisters the waiter. It never waits for a node.
+func (wt *waiter) leave() {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters[wt.token] == wt {
+		delete(w.waiters, wt.token)
+	}
+}
+
+// retoken moves the waiter to a new token of its Lock call.
+func (wt *waiter) retoken(token string) {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters[wt.token] == wt {
+		delete(w.waiters, wt.token)
+	}
+	wt.token = token
+	w.waiters[token] = wt
+}
+
+// close closes every subscription without waiting: closing one may wait
+// for go-redis to finish re-dialing its node. The readers and closes are
+// the Client's goroutines; Close waits for them, bounded.
 func (w *wakeups) close() {
 	w.mu.Lock()
 	w.closed = true
 	subs := w.subs
 	w.mu.Unlock()
-	for _, s := range subs {
-		if s != nil {
-			_ = s.ps.Close()
-			<-s.done
-		}
+	for _, ps := range subs {
+		w.c.wg.Go(func() { _ = ps.Close() })
 	}
-}
-
-// agePause is how long a woken waiter lets others go first when several
-// clients wait: the longer it has waited, the shorter the pause, so the
-// oldest waiter usually attempts first and wins — an approximation of a
-// queue across clients without one on the nodes. It falls from 4ms (just
-// started waiting) on a log scale: 2.6ms at 50ms waited, 1.3ms at 500ms,
-// 0 from about 5s.
-func agePause(waited time.Duration) time.Duration {
-	const most = 4 * time.Millisecond
-	f := 1 - math.Log2(1+float64(waited)/float64(5*time.Millisecond))/10
-	if f <= 0 {
-		return 0
-	}
-	return time.Duration(f * float64(most))
 }

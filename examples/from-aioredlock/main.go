@@ -148,6 +148,36 @@ func run() error {
 		return errors.New("step 6: OnLost was not called")
 	}
 	fmt.Println("7. Close released \"report\", still held (aioredlock: destroy)")
+
+	// 8. Rolling migration: aioredlock uses the bare resource name as the
+	//    key. A key it set (here on 2 of the 3 nodes) is invisible to a
+	//    client with the default "lock:" prefix, and blocks one built with
+	//    WithKeyPrefix(""), until it expires.
+	for _, m := range ms[:2] {
+		m.Set("invoice:42", "id-of-an-aioredlock-lock")
+		m.SetTTL("invoice:42", 400*time.Millisecond)
+	}
+	if locked, err := observer.IsLocked(ctx, "invoice:42"); locked || err != nil {
+		return fmt.Errorf("step 8: IsLocked with the default prefix = %v, %v; want false (another key)", locked, err)
+	}
+	rolling, err := redlock.Dial(ctx, urls, redlock.WithKeyPrefix(""))
+	if err != nil {
+		return err
+	}
+	defer rolling.Close()
+	if _, err := rolling.TryLock(ctx, "invoice:42"); !errors.Is(err, redlock.ErrNotObtained) {
+		return fmt.Errorf("step 8: TryLock over an aioredlock key = %v; want ErrNotObtained", err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	l8, err := rolling.Lock(wait, "invoice:42", redlock.WithRetryDelay(50*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("step 8: Lock once the aioredlock key expired = %v", err)
+	}
+	if err := l8.Unlock(ctx); err != nil {
+		return fmt.Errorf("step 8: Unlock = %v", err)
+	}
+	fmt.Println("8. WithKeyPrefix(\"\"): an aioredlock-held key refuses us until it expires (the default prefix would not see it)")
 	return nil
 }
 

@@ -7,8 +7,11 @@
 // second worker takes over.
 //
 // By default it runs on 5 embedded in-process Redis nodes (miniredis, TTLs
-// in real time). With -addrs it uses your Redis nodes instead; node failures
-// are then simulated by cutting connections through a local proxy.
+// in real time). With -addrs it uses your Redis nodes instead. Either way
+// the clients reach each node through a small TCP proxy of this program's
+// own (proxy.go), which cuts the connections to simulate a node failure.
+// It imports nothing from this repository but the public redlock package,
+// so it builds in any module.
 //
 //	go run ./examples/quickstart
 //	go run ./examples/quickstart -addrs 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383
@@ -25,8 +28,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -49,7 +52,7 @@ func say(format string, args ...any) {
 // cluster is the nodes behind proxies that can cut them off, as if they died.
 type cluster struct {
 	servers []*miniredis.Miniredis
-	proxies []*redistest.Proxy
+	proxies []*proxy
 	clients []redis.UniversalClient
 }
 
@@ -71,7 +74,7 @@ func newCluster(addrs string) (*cluster, error) {
 		targets = strings.Split(addrs, ",")
 	}
 	for _, t := range targets {
-		p, err := redistest.NewProxy(strings.TrimSpace(t))
+		p, err := newProxy(strings.TrimSpace(t))
 		if err != nil {
 			c.close()
 			return nil, err
@@ -99,22 +102,32 @@ func (c *cluster) close() {
 	}
 }
 
-// holders counts the nodes holding token under key (read through the
+// holding lists the nodes holding token under key (read through the
 // proxies, so nodes that are cut count as not holding).
-func (c *cluster) holders(key, token string) int {
-	n := 0
-	for _, cl := range c.clients {
+func (c *cluster) holding(key, token string) []int {
+	var nodes []int
+	for i, cl := range c.clients {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		if v, err := cl.Get(ctx, key).Result(); err == nil && v == token {
-			n++
+			nodes = append(nodes, i)
 		}
 		cancel()
 	}
-	return n
+	return nodes
+}
+
+func (c *cluster) holders(key, token string) int { return len(c.holding(key, token)) }
+
+// note prints an explanation under the line before it.
+func note(format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	fmt.Println("          " + strings.ReplaceAll(text, "\n", "\n          "))
 }
 
 func run(addrs string, ttl time.Duration) error {
-	redis.SetLogger(quiet{}) // cut nodes would fill the screen with dial errors
+	// A cut node makes go-redis log every failed dial; this program prints
+	// what matters itself.
+	redis.SetLogger(&logging.VoidLogger{})
 	c, err := newCluster(addrs)
 	if err != nil {
 		return err
@@ -136,17 +149,37 @@ func run(addrs string, ttl time.Duration) error {
 	}
 	defer workerB.Close()
 
-	ctx := context.Background()
+	// Every call that can wait is bounded: Lock retries until its ctx is
+	// done (by default it never gives up on its own).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*ttl)
+	defer cancel()
 	const resource = "order:1234"
 	key := redlock.DefaultKeyPrefix + resource
+	n := len(c.clients)
 
 	say("worker A locks %q on %s, TTL %v, renewed every %v", resource, where, ttl, ttl/3)
+	var proxies []string
+	for i, p := range c.proxies {
+		proxies = append(proxies, fmt.Sprintf("node %d = %s", i, p.Addr()))
+	}
+	note("%s\n(each address is a local proxy in front of a node, not the node itself: the\nproxy can cut the node off as if it died; errors below name these addresses)",
+		strings.Join(proxies, ", "))
+	sent := time.Now()
 	lock, err := workerA.Lock(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("worker A: %w", err)
 	}
+	round := time.Since(sent)
 	time.Sleep(50 * time.Millisecond) // the slowest node answers in the background
-	say("worker A holds it on %d of %d nodes; valid for %v", c.holders(key, lock.Token()), len(c.clients), time.Until(lock.ValidUntil()).Round(time.Millisecond))
+	left := time.Until(lock.ValidUntil())
+	drift := time.Duration(float64(ttl)*redlock.DefaultDriftFactor) + 2*time.Millisecond
+	say("worker A holds it on %d of %d nodes; valid for %v", c.holders(key, lock.Token()), n, left.Round(time.Millisecond))
+	note("why not %v: validity = TTL %v − drift allowance %v (TTL × %v + 2ms, for clocks that run at\n"+
+		"slightly different rates) − %v elapsed since A sent its first request (the acquire round\n"+
+		"took %v; the rest passed before this line). The end of it is the validity deadline,\n"+
+		"lock.ValidUntil(): a local clock reading before which no other client can hold the lock,\n"+
+		"because no key of A's can have expired on any node before then.",
+		ttl, ttl, drift, redlock.DefaultDriftFactor, (ttl - drift - left).Round(time.Millisecond), round.Round(100*time.Microsecond))
 
 	// The job: it would take 4 TTLs, far longer than one lease.
 	job := make(chan error, 1)
@@ -164,25 +197,30 @@ func run(addrs string, ttl time.Duration) error {
 	say("worker B tries the same lock: %v", describe(err))
 	step(ttl)
 	say("past the first TTL (%v): still held, because the watchdog renews it", ttl)
+	note("each renewal re-arms the key on every node and moves the validity deadline to\n" +
+		"its own start + TTL − drift allowance")
 
 	c.proxies[0].Cut()
 	c.proxies[1].Cut()
 	say("nodes 0 and 1 go down")
 	step(ttl / 2)
-	say("renewals are confirmed by %d of 5 nodes, a majority: the lock holds", c.holders(key, lock.Token()))
+	say("renewals are confirmed by %d of %d nodes, a majority: the lock holds", c.holders(key, lock.Token()), n)
 	step(ttl / 2)
 
 	lastValid := lock.ValidUntil()
 	c.proxies[2].Cut()
 	downAt := time.Now()
-	say("node 2 goes down: only 2 of 5 nodes remain")
+	say("node 2 goes down: only %d of %d nodes remain", n-3, n)
 	select {
 	case <-lock.Lost():
 	case <-time.After(2 * ttl):
 		return errors.New("the lock was not reported lost")
 	}
-	say("LOST %v after the majority went down, at the lease's validity deadline (%+dms), before its keys can expire on the nodes",
+	say("LOST %v after the majority went down, at the lease's validity deadline (%+dms)",
 		time.Since(downAt).Round(time.Millisecond), time.Since(lastValid).Milliseconds())
+	note("no renewal reached a majority, so the deadline set by the last one that did was not\n"+
+		"moved: A is told then, %v (the drift allowance) before its keys can expire on the nodes\n"+
+		"and another client can take the lock", drift)
 	err = <-job
 	cause := strings.ReplaceAll(context.Cause(lock.Context()).Error(), "\n", "\n          ")
 	say("job stopped: %v; cause:\n          %s", err, cause)
@@ -195,10 +233,18 @@ func run(addrs string, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("worker B: %w", err)
 	}
-	say("worker B takes over (valid: %v)", lockB.Valid())
+	heldB := c.holding(key, lockB.Token())
+	say("worker B takes over (valid: %v) on nodes %v", lockB.Valid(), heldB)
+	if len(heldB) < n {
+		note("%d of %d is a majority, which is all B needs: the nodes where A's key had expired\n"+
+			"granted B's request; the others still carried A's key, renewed there until the loss,\n"+
+			"and refused it. B's watchdog sets its key on those at its next renewal.", len(heldB), n)
+	}
 	err = lock.Unlock(ctx)
 	say("worker A's late Unlock: %s — it deletes only what is left of its own keys; B still holds the lock on %d nodes",
 		describe(err), c.holders(key, lockB.Token()))
+	time.Sleep(ttl/3 + ttl/10)
+	say("after B's next renewal: B holds it on %d of %d nodes", c.holders(key, lockB.Token()), n)
 	if err := lockB.Unlock(ctx); err != nil {
 		return fmt.Errorf("worker B unlock: %w", err)
 	}
@@ -230,7 +276,3 @@ func describe(err error) string {
 	}
 	return err.Error()
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // Fault kinds.
@@ -286,7 +288,7 @@ func (n *nemesis) up(kind string, i int, counters map[string]string) {
 }
 
 // Leftovers are the lock keys found on the nodes after every client was
-// closed (fence counters and handoff markers aside). Each is a leak that
+// closed (fence counters and release guards aside). Each is a leak that
 // blocks its node for that resource until it expires.
 type Leftovers struct {
 	Keys     int           `json:"keys"`
@@ -311,12 +313,12 @@ func keysLeft(e *env) (Leftovers, error) {
 				break
 			}
 			for _, k := range keys {
-				if strings.HasSuffix(k, ":fence") {
+				// Fence counters and release guards are not locks.
+				if strings.HasSuffix(k, ":fence") || strings.Contains(k, scripts.GuardSuffix) {
 					continue
 				}
 				v, err := admin.Get(ctx, k).Result()
-				// A release leaves a tombstone or a handoff marker: no lock.
-				if err != nil || strings.HasPrefix(v, "<released>") || strings.HasPrefix(v, "<handoff>") {
+				if err != nil {
 					continue
 				}
 				lo.Keys++

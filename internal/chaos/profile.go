@@ -179,8 +179,6 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	if err := p.run(ctx, e); err != nil {
 		errs = append(errs, err)
 	}
-	// Handoff markers live at most 30ms; let them go.
-	time.Sleep(50 * time.Millisecond)
 	left, err := keysLeft(e)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("scanning for keys left: %w", err))

@@ -17,7 +17,7 @@ import (
 //go:embed guard.lua
 var guardSrc string
 
-var acquireGuarded = redis.NewScript(guardSrc + "\n" + acquireSrc)
+var acquireGuarded = redis.NewScript(guardSrc + "\n" + queueSrc + acquireSrc)
 
 // Young is the error of AcquireGuarded on a node that has been up for less
 // than the restart guard: it granted nothing and changed nothing.
@@ -36,30 +36,15 @@ func (e *Young) Error() string {
 // error there, and the lock key is left as it was. The uptime is read with INFO inside the script (Redis
 // ≥ 5, which replicates script effects; the ACL must allow INFO), so it
 // cannot change between the check and the grant.
-func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, waiter bool, guard time.Duration) (bool, int64, error) {
-	w := "0"
-	if waiter {
-		w = "1"
-	}
+func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, guard time.Duration) (bool, int64, error) {
 	secs := int64((guard + time.Second - 1) / time.Second)
-	v, err := acquireGuarded.Run(ctx, c, k.list(), token, ms(ttl), w, secs).Result()
+	v, err := acquireGuarded.Run(ctx, c, k.acq, token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), secs).Result()
 	if err != nil {
 		return false, 0, err
 	}
-	switch v := v.(type) {
-	case int64:
-		return v == 1, 0, nil
-	case []any:
-		if len(v) == 2 {
-			ok, ok1 := v[0].(int64)
-			n, ok2 := v[1].(int64)
-			switch {
-			case ok1 && ok2 && ok == -1:
-				return false, 0, &Young{Uptime: time.Duration(n) * time.Second, Guard: time.Duration(secs) * time.Second}
-			case ok1 && ok2:
-				return ok == 1, n, nil
-			}
-		}
+	ok, n, young, err := parseAcquire(v)
+	if young {
+		return false, 0, &Young{Uptime: time.Duration(n) * time.Second, Guard: time.Duration(secs) * time.Second}
 	}
-	return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+	return ok, n, err
 }

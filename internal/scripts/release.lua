@@ -1,51 +1,57 @@
--- release.lua: KEYS => [lock key]
---              ARGV => [token, wake-up channel ("" for none), handoff ms,
---                       tombstone ms, cluster ("1": PUBSUB NUMSUB sees only
---                       this node's subscribers, so publish regardless)]
--- Check-and-delete: only while the key holds our token (returns 1, or 2 when
--- the wake-up message could not be published; 0 when the key is absent or
--- holds another token). It publishes on the wake-up channel, so
--- waiting clients retry at once instead of polling. When some client is
--- subscribed there and handoff ms > 0, the key is not deleted but replaced
--- by a short-lived marker that only a waiter may take: the releasing client
--- cannot take the lock back before the waiters it just woke.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+-- release.lua: KEYS => [lock key, guard key, queue, queue expiries]
+--              ARGV => [token, guard ms ("0": no guard), member ("" for none),
+--                       reservation ms, wake-up channel prefix, yield ticket
+--                       ("" unless yielding), queue entry lifetime in ms]
+-- Releases our key (DESIGN steps 4, 6 and 9) and reports what became of it:
+-- 0 the key was not ours; 1 deleted (nobody queued: any Redlock client of
+-- the key, redsync or node-redlock, can take it at once); 2 handed to the
+-- first in the queue: the key is set to that waiter's token for a short
+-- reservation, which the waiter's confirming attempt extends to its TTL (a
+-- waiter that went away delays the next one by the reservation at most),
+-- and that waiter's client alone is told, on its channel (prefix + client),
+-- with the token as message; 3 kept (yielding only, see below).
+--
+-- Our member leaves the queue, whether we held the key or not, so that no
+-- handoff lands on a token that is done.
+--
+-- Yielding (a waiter that won only a minority of nodes in a split vote, with
+-- its ticket): the key is handed to an older waiter queued here, or kept
+-- when there is none, and we stay queued. Split votes so settle toward the
+-- oldest ticket.
+--
+-- With guard ms, the guard key is set for that long whatever the lock key
+-- holds: a request of ours still in flight (an acquire or extend that timed
+-- out on a slow or paused node) that reaches the node after this release
+-- finds it and sets nothing (see acquire.lua, extend.lua). The guard lives
+-- beside the lock key, so nobody else is kept waiting by it.
+if ARGV[3] ~= '' then
+  dequeue(ARGV[3])
 end
--- The message says how many clients are waiting on this node (PUBSUB
--- NUMSUB; 2 when that cannot be read), so that a lone waiter attempts at
--- once and competing ones can let the longest waiter go first.
--- A PUBLISH that fails (an ACL without the channel, say) must not keep the
--- lock from being released: the key is deleted anyway and 2 is returned,
--- so the client can report it; waiters then fall back to polling.
-local n = 0
-local published = true
-if ARGV[2] ~= '' then
-  local subs = 2
-  if ARGV[5] ~= '1' then
-    local r = redis.pcall('PUBSUB', 'NUMSUB', ARGV[2])
-    if type(r) == 'table' and r[2] then
-      subs = tonumber(r[2]) or 2
+local r = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local first, ticket = head()
+  if ARGV[6] ~= '' and (not first or tonumber(ARGV[6]) <= ticket) then
+    r = 3
+  elseif first then
+    local client, token = string.match(first, '^(.-)/(.*)$')
+    redis.call('SET', KEYS[1], token or first, 'PX', ARGV[4])
+    dequeue(first)
+    if client then
+      -- A refused PUBLISH (an ACL without the channel) must not undo the
+      -- handoff: the waiter's fallback attempt finds the key holding its
+      -- token and confirms it.
+      redis.pcall('PUBLISH', ARGV[5] .. client, token)
     end
-  end
-  -- Nobody listening (the common, uncontended case): no message at all.
-  if subs > 0 then
-    n = redis.pcall('PUBLISH', ARGV[2], tostring(subs))
-    if type(n) ~= 'number' then
-      n, published = 0, false
-    end
+    r = 2
+  else
+    redis.call('DEL', KEYS[1])
+    r = 1
   end
 end
--- The key is not deleted but left as a tombstone naming our token, for
--- tombstone ms (the lock's TTL): free for every other client, it keeps a
--- request of ours still in flight (an acquire or extend that timed out on a
--- paused node, say) from setting the key again after this release.
-if n > 0 and tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], '<handoff>' .. ARGV[1], 'PX', ARGV[3])
-else
-  redis.call('SET', KEYS[1], '<released>' .. ARGV[1], 'PX', ARGV[4])
+if ARGV[6] ~= '' and r ~= 3 and ARGV[3] ~= '' then
+  enqueue(ARGV[3], ARGV[6], ARGV[7])
 end
-if not published then
-  return 2
+if ARGV[2] ~= '0' then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 end
-return 1
+return r

@@ -10,8 +10,8 @@ package scripts
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,124 +30,168 @@ var (
 	existsSrc string
 	//go:embed fenced_set.lua
 	fencedSetSrc string
+	//go:embed queue.lua
+	queueSrc string // the queue's functions, prepended to acquire and release
 
-	acquire = redis.NewScript(acquireSrc)
+	acquire = redis.NewScript(queueSrc + acquireSrc)
 	commit  = redis.NewScript(commitSrc)
 	extend  = redis.NewScript(extendSrc)
-	release = redis.NewScript(releaseSrc)
+	release = redis.NewScript(queueSrc + releaseSrc)
 	exists  = redis.NewScript(existsSrc)
 	fenced  = redis.NewScript(fencedSetSrc)
 )
 
 // Keys names the keys of one lock on one node. Build it with NewKeys, which
-// prepares the KEYS list once for every script call of the lock.
+// prepares the KEYS lists once for every script call of the lock.
 type Keys struct {
-	Lock  string // holds the owner's token, with a TTL
-	Fence string // the fence counter; "" when fencing is off
-	all   []string
+	Lock   string // holds the owner's token, with a TTL
+	Guard  string // set by our release: requests of ours landing later set nothing
+	Queue  string // waiting members by ticket
+	Expiry string // waiting members by when their entry lapses
+	Fence  string // the fence counter; "" when fencing is off
+	acq    []string
+	ext    []string
+	rel    []string
+	com    []string
 }
 
-// NewKeys returns the keys of a lock: fence is "" when fencing is off.
-func NewKeys(lock, fence string) Keys {
-	k := Keys{Lock: lock, Fence: fence}
-	k.all = k.list()
+// The suffixes of a lock's other keys, after the lock key. GuardSuffix is
+// followed by the token. They share the lock key's hash tag, so one script
+// can touch them all on a Cluster node.
+const (
+	GuardSuffix  = ":released:"
+	QueueSuffix  = ":queue"
+	ExpirySuffix = ":queue:lapse"
+)
+
+// NewKeys returns the keys of the lock held by token: fence is "" when
+// fencing is off.
+func NewKeys(lock, fence, token string) Keys {
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Expiry: lock + ExpirySuffix, Fence: fence}
+	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Expiry}
+	k.acq, k.ext = k.rel, k.rel[:2]
+	if fence != "" {
+		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Expiry, k.Fence}
+		k.ext = []string{k.Lock, k.Guard, k.Fence}
+		k.com = []string{k.Lock, k.Fence}
+	}
 	return k
 }
 
-func (k Keys) list() []string {
-	switch {
-	case k.all != nil:
-		return k.all
-	case k.Fence == "":
-		return []string{k.Lock}
-	}
-	return []string{k.Lock, k.Fence}
+// Waiter is how an acquire request queues a waiting Lock call, and how a
+// release yields to the queue. The zero Waiter does not queue.
+type Waiter struct {
+	Member string        // "client/token"; "" when not waiting
+	Ticket int64         // taken once per Lock call: older goes first
+	Lapse  time.Duration // an entry not renewed within it leaves the queue
 }
+
+// Member names a waiting token of a client in the queue.
+func Member(client, token string) string { return client + "/" + token }
 
 // Extended is the outcome of Extend on one node.
 type Extended int8
 
 // The outcomes of Extend.
 const (
-	NotOurs Extended = iota // another token holds the key
+	Refused Extended = iota // another token holds the key, or our release guards it
 	Rearmed                 // the key held our token; its TTL was reset
 	Healed                  // the key was absent; it was set again with our token
 )
 
-// Acquire sets the lock key to token for ttl where it is absent, or
-// refreshes it where it already holds token; a waiter may also take a
-// handoff marker left by Release. It reports whether the key holds token
-// now, and, with a fence key, the node's fence counter (0 without). A key of
-// another type is an error (WRONGTYPE).
-func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, waiter bool) (bool, int64, error) {
-	w := "0"
-	if waiter {
-		w = "1"
-	}
-	v, err := acquire.Run(ctx, c, k.list(), token, ms(ttl), w).Result()
+// Acquire sets the lock key to token for ttl where it is absent and no
+// older waiter is queued, or refreshes it where it already holds token —
+// unless token was released on the node (its guard key exists). A refused
+// waiter (w.Member set) joins the queue. It reports whether the key holds
+// token now, and, with a fence key, the node's fence counter (0 without). A
+// key of another type is an error (WRONGTYPE).
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter) (bool, int64, error) {
+	v, err := acquire.Run(ctx, c, k.acq, token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse)).Result()
 	if err != nil {
 		return false, 0, err
 	}
+	ok, fence, young, err := parseAcquire(v)
+	if young {
+		return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+	}
+	return ok, fence, err
+}
+
+// parseAcquire reads the reply of the acquire script: 1 or 0, or {1 or 0,
+// fence counter}, or from the guarded variant {-1, uptime} (young).
+func parseAcquire(v any) (ok bool, n int64, young bool, err error) {
 	switch v := v.(type) {
 	case int64:
-		return v == 1, 0, nil
+		if v == 0 || v == 1 {
+			return v == 1, 0, false, nil
+		}
 	case []any:
 		if len(v) == 2 {
-			ok, ok1 := v[0].(int64)
-			fence, ok2 := v[1].(int64)
-			if ok1 && ok2 {
-				return ok == 1, fence, nil
+			g, ok1 := v[0].(int64)
+			n, ok2 := v[1].(int64)
+			switch {
+			case ok1 && ok2 && g == -1:
+				return false, n, true, nil
+			case ok1 && ok2 && (g == 0 || g == 1):
+				return g == 1, n, false, nil
 			}
 		}
 	}
-	return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+	return false, 0, false, fmt.Errorf("scripts: acquire returned %v", v)
 }
 
 // Commit is phase 2 of a fenced acquire: it raises the fence counter to
 // max(counter, t) where the lock key still holds token, and reports whether
 // it did.
 func Commit(ctx context.Context, c redis.Scripter, k Keys, token string, t int64) (bool, error) {
-	n, err := commit.Run(ctx, c, k.list(), token, t).Int64()
+	n, err := commit.Run(ctx, c, k.com, token, t).Int64()
 	return n == 1, err
 }
 
 // Extend re-arms the lock key for ttl where it holds token, and sets it
-// where it is absent; with a fence key it also raises the counter to t
-// there.
+// where it is absent (unless token was released there); with a fence key it
+// also raises the counter to t there.
 func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
-	n, err := extend.Run(ctx, c, k.list(), token, ms(ttl), t).Int64()
-	if err != nil {
-		return NotOurs, err
-	}
-	switch n {
-	case 0, 1, 2:
-		return Extended(n), nil
-	}
-	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
+	return parseExtended(extend.Run(ctx, c, k.ext, token, ms(ttl), t).Int64())
 }
 
 // ExtendCmd queues Extend on a pipeline, as EVALSHA: load the script on
-// the node first (LoadExtend), or redo the commands that fail with NOSCRIPT
+// the node first (Load), or redo the commands that fail with NOSCRIPT
 // after loading it. Read the outcome with ExtendResult after Exec.
 func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64) *redis.Cmd {
-	return extend.EvalSha(ctx, p, k.list(), token, ms(ttl), t)
+	return extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t)
 }
 
 // ExtendResult reads the outcome of a command queued by ExtendCmd.
 func ExtendResult(cmd *redis.Cmd) (Extended, error) {
-	n, err := cmd.Int64()
+	return parseExtended(cmd.Int64())
+}
+
+func parseExtended(n int64, err error) (Extended, error) {
 	if err != nil {
-		return NotOurs, err
+		return Refused, err
 	}
 	switch n {
 	case 0, 1, 2:
 		return Extended(n), nil
 	}
-	return NotOurs, fmt.Errorf("scripts: extend returned %d", n)
+	return Refused, fmt.Errorf("scripts: extend returned %d", n)
 }
 
-// LoadExtend loads the extend script on a node (SCRIPT LOAD).
-func LoadExtend(ctx context.Context, c redis.Scripter) error {
+// Script names a script for Load.
+type Script int8
+
+// The scripts a pipeline may need loaded.
+const (
+	ExtendScript Script = iota
+	ReleaseScript
+)
+
+// Load loads a script on a node (SCRIPT LOAD), for pipelines of EVALSHA.
+func Load(ctx context.Context, c redis.Scripter, s Script) error {
+	if s == ReleaseScript {
+		return release.Load(ctx, c).Err()
+	}
 	return extend.Load(ctx, c).Err()
 }
 
@@ -156,37 +200,64 @@ func IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Release frees key if it holds token, and reports whether it did. It
-// publishes on channel (unless ""); when someone listens there and handoff
-// is positive, it leaves a marker for handoff that only a waiter may take;
-// otherwise a tombstone for tombstone, free for everyone but token, so that
-// a request of ours still in flight cannot set the key again.
+// Released is what a release did with the lock key on one node.
+type Released int8
+
+// The outcomes of Release.
+const (
+	NotOurs    Released = iota // the key did not hold our token
+	Deleted                    // deleted: nobody was queued
+	HandedOver                 // set to the first waiter's token, who was told
+	Kept                       // yielding: no older waiter, the key stays ours
+)
+
+// Release gives up the lock key where it holds token: it hands it to the
+// first waiter queued on the node (for reservation, which that waiter's
+// confirming attempt extends; its client is told on channelPrefix +
+// client), or deletes it when nobody waits. Our member (r.Member) leaves
+// the queue in any case. With guard > 0 it also sets the token's guard key
+// for guard, whatever the lock key holds, so that a request of ours still in
+// flight cannot set the key again when it lands (see Acquire, Extend).
 //
-// A release whose wake-up message the node refused (an ACL without the
-// channel) still deletes the key: it reports true with ErrNotPublished.
-//
-// On a Cluster node (cluster), PUBSUB NUMSUB counts only the subscribers
-// connected to that one node while a message reaches the whole cluster, so
-// the message is published whether or not the node sees a listener.
-func Release(ctx context.Context, c redis.Scripter, key, token, channel string, handoff, tombstone time.Duration, cluster bool) (bool, error) {
-	h := int64(0)
-	if handoff > 0 {
-		h = ms(handoff)
-	}
-	cl := "0"
-	if cluster {
-		cl = "1"
-	}
-	n, err := release.Run(ctx, c, []string{key}, token, channel, h, ms(tombstone), cl).Int64()
-	if n == 2 {
-		return true, ErrNotPublished
-	}
-	return n == 1, err
+// Yielding (yield true, a waiter with a minority of grants): the key is
+// handed over only to an older ticket than r.Ticket (else Kept), and r
+// stays queued.
+func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) (Released, error) {
+	return parseReleased(release.Run(ctx, c, k.rel, releaseArgs(token, guard, r, yield, reservation, channelPrefix)...).Int64())
 }
 
-// ErrNotPublished is returned with a successful Release whose wake-up
-// message could not be published on the node.
-var ErrNotPublished = errors.New("scripts: released, but the node refused to publish the wake-up message (check the ACL's channel rights)")
+// ReleaseCmd queues Release (not yielding) on a pipeline, as EVALSHA (see
+// ExtendCmd). Read the outcome with ReleaseResult after Exec.
+func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, guard time.Duration, r Waiter, reservation time.Duration, channelPrefix string) *redis.Cmd {
+	return release.EvalSha(ctx, p, k.rel, releaseArgs(token, guard, r, false, reservation, channelPrefix)...)
+}
+
+// ReleaseResult reads the outcome of a command queued by ReleaseCmd.
+func ReleaseResult(cmd *redis.Cmd) (Released, error) {
+	return parseReleased(cmd.Int64())
+}
+
+func releaseArgs(token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) []any {
+	g := int64(0)
+	if guard > 0 {
+		g = ms(guard)
+	}
+	ticket := ""
+	if yield {
+		ticket = strconv.FormatInt(r.Ticket, 10)
+	}
+	return []any{token, g, r.Member, ms(reservation), channelPrefix, ticket, ms(r.Lapse)}
+}
+
+func parseReleased(n int64, err error) (Released, error) {
+	if err != nil {
+		return NotOurs, err
+	}
+	if n >= 0 && n <= 3 {
+		return Released(n), nil
+	}
+	return NotOurs, fmt.Errorf("scripts: release returned %d", n)
+}
 
 // Exists reports whether key exists, whoever holds it.
 func Exists(ctx context.Context, c redis.Scripter, key string) (bool, error) {

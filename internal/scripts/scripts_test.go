@@ -45,7 +45,7 @@ func TestScripts(t *testing.T) {
 				t.Fatal(err)
 			}
 			const key, tok, other = "lock:r", "tok-a", "tok-b"
-			k := Keys{Lock: key}
+			k, ko := NewKeys(key, "", tok), NewKeys(key, "", other)
 
 			if ok, err := acquire1(ctx, c, k, tok, time.Second); !ok || err != nil {
 				t.Fatalf("Acquire on empty = %v, %v; want true, nil", ok, err)
@@ -56,11 +56,11 @@ func TestScripts(t *testing.T) {
 			if got := m.TTL(key); got != 5*time.Second {
 				t.Errorf("TTL after refresh = %v; want 5s", got)
 			}
-			if ok, err := acquire1(ctx, c, k, other, time.Second); ok || err != nil {
+			if ok, err := acquire1(ctx, c, ko, other, time.Second); ok || err != nil {
 				t.Fatalf("Acquire by another token = %v, %v; want false, nil", ok, err)
 			}
-			if got, err := Extend(ctx, c, k, other, time.Second, 0); got != NotOurs || err != nil {
-				t.Errorf("Extend by another token = %v, %v; want NotOurs", got, err)
+			if got, err := Extend(ctx, c, ko, other, time.Second, 0); got != Refused || err != nil {
+				t.Errorf("Extend by another token = %v, %v; want Refused", got, err)
 			}
 			if got, err := Extend(ctx, c, k, tok, 7*time.Second, 0); got != Rearmed || err != nil {
 				t.Errorf("Extend = %v, %v; want Rearmed", got, err)
@@ -71,31 +71,24 @@ func TestScripts(t *testing.T) {
 			if ok, err := Exists(ctx, c, key); !ok || err != nil {
 				t.Errorf("Exists = %v, %v; want true", ok, err)
 			}
-			if ok, err := Release(ctx, c, key, other, "", 0, time.Second, false); ok || err != nil {
+			if ok, err := release1(ctx, c, ko, other, 0); ok || err != nil {
 				t.Errorf("Release by another token = %v, %v; want false", ok, err)
 			}
 			if got, _ := m.Get(key); got != tok {
 				t.Errorf("key after foreign Release = %q; want %q", got, tok)
 			}
-			if ok, err := Release(ctx, c, key, tok, "", 0, time.Second, false); !ok || err != nil {
+			if m.Exists(ko.Guard) {
+				t.Errorf("a release without a guard left the guard key %q", ko.Guard)
+			}
+			// Released with no request in flight: deleted, nothing left.
+			if ok, err := release1(ctx, c, k, tok, 0); !ok || err != nil {
 				t.Errorf("Release = %v, %v; want true", ok, err)
 			}
-			if got, _ := m.Get(key); got != "<released>"+tok || m.TTL(key) != time.Second {
-				t.Errorf("key after Release = %q ttl %v; want the tombstone %q for 1s", got, m.TTL(key), "<released>"+tok)
+			if keys := m.Keys(); len(keys) != 0 {
+				t.Errorf("keys after Release = %q; want none", keys)
 			}
 			if ok, err := Exists(ctx, c, key); ok || err != nil {
 				t.Errorf("Exists after release = %v, %v; want false", ok, err)
-			}
-			// A request of ours that arrives after our release must not
-			// bring the key back; any other token finds it free.
-			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != NotOurs || err != nil {
-				t.Errorf("Extend over our own tombstone = %v, %v; want NotOurs", got, err)
-			}
-			if ok, err := acquire1(ctx, c, k, tok, time.Second); ok || err != nil {
-				t.Errorf("Acquire over our own tombstone = %v, %v; want false", ok, err)
-			}
-			if got, err := Extend(ctx, c, k, other, time.Second, 0); got != Healed || err != nil {
-				t.Errorf("Extend over another's tombstone = %v, %v; want Healed", got, err)
 			}
 			m.Del(key)
 			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != Healed || err != nil {
@@ -108,19 +101,79 @@ func TestScripts(t *testing.T) {
 	}
 }
 
+// A release with a guard deletes the key at once (any client may take it)
+// and keeps every later request of the released token from setting it
+// again, whatever the key holds when the request lands.
+func TestRelease_guard(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			ctx := t.Context()
+			m, c := newNode(t)
+			if err := p.setup(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			const key, tok, other = "lock:g", "tok-a", "tok-b"
+			k, ko := NewKeys(key, "", tok), NewKeys(key, "", other)
+			if ok, err := acquire1(ctx, c, k, tok, time.Second); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			if ok, err := release1(ctx, c, k, tok, 3*time.Second); !ok || err != nil {
+				t.Fatalf("Release with a guard = %v, %v; want true", ok, err)
+			}
+			if m.Exists(key) {
+				t.Errorf("the lock key survives a release with a guard")
+			}
+			if got := m.TTL(k.Guard); got != 3*time.Second {
+				t.Errorf("guard %q TTL = %v; want 3s", k.Guard, got)
+			}
+			// Late requests of ours set nothing.
+			if ok, err := acquire1(ctx, c, k, tok, time.Second); ok || err != nil {
+				t.Errorf("Acquire after our guarded release = %v, %v; want false", ok, err)
+			}
+			if got, err := Extend(ctx, c, k, tok, time.Second, 0); got != Refused || err != nil {
+				t.Errorf("Extend after our guarded release = %v, %v; want Refused", got, err)
+			}
+			if m.Exists(key) {
+				t.Errorf("a late request of ours set the key again")
+			}
+			// Another token takes the key at once.
+			if ok, err := acquire1(ctx, c, ko, other, time.Second); !ok || err != nil {
+				t.Errorf("Acquire by another token after the release = %v, %v; want true", ok, err)
+			}
+			// A release that finds another token's key still leaves its guard.
+			k2 := NewKeys(key, "", "tok-c")
+			if ok, err := release1(ctx, c, k2, "tok-c", time.Second); ok || err != nil {
+				t.Errorf("Release of a key held by another = %v, %v; want false", ok, err)
+			}
+			if !m.Exists(k2.Guard) {
+				t.Errorf("a release that matched nothing left no guard")
+			}
+			if ok, err := release1(ctx, c, ko, other, 0); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			if ok, err := acquire1(ctx, c, k2, "tok-c", time.Second); ok || err != nil {
+				t.Errorf("late Acquire over a free key after our guard = %v, %v; want false", ok, err)
+			}
+			if got, err := Extend(ctx, c, k2, "tok-c", time.Second, 0); got != Refused || err != nil {
+				t.Errorf("late Extend over a free key after our guard = %v, %v; want Refused", got, err)
+			}
+		})
+	}
+}
+
 func TestScripts_wrongType(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
 	if _, err := m.Lpush("lock:list", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := acquire1(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second); ok || err == nil {
+	if ok, err := acquire1(ctx, c, NewKeys("lock:list", "", "tok"), "tok", time.Second); ok || err == nil {
 		t.Errorf("Acquire on a list = %v, %v; want an error (WRONGTYPE), not a refusal", ok, err)
 	}
-	if _, err := Extend(ctx, c, Keys{Lock: "lock:list"}, "tok", time.Second, 0); err == nil {
+	if _, err := Extend(ctx, c, NewKeys("lock:list", "", "tok"), "tok", time.Second, 0); err == nil {
 		t.Errorf("Extend on a list: err = nil; want WRONGTYPE")
 	}
-	if _, err := Release(ctx, c, "lock:list", "tok", "", 0, time.Second, false); err == nil {
+	if _, err := release1(ctx, c, NewKeys("lock:list", "", "tok"), "tok", 0); err == nil {
 		t.Errorf("Release on a list: err = nil; want WRONGTYPE")
 	}
 }
@@ -137,17 +190,23 @@ func TestMs(t *testing.T) {
 	}
 }
 
-// acquire1 is Acquire for a non-waiter without fencing.
+// release1 is Release without a queue, reporting whether the key was freed.
+func release1(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration) (bool, error) {
+	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, time.Second, "lock:wake:")
+	return r == Deleted || r == HandedOver, err
+}
+
+// acquire1 is Acquire without fencing.
 func acquire1(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, error) {
-	ok, _, err := Acquire(ctx, c, k, token, ttl, false)
+	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{})
 	return ok, err
 }
 
 func TestFencing(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
-	k := Keys{Lock: "lock:f", Fence: "lock:f:fence"}
-	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, false)
+	k, kb := NewKeys("lock:f", "lock:f:fence", "a"), NewKeys("lock:f", "lock:f:fence", "b")
+	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{})
 	if !ok || fence != 0 || err != nil {
 		t.Fatalf("Acquire on a new resource = %v, %d, %v; want true, 0, nil", ok, fence, err)
 	}
@@ -160,11 +219,11 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter = %q; want 7 (max, never lowered)", got)
 	}
-	ok, fence, err = Acquire(ctx, c, k, "b", time.Second, false)
+	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{})
 	if ok || fence != 7 || err != nil {
 		t.Errorf("Acquire by another = %v, %d, %v; want false, 7 (counter from a refusing node too)", ok, fence, err)
 	}
-	if ok, err := Commit(ctx, c, k, "b", 8); ok || err != nil {
+	if ok, err := Commit(ctx, c, kb, "b", 8); ok || err != nil {
 		t.Errorf("Commit by a non-owner = %v, %v; want false", ok, err)
 	}
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
@@ -172,7 +231,7 @@ func TestFencing(t *testing.T) {
 	}
 	// Release never deletes the counter; a node restarted empty is healed
 	// with the counter by Extend.
-	if ok, err := Release(ctx, c, k.Lock, "a", "", 0, time.Second, false); !ok || err != nil {
+	if ok, err := release1(ctx, c, k, "a", 0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if !m.Exists("lock:f:fence") {
@@ -185,57 +244,163 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter after heal = %q; want 7", got)
 	}
-	if got, err := Extend(ctx, c, k, "b", time.Second, 9); got != NotOurs || err != nil {
-		t.Errorf("Extend by a non-owner = %v, %v; want NotOurs", got, err)
+	if got, err := Extend(ctx, c, kb, "b", time.Second, 9); got != Refused || err != nil {
+		t.Errorf("Extend by a non-owner = %v, %v; want Refused", got, err)
 	}
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter after a foreign extend = %q; want 7", got)
 	}
 }
 
-func TestRelease_wakeAndHandoff(t *testing.T) {
+// The queue: a refused waiter queues; a release hands the key to the
+// oldest ticket and tells its client alone; a free key goes to the head;
+// entries lapse; a yield settles a split toward the older ticket.
+func TestQueue(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
-	k := Keys{Lock: "lock:h"}
-	// No subscriber: plain delete.
-	if ok, err := acquire1(ctx, c, k, "a", time.Second); !ok || err != nil {
+	const key, prefix = "lock:q", "lock:wake:"
+	w := func(client, token string, ticket int64) Waiter {
+		return Waiter{Member: Member(client, token), Ticket: ticket, Lapse: 10 * time.Second}
+	}
+	kh, ka, kb := NewKeys(key, "", "h"), NewKeys(key, "", "a"), NewKeys(key, "", "b")
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "a", "lock:h", 50*time.Millisecond, time.Second, false); !ok || err != nil {
-		t.Fatal(ok, err)
+	// Two waiters queue, b with the older ticket.
+	for _, x := range []struct {
+		k   Keys
+		tok string
+		w   Waiter
+	}{{ka, "a", w("ca", "a", 20)}, {kb, "b", w("cb", "b", 10)}} {
+		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w); ok || err != nil {
+			t.Fatalf("Acquire by waiter %s on a held key = %v, %v; want refused", x.tok, ok, err)
+		}
 	}
-	if got, _ := m.Get(k.Lock); got != "<released>a" {
-		t.Errorf("key after a release with no subscriber = %q; want the tombstone", got)
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 2 {
+		t.Fatalf("queue = %q; want both waiters", got)
 	}
-	if ok, err := Exists(ctx, c, k.Lock); ok || err != nil {
-		t.Errorf("Exists over a tombstone = %v, %v; want false", ok, err)
-	}
-	// A subscriber: it is told, and a marker only a waiter can take is left.
-	sub := c.Subscribe(ctx, "lock:h")
+	sub := c.Subscribe(ctx, prefix+"cb")
 	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
+	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := acquire1(ctx, c, k, "c", time.Second); !ok || err != nil {
-		t.Fatal(ok, err)
+	// The holder releases: the key goes to b (oldest ticket) for the
+	// reservation, and b's client is told.
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, 300*time.Millisecond, prefix); r != HandedOver || err != nil {
+		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
 	}
-	if ok, err := Release(ctx, c, k.Lock, "c", "lock:h", 50*time.Millisecond, time.Second, false); !ok || err != nil {
-		t.Fatal(ok, err)
+	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 300*time.Millisecond {
+		t.Errorf("key after the handoff = %q ttl %v; want b for the 300ms reservation", v, m.TTL(key))
 	}
 	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil || msg.Channel != "lock:h" || msg.Payload != "1" {
-		t.Fatalf("ReceiveMessage = %v, %v; want a message on lock:h saying 1 client waits", msg, err)
+	if err != nil || msg.Payload != "b" {
+		t.Fatalf("message on b's channel = %v, %v; want b's token", msg, err)
 	}
-	if ok, err := acquire1(ctx, c, k, "a", time.Second); ok || err != nil {
-		t.Errorf("non-waiter Acquire over the marker = %v, %v; want false", ok, err)
+	// The holder cannot take it back; b confirms it with its TTL.
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); ok {
+		t.Errorf("the releaser took the handed key back")
 	}
-	if ok, _, err := Acquire(ctx, c, k, "c", time.Second, true); ok || err != nil {
-		t.Errorf("the releaser's own token over its marker = %v, %v; want false", ok, err)
+	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10)); !ok || err != nil {
+		t.Fatalf("b confirming = %v, %v; want granted", ok, err)
 	}
-	if ok, _, err := Acquire(ctx, c, k, "w", time.Second, true); !ok || err != nil {
-		t.Errorf("waiter Acquire over the marker = %v, %v; want true", ok, err)
+	if m.TTL(key) != 5*time.Second {
+		t.Errorf("TTL after b confirmed = %v; want its TTL 5s", m.TTL(key))
 	}
-	if got, _ := m.Get(k.Lock); got != "w" {
-		t.Errorf("key = %q; want the waiter's token", got)
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", "a") {
+		t.Errorf("queue after the handoff = %q; want a alone", got)
 	}
+	// b's Unlock removes b's member anywhere and hands the key to a.
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, time.Second, prefix); r != HandedOver || err != nil {
+		t.Fatalf("b's Release = %v, %v; want HandedOver", r, err)
+	}
+	// a gives up: its release takes its member out, and, holding the key,
+	// deletes it (nobody else waits).
+	if r, err := Release(ctx, c, ka, "a", 0, w("ca", "a", 20), false, time.Second, prefix); r != Deleted || err != nil {
+		t.Fatalf("a's Release = %v, %v; want Deleted", r, err)
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Errorf("keys left = %q; want none", keys)
+	}
+
+	// A free key with a queue goes to the head (or an older ticket) only.
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok {
+		t.Fatal("Acquire on a free key, nobody queued: refused")
+	}
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); ok {
+		t.Fatal("a granted a held key")
+	}
+	m.Del(key) // the holder's key expires
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, Waiter{}); ok {
+		t.Errorf("a caller not queued took a free key ahead of the queued a")
+	}
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30)); ok {
+		t.Errorf("a younger waiter took a free key ahead of the queued a")
+	}
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); !ok {
+		t.Errorf("the head was refused a free key")
+	}
+
+	// A yield: b, older than the head c, keeps its key; c yields to b.
+	m.FlushAll()
+	kc := NewKeys(key, "", "c")
+	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50))
+	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10)) // queued behind c's key
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, time.Second, prefix); r != HandedOver || err != nil {
+		t.Fatalf("c yielding to the older b = %v, %v; want HandedOver", r, err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", "c") {
+		t.Errorf("queue after c yielded = %q; want c queued", got)
+	}
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, time.Second, prefix); r != Kept || err != nil {
+		t.Errorf("b yielding with no older waiter = %v, %v; want Kept", r, err)
+	}
+
+	// Entries lapse: a waiter that stopped renewing leaves the queue.
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
+	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", "a"), Ticket: 1, Lapse: time.Millisecond})
+	time.Sleep(5 * time.Millisecond)
+	if r, _ := Release(ctx, c, kh, "h", 0, Waiter{}, false, time.Second, prefix); r != Deleted {
+		t.Errorf("Release with only a lapsed waiter = %v; want Deleted", r)
+	}
+}
+
+func FuzzParseAcquire(f *testing.F) {
+	f.Add(int64(1), int64(0), false)
+	f.Add(int64(0), int64(7), true)
+	f.Add(int64(-1), int64(3), true)
+	f.Add(int64(5), int64(-9), true)
+	f.Fuzz(func(t *testing.T, a, b int64, pair bool) {
+		var v any = a
+		if pair {
+			v = []any{a, b}
+		}
+		ok, n, young, err := parseAcquire(v)
+		switch {
+		case err != nil:
+			if ok || young {
+				t.Errorf("parseAcquire(%v) = %v, %v, %v, %v; want nothing with an error", v, ok, n, young, err)
+			}
+		case young:
+			if !pair || a != -1 {
+				t.Errorf("parseAcquire(%v) young; want only from {-1, n}", v)
+			}
+		case ok != (a == 1):
+			t.Errorf("parseAcquire(%v) = %v; want %v", v, ok, a == 1)
+		}
+	})
+}
+
+func FuzzParseReplies(f *testing.F) {
+	f.Add(int64(0))
+	f.Add(int64(3))
+	f.Add(int64(-1))
+	f.Fuzz(func(t *testing.T, n int64) {
+		if r, err := parseReleased(n, nil); (err == nil) != (n >= 0 && n <= 3) || (err != nil && r != NotOurs) {
+			t.Errorf("parseReleased(%d) = %v, %v", n, r, err)
+		}
+		if e, err := parseExtended(n, nil); (err == nil) != (n >= 0 && n <= 2) || (err != nil && e != Refused) {
+			t.Errorf("parseExtended(%d) = %v, %v", n, e, err)
+		}
+	})
 }

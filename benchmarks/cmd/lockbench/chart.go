@@ -18,7 +18,7 @@ const (
 	panelH       = 290
 	panelGap     = 20
 	chartMargin  = 20
-	chartHeaderH = 112
+	chartHeaderH = 130
 	plotLeft     = 58 // inside a panel: room for the y labels
 	plotRight    = 16
 	plotTop      = 40 // room for the panel title
@@ -89,16 +89,22 @@ func writeSVG(w io.Writer, rep *Report) error {
 .axis{stroke:#999;stroke-width:1}
 </style>
 `)
+	fmt.Fprintf(&b, "<title>%s</title>\n", esc("lockbench: lock latency CDFs · "+rep.Versions.String()))
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fafafa"/>`+"\n", chartWidth, height)
 	fmt.Fprintf(&b, `<text class="t" x="%d" y="%d">Lock latency: share of operations completed within a time</text>`+"\n", chartMargin, chartMargin+18)
+	runs := fmt.Sprintf("%s per run", rep.Duration)
+	if rep.Count > 1 {
+		runs = fmt.Sprintf("%d runs of %s each, all samples", rep.Count, rep.Duration)
+	}
 	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+40,
-		esc(fmt.Sprintf("%s · TTL %s, %s per run · %s", rep.Nodes, rep.TTL, rep.Duration, rep.Started.Format("2006-01-02"))))
-	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+58,
+		esc(fmt.Sprintf("%s · TTL %s, %s · %s", rep.Nodes, rep.TTL, runs, rep.Started.Format("2006-01-02"))))
+	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+58, esc(rep.Versions.String()))
+	fmt.Fprintf(&b, `<text class="s" x="%d" y="%d">%s</text>`+"\n", chartMargin, chartMargin+76,
 		esc(rep.Machine+" · further left is faster; a curve that rises late or trails right waits · slow: node 0 +"+rep.Slow+" each way"))
 
 	// Legend.
 	lx := chartMargin
-	ly := chartMargin + 84
+	ly := chartMargin + 102
 	for i, lib := range libsSeen {
 		color, dash := styleOf(lib, i)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"%s/>`+"\n", lx, ly-4, lx+26, ly-4, color, dashAttr(dash))

@@ -46,7 +46,7 @@ func TestWriteSVG(t *testing.T) {
 	if paths != 4 {
 		t.Errorf("SVG has %d curves; want 4", paths)
 	}
-	for _, want := range []string{"latency (log scale)", "share of operations", "quorumlock", "uncontended"} {
+	for _, want := range []string{"latency (log scale)", "share of operations", "quorumlock", "uncontended", "Redis 7.0.15, quorumlock abc123, redsync v4.18.1"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("SVG lacks %q", want)
 		}

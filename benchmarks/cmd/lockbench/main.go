@@ -76,6 +76,7 @@ type config struct {
 	markdown  bool
 	progress  string
 	many      int
+	count     int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -88,7 +89,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.ttl, "ttl", 8*time.Second, "lock TTL for every library (8s is redsync's default expiry)")
 	fs.IntVar(&c.clients, "clients", 8, "goroutines in the contended and parallel scenarios")
 	fs.IntVar(&c.resources, "resources", 1, "resources the contended scenario's clients share (client i uses resource i mod resources)")
-	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measuring time per library and scenario")
+	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measuring time per library and scenario, per run")
+	fs.IntVar(&c.count, "count", 1, "runs of each library × scenario, interleaved (round 1 of every pair, then round 2, …); tables show the medians over the runs and their spread")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "longest an operation in flight may run past -duration before it is abandoned")
 	fs.DurationVar(&c.hold, "hold", 0, "time a lock is held in the contended scenario (handoff holds at least 10ms)")
 	fs.DurationVar(&c.slow, "slow", 20*time.Millisecond, "latency added to each direction of node 0 in the slow scenario")
@@ -122,6 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.n < 1 {
 		bad = append(bad, "-n must be at least 1")
 	}
+	if c.count < 1 {
+		bad = append(bad, "-count must be at least 1")
+	}
 	if c.ttl <= 0 || c.duration <= 0 || c.grace <= 0 {
 		bad = append(bad, "-ttl, -duration and -grace must be positive")
 	}
@@ -154,27 +159,31 @@ type Report struct {
 	Clients   int       `json:"clients"`
 	Resources int       `json:"resources"`
 	Slow      string    `json:"slow"`
-	Results   []*Result `json:"results"`
+	// Count is the number of runs of each library × scenario (-count).
+	Count    int       `json:"count"`
+	Versions Versions  `json:"versions"`
+	Results  []*Result `json:"results"`
 }
 
-// Result is one library in one scenario.
+// Result is one library in one scenario, over its -count runs (see merge):
+// Ops, Errors and Elapsed add up the runs; OpsPerSec and the percentiles
+// are medians over the runs, Summary.Max the largest sample of all.
 type Result struct {
-	Scenario  string        `json:"scenario"`
-	Lib       string        `json:"lib"`
-	Nodes     int           `json:"nodes"`
-	Note      string        `json:"note,omitempty"`
-	Ops       int           `json:"ops"`
-	Errors    int           `json:"errors"`
-	Err       string        `json:"error,omitempty"`
-	Elapsed   time.Duration `json:"elapsed_ns"`
-	OpsPerSec float64       `json:"ops_per_sec"`
-	Summary   Summary       `json:"summary"`
+	Scenario string `json:"scenario"`
+	Lib      string `json:"lib"`
+	Nodes    int    `json:"nodes"`
+	Note     string `json:"note,omitempty"`
+	Run             // the figures: of the one run, or combined over the runs
+	// Spread is how far apart the runs were; MinRunN the fewest samples
+	// one run had (under minSamples, its p90 and p99 are flagged).
+	Spread  Spread `json:"spread"`
+	MinRunN int    `json:"min_run_samples"`
 	// Ratios of p50 to the floor's and to redsync's p50 in the same
 	// scenario; 0 when there is none.
-	VsFloor   float64   `json:"vs_floor,omitempty"`
-	VsRedsync float64   `json:"vs_redsync,omitempty"`
-	Fair      *Fairness `json:"fairness,omitempty"`
-	Samples   []sample  `json:"-"`
+	VsFloor   float64  `json:"vs_floor,omitempty"`
+	VsRedsync float64  `json:"vs_redsync,omitempty"`
+	Runs      []*Run   `json:"runs"`
+	Samples   []sample `json:"-"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -195,6 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// whatever happens (Ctrl-C cancels ctx; deferred calls still run).
 	var opts []*redis.Options
 	var desc string
+	miniredis := false
 	if cfg.nodes != "" {
 		if opts, err = nodes.ParseURLs(cfg.nodes); err != nil {
 			return err
@@ -220,14 +230,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case nodes.RedisServer:
 			desc = fmt.Sprintf("%d embedded redis-server processes on 127.0.0.1 (started by lockbench)", cfg.n)
 		default:
+			miniredis = true
 			desc = fmt.Sprintf("%d embedded in-process miniredis nodes with ClockTTL(true) (redis-server not used%s)", cfg.n, onPath())
 		}
 	}
 	fast := nodes.Clients(opts)
 	defer nodes.CloseAll(fast)
-	if v := serverVersion(ctx, fast[0]); v != "" {
-		desc += ", Redis " + v
-	}
+	versions := readVersions(ctx, fast, miniredis)
 
 	e := &env{fast: fast, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow}
 	if hasScenario(selScen, "slow") {
@@ -256,6 +265,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Clients:   cfg.clients,
 		Resources: cfg.resources,
 		Slow:      cfg.slow.String(),
+		Count:     cfg.count,
+		Versions:  versions,
 	}
 	type job struct {
 		s   scenario
@@ -270,21 +281,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			jobs = append(jobs, job{s, l})
 		}
 	}
-	fmt.Fprintf(stdout, "lockbench: %s\nmachine: %s\nTTL %v, %v per run, %d runs: done in about %v (at most %v)\n\n",
-		desc, rep.Machine, cfg.ttl, cfg.duration, len(jobs),
-		roundDur(time.Duration(len(jobs))*cfg.duration), roundDur(time.Duration(len(jobs))*(cfg.duration+cfg.grace)))
+	total := len(jobs) * cfg.count
+	fmt.Fprintf(stdout, "lockbench: %s\nversions: %s\nmachine: %s\nTTL %v, %v per run, %d runs (%d × -count %d, interleaved): done in about %v (at most %v)\n\n",
+		desc, versions, rep.Machine, cfg.ttl, cfg.duration, total, len(jobs), cfg.count,
+		roundDur(time.Duration(total)*cfg.duration), roundDur(time.Duration(total)*(cfg.duration+cfg.grace)))
 
+	// Interleaved: round k runs every library × scenario once, so that a
+	// slow spell of a shared machine spreads over all of them instead of
+	// landing on one library's runs.
 	prog := newProgress(stderr, cfg.progress)
 	var runErr error
-	for i, j := range jobs {
-		if ctx.Err() != nil {
-			runErr = ctx.Err()
-			break
+	runs := make([][]*Result, len(jobs))
+rounds:
+	for k := range cfg.count {
+		for i, j := range jobs {
+			if ctx.Err() != nil {
+				runErr = ctx.Err()
+				break rounds
+			}
+			tag := fmt.Sprintf("[%d/%d]", k*len(jobs)+i+1, total)
+			runs[i] = append(runs[i], runOne(ctx, e, j.s, j.lib, cfg, prog, tag))
 		}
-		res := runOne(ctx, e, j.s, j.lib, cfg, prog, fmt.Sprintf("[%d/%d]", i+1, len(jobs)))
-		rep.Results = append(rep.Results, res)
 	}
 	prog.done()
+	for _, rs := range runs {
+		if len(rs) > 0 {
+			rep.Results = append(rep.Results, merge(rs))
+		}
+	}
 	ratios(rep.Results)
 
 	writeTables(stdout, rep, cfg.markdown)

@@ -39,7 +39,8 @@ func TestRun_smoke(t *testing.T) {
 			t.Errorf("table lacks scenario %q:\n%s", s, out)
 		}
 	}
-	for _, want := range []string{"quorumlock", "redsync", "redislock", "floor", "longest wait in Lock", "to another goroutine"} {
+	for _, want := range []string{"quorumlock", "redsync", "redislock", "floor", "longest wait in Lock", "to another goroutine",
+		"\nversions: Go ", ", redsync v4.18.1", "* to another: share of handoffs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -68,12 +69,13 @@ func TestRun_smoke(t *testing.T) {
 func TestRun_miniredis(t *testing.T) {
 	t.Parallel()
 	var stdout bytes.Buffer
-	args := []string{"-embedded", "miniredis", "-n", "3", "-duration", "100ms", "-scenarios", "uncontended,contended", "-libs", "quorumlock,floor", "-clients", "3", "-markdown"}
+	args := []string{"-embedded", "miniredis", "-n", "3", "-duration", "100ms", "-scenarios", "uncontended,contended", "-libs", "quorumlock,floor", "-clients", "3", "-markdown", "-count", "2"}
 	if err := run(t.Context(), args, &stdout, io.Discard); err != nil {
 		t.Fatalf("run(%q) = %v\n%s", args, err, &stdout)
 	}
 	out := stdout.String()
-	for _, want := range []string{"miniredis nodes with ClockTTL(true)", "| uncontended | quorumlock |", "| contended | quorumlock |"} {
+	for _, want := range []string{"miniredis nodes with ClockTTL(true)", "| uncontended | quorumlock |", "| contended | quorumlock |",
+		"medians over 2 runs", "| p50 spread |", "6 runs (3 × -count 2, interleaved)", ", Redis miniredis v2."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -110,6 +112,7 @@ func TestParseFlags(t *testing.T) {
 		{"negative duration", []string{"-duration", "-1s"}, errUsage},
 		{"stray argument", []string{"extra"}, errUsage},
 		{"bad progress", []string{"-progress", "sometimes"}, errUsage},
+		{"no runs", []string{"-count", "0"}, errUsage},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

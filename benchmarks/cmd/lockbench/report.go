@@ -103,10 +103,19 @@ func (t *table) write(w io.Writer, markdown bool) {
 }
 
 // writeTables prints the latency table and, when the contended scenario
-// ran, the fairness table.
+// ran, the fairness table. The contended rows of the latency table carry
+// the fairness columns too, beside the p50 ratio they qualify: a lock that
+// hands itself back to its releaser shows a small wait p50 while the other
+// goroutines wait for long.
 func writeTables(w io.Writer, rep *Report, markdown bool) {
-	t := &table{head: []string{"scenario", "lib", "nodes", "ops", "ops/s", "p50", "p90", "p99", "max", "p50 vs floor", "p50 vs redsync"}}
-	var notes []string
+	repeated := rep.Count > 1
+	head := []string{"scenario", "lib", "nodes", "ops", "ops/s", "p50", "p90", "p99", "max"}
+	if repeated {
+		head = append(head, "ops/s spread", "p50 spread")
+	}
+	head = append(head, "p50 vs floor", "p50 vs redsync", "to another", "longest wait")
+	t := &table{head: head}
+	var notes, thin []string
 	for _, r := range rep.Results {
 		lib := r.Lib
 		if r.Note != "" {
@@ -116,16 +125,42 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 			lib += "*"
 		}
 		if r.Err != "" && r.Summary.N == 0 {
-			t.add(r.Scenario, lib, strconv.Itoa(r.Nodes), "0", "–", "–", "–", "–", "–", "–", "error: "+r.Err)
+			row := []string{r.Scenario, lib, strconv.Itoa(r.Nodes), "0", "–", "–", "–", "–", "–"}
+			if repeated {
+				row = append(row, "–", "–")
+			}
+			t.add(append(row, "–", "–", "–", "error: "+r.Err)...)
 			continue
 		}
-		t.add(r.Scenario, lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			fmtDur(r.Summary.P50), fmtDur(r.Summary.P90), fmtDur(r.Summary.P99), fmtDur(r.Summary.Max),
-			fmtRatio(r.VsFloor), fmtRatio(r.VsRedsync))
+		p90, p99 := fmtDur(r.Summary.P90), fmtDur(r.Summary.P99)
+		if r.MinRunN < minSamples {
+			p90, p99 = p90+"†", p99+"†"
+			thin = append(thin, fmt.Sprintf("%s/%s n=%d", r.Scenario, r.Lib, r.MinRunN))
+		}
+		row := []string{r.Scenario, lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
+			fmtDur(r.Summary.P50), p90, p99, fmtDur(r.Summary.Max)}
+		if repeated {
+			row = append(row, fmtSpread(r.Spread.OpsPerSec), fmtSpread(r.Spread.P50))
+		}
+		other, longest := "–", "–"
+		if r.Fair != nil {
+			other, longest = fmtShare(r.Fair), fmtWait(r.Fair)
+		}
+		t.add(append(row, fmtRatio(r.VsFloor), fmtRatio(r.VsRedsync), other, longest)...)
 	}
 	t.write(w, markdown)
 	for _, n := range notes {
 		fmt.Fprintf(w, "* %s\n", n)
+	}
+	if repeated {
+		fmt.Fprintf(w, "* ops/s, p50, p90, p99: medians over %d runs; ops and max: all runs; spread: (max − min) / median over the runs\n", rep.Count)
+	}
+	if hasFairness(rep) {
+		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine other than the releaser; longest wait: the longest single Lock call (contended only)")
+	}
+	if len(thin) > 0 {
+		fmt.Fprintf(w, "† fewer than %d samples in a run (%s): p90 and p99 are among its top few samples, close to the max; run longer (-duration)\n",
+			minSamples, strings.Join(thin, ", "))
 	}
 	for _, r := range rep.Results {
 		if r.Err != "" {
@@ -138,12 +173,12 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Fair == nil {
 			continue
 		}
-		wait := fmtDur(r.Fair.LongestWait)
+		wait := fmtWait(r.Fair)
 		if r.Fair.Censored {
-			wait = "≥ " + wait + " (still waiting at the end)"
+			wait += " (still waiting at the end)"
 		}
 		ft.add(fmt.Sprintf("%d clients / %d res.", rep.Clients, rep.Resources), r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), strconv.FormatFloat(100*r.Fair.Share(), 'f', 1, 64)+"%")
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair))
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)
@@ -152,18 +187,55 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 	fmt.Fprintln(w)
 }
 
-// writeCSV writes one line per sample.
+func hasFairness(rep *Report) bool {
+	return slices.ContainsFunc(rep.Results, func(r *Result) bool { return r.Fair != nil })
+}
+
+func fmtShare(f *Fairness) string { return strconv.FormatFloat(100*f.Share(), 'f', 1, 64) + "%" }
+
+func fmtWait(f *Fairness) string {
+	if f.Censored {
+		return "≥ " + fmtDur(f.LongestWait)
+	}
+	return fmtDur(f.LongestWait)
+}
+
+// fmtSpread prints a relative spread as a percentage, "–" for none.
+func fmtSpread(x float64) string {
+	if x == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(100*x, 'f', 0, 64) + "%"
+}
+
+// writeCSV writes one line per sample. Every line also names the versions
+// measured, so that files from several runs can be concatenated and still
+// be told apart.
 func writeCSV(w io.Writer, rep *Report) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write([]string{"scenario", "lib", "nodes", "seq", "client", "latency_ns"}); err != nil {
+	if err := cw.Write([]string{"scenario", "lib", "lib_version", "nodes", "run", "seq", "client", "latency_ns", "go", "redis", "quorumlock"}); err != nil {
 		return err
 	}
+	v := rep.Versions
 	for _, r := range rep.Results {
-		for i, s := range r.Samples {
-			rec := []string{r.Scenario, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(i), strconv.Itoa(s.Client), strconv.FormatInt(int64(s.D), 10)}
+		libVersion := v.Libs[r.Lib]
+		switch r.Lib {
+		case "quorumlock":
+			libVersion = v.Quorumlock
+		case "floor":
+			libVersion = v.Libs["go-redis"]
+		}
+		seq, run := 0, -1
+		for _, s := range r.Samples {
+			if s.Run != run {
+				seq, run = 0, s.Run
+			}
+			rec := []string{r.Scenario, r.Lib, libVersion, strconv.Itoa(r.Nodes), strconv.Itoa(s.Run + 1), strconv.Itoa(seq),
+				strconv.Itoa(s.Client), strconv.FormatInt(int64(s.D), 10), v.Go, v.Redis, v.Quorumlock}
 			if err := cw.Write(rec); err != nil {
 				return err
 			}
+			seq++
 		}
 	}
 	cw.Flush()
@@ -176,15 +248,16 @@ func writeJSON(w io.Writer, rep *Report) error {
 		*Result
 		SamplesNS []int64 `json:"samples_ns"`
 		Clients   []int   `json:"sample_clients"`
+		RunsOf    []int   `json:"sample_runs"` // 1-based run of each sample
 	}
 	out := struct {
 		*Report
 		Results []result `json:"results"`
 	}{Report: rep}
 	for _, r := range rep.Results {
-		x := result{Result: r, SamplesNS: make([]int64, len(r.Samples)), Clients: make([]int, len(r.Samples))}
+		x := result{Result: r, SamplesNS: make([]int64, len(r.Samples)), Clients: make([]int, len(r.Samples)), RunsOf: make([]int, len(r.Samples))}
 		for i, s := range r.Samples {
-			x.SamplesNS[i], x.Clients[i] = int64(s.D), s.Client
+			x.SamplesNS[i], x.Clients[i], x.RunsOf[i] = int64(s.D), s.Client, s.Run+1
 		}
 		out.Results = append(out.Results, x)
 	}

@@ -32,14 +32,15 @@ func TestFmtDur(t *testing.T) {
 
 func testReport() *Report {
 	mk := func(scen, lib string, nodes int, ds ...time.Duration) *Result {
-		r := &Result{Scenario: scen, Lib: lib, Nodes: nodes, Ops: len(ds), Elapsed: time.Second, OpsPerSec: float64(len(ds))}
+		r := &Result{Scenario: scen, Lib: lib, Nodes: nodes, Run: Run{Ops: len(ds), Elapsed: time.Second, OpsPerSec: float64(len(ds))}}
 		for i, d := range ds {
 			r.Samples = append(r.Samples, sample{Client: i % 2, D: d})
 		}
 		r.Summary = summarize(ds)
-		return r
+		return merge([]*Result{r})
 	}
-	rep := &Report{Nodes: "3 test nodes", NodeCount: 3, Machine: "test", TTL: "8s", Duration: "1s", Clients: 8, Resources: 1, Slow: "20ms"}
+	rep := &Report{Nodes: "3 test nodes", NodeCount: 3, Machine: "test", TTL: "8s", Duration: "1s", Clients: 8, Resources: 1, Slow: "20ms",
+		Count: 1, Versions: Versions{Go: "go1.26.0", Redis: "7.0.15", Quorumlock: "abc123", Libs: map[string]string{"redsync": "v4.18.1", "go-redis": "v9.23.0"}}}
 	rep.Results = []*Result{
 		mk("uncontended", "quorumlock", 3, ms(2, 2, 4)...),
 		mk("uncontended", "redsync", 3, ms(4, 4, 8)...),
@@ -47,7 +48,7 @@ func testReport() *Report {
 		mk("contended", "quorumlock", 3, ms(1, 300)...),
 	}
 	rep.Results[3].Fair = &Fairness{LongestWait: 300 * time.Millisecond, Handoffs: 4, ToOther: 3}
-	rep.Results = append(rep.Results, &Result{Scenario: "contended", Lib: "redsync", Nodes: 3, Err: "boom", Note: "a note"})
+	rep.Results = append(rep.Results, &Result{Scenario: "contended", Lib: "redsync", Nodes: 3, Note: "a note", Run: Run{Err: "boom"}})
 	ratios(rep.Results)
 	return rep
 }
@@ -83,9 +84,21 @@ func TestWriteTables(t *testing.T) {
 			t.Errorf("row %q is %d wide; want %d like the header", l, got, w)
 		}
 	}
-	for _, want := range []string{"2.00ms", "2.00×", "0.50×", "error: boom", "redsync: a note", "300ms", "75.0%"} {
+	for _, want := range []string{"2.00ms", "2.00×", "0.50×", "error: boom", "redsync: a note", "300ms", "75.0%",
+		"† fewer than 100 samples in a run (uncontended/quorumlock n=3", "* to another: share of handoffs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "spread") {
+		t.Errorf("one run, yet the table has spread columns:\n%s", out)
+	}
+	// The contended row carries the fairness columns beside its ratio.
+	for _, l := range lines {
+		if strings.HasPrefix(l, "contended") && strings.Contains(l, "quorumlock") {
+			if f := strings.Fields(l); strings.Join(f[len(f)-2:], " ") != "75.0% 300ms" {
+				t.Errorf("contended row = %q; want it to end with the share to another goroutine and the longest wait", l)
+			}
 		}
 	}
 
@@ -110,7 +123,7 @@ func TestWriteCSV(t *testing.T) {
 	if got, want := len(recs), 1+3+3+3+2; got != want {
 		t.Fatalf("CSV has %d records; want %d (header + one per sample)", got, want)
 	}
-	if got, want := strings.Join(recs[1], ","), "uncontended,quorumlock,3,0,0,2000000"; got != want {
+	if got, want := strings.Join(recs[1], ","), "uncontended,quorumlock,abc123,3,1,0,0,2000000,go1.26.0,7.0.15,abc123"; got != want {
 		t.Errorf("first sample = %q; want %q", got, want)
 	}
 }
@@ -123,7 +136,11 @@ func TestWriteJSON(t *testing.T) {
 	}
 	var got struct {
 		NodeCount int `json:"node_count"`
-		Results   []struct {
+		Versions  struct {
+			Redis string            `json:"redis"`
+			Libs  map[string]string `json:"libs"`
+		} `json:"versions"`
+		Results []struct {
 			Lib       string  `json:"lib"`
 			SamplesNS []int64 `json:"samples_ns"`
 			Summary   struct {
@@ -141,11 +158,31 @@ func TestWriteJSON(t *testing.T) {
 	if got.NodeCount != 3 || len(got.Results) != 5 {
 		t.Fatalf("JSON has node_count %d and %d results; want 3 and 5", got.NodeCount, len(got.Results))
 	}
+	if got.Versions.Redis != "7.0.15" || got.Versions.Libs["redsync"] != "v4.18.1" {
+		t.Errorf("JSON versions = %+v; want Redis 7.0.15, redsync v4.18.1", got.Versions)
+	}
 	r := got.Results[0]
 	if r.Lib != "quorumlock" || len(r.SamplesNS) != 3 || r.Summary.P50 != int64(2*time.Millisecond) || r.VsFloor != 2 {
 		t.Errorf("first result = %+v; want quorumlock, 3 samples, p50 2ms, 2× the floor", r)
 	}
 	if f := got.Results[3].Fairness; f == nil || f.Handoffs != 4 {
 		t.Errorf("contended fairness = %+v; want 4 handoffs", f)
+	}
+}
+
+// TestWriteTables_count checks the columns and notes of a report over
+// several runs.
+func TestWriteTables_count(t *testing.T) {
+	t.Parallel()
+	rep := testReport()
+	rep.Count = 3
+	rep.Results[0].Spread = Spread{OpsPerSec: 0.12, P50: 0.25}
+	var b bytes.Buffer
+	writeTables(&b, rep, true)
+	out := b.String()
+	for _, want := range []string{"| ops/s spread | p50 spread |", "| 12% | 25% |", "medians over 3 runs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
 	}
 }

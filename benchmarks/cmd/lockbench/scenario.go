@@ -125,6 +125,7 @@ func selectScenarios(list string) ([]scenario, error) {
 // sample is one measured operation.
 type sample struct {
 	Client int
+	Run    int // 0-based, of -count runs
 	D      time.Duration
 }
 
@@ -141,7 +142,7 @@ type recorder struct {
 
 func (r *recorder) add(client int, d time.Duration) {
 	r.mu.Lock()
-	r.samples = append(r.samples, sample{client, d})
+	r.samples = append(r.samples, sample{Client: client, D: d})
 	r.mu.Unlock()
 	r.ops.Add(1)
 }

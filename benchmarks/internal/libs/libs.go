@@ -71,10 +71,11 @@ func (l Lib) Nodes(nodes []redis.UniversalClient) []redis.UniversalClient {
 	return nodes
 }
 
-// All lists the libraries in the order tables show them. Rows for features
-// that do not exist yet hook in here: a "quorumlock+fence" entry built with
-// redlock.WithFencing(true) once fencing lands, and quorumlock's wake-up on
-// release shows up in the handoff and contended scenarios without a change.
+// All lists the libraries in the order tables show them. A row for a
+// variant goes here: a "quorumlock+fence" entry built with
+// redlock.WithFencing(true), for instance (fencing has no row yet).
+// quorumlock's wake-up on release shows up in the handoff and contended
+// scenarios without an entry of its own.
 var All = []Lib{
 	{Name: "quorumlock", About: "quorumlock (this module)", Waits: true, New: newQuorumlock},
 	{Name: "redsync", About: "go-redsync/redsync v4 (goredis v9 pool)", Waits: true, New: newRedsync},

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds every example under examples/ as a user would: copied into a
+# scratch module outside this repository, with the quorumlock module
+# replaced by this checkout. Then runs the minimal example and the quick
+# start. Fails if an example imports anything a user's module cannot (an
+# internal package of this module) or does not build or run.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+# The README shows examples/minimal/main.go verbatim: the block that follows
+# the line naming the file must be the file.
+awk '/^`examples\/minimal\/main.go`/ {found=1} found && /^```go$/ {on=1; next} on && /^```$/ {exit} on {print}' \
+  "$repo/README.md" >"$scratch/readme-minimal.go"
+if ! diff -u "$repo/examples/minimal/main.go" "$scratch/readme-minimal.go"; then
+  echo "README.md: the minimal program differs from examples/minimal/main.go (copy the file into the README)" >&2
+  exit 1
+fi
+
+for dir in "$repo"/examples/*/; do
+  name="$(basename "$dir")"
+  mod="$scratch/$name"
+  mkdir -p "$mod"
+  cp "$dir"*.go "$mod/"
+  (
+    cd "$mod"
+    go mod init "example.com/$name" >/dev/null 2>&1
+    go mod edit -replace "github.com/quorumlock/quorumlock=$repo"
+    if ! go mod tidy >"$mod.tidy.log" 2>&1; then
+      cat "$mod.tidy.log" >&2
+      exit 1
+    fi
+    go vet .
+    go build -o "$scratch/bin/$name" .
+  )
+  echo "-- $name: builds outside the repository"
+done
+
+for name in minimal quickstart; do
+  echo "-- $name: runs"
+  (cd "$scratch" && timeout 120 "$scratch/bin/$name")
+done

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"slices"
+	"time"
+)
+
+// minSamples is the number of samples per run under which a p90 or p99 is
+// flagged: with fewer than 100 samples the nearest-rank p99 is the maximum,
+// and the p90 one of the top few samples, so both say little about a tail.
+const minSamples = 100
+
+// Run is what one of the -count repetitions of a library in a scenario
+// measured; a Result carries the same figures combined over its runs.
+type Run struct {
+	Ops       int           `json:"ops"`
+	Errors    int           `json:"errors"`
+	Err       string        `json:"error,omitempty"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	OpsPerSec float64       `json:"ops_per_sec"`
+	Summary   Summary       `json:"summary"`
+	Fair      *Fairness     `json:"fairness,omitempty"`
+}
+
+// Spread is, for one figure, (max − min) / median over the runs: 0.1 means
+// the runs lay within 10% of their median's size of each other. It is 0
+// with fewer than two runs.
+type Spread struct {
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50       float64 `json:"p50"`
+	P99       float64 `json:"p99"`
+}
+
+// merge combines the runs of one library in one scenario, in run order,
+// into one Result: ops/s and the percentiles are the medians over the runs
+// (the mean too), max is the largest sample of all, the counts are sums,
+// and the samples are every run's, tagged with their run. Fairness adds up
+// the handoffs and keeps the longest wait.
+func merge(runs []*Result) *Result {
+	if len(runs) == 1 {
+		r := runs[0]
+		r.MinRunN = r.Summary.N
+		r.Runs = []*Run{runOf(r)}
+		return r
+	}
+	first := runs[0]
+	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
+	var rates []float64
+	var p50, p90, p99, mean []time.Duration
+	for i, r := range runs {
+		m.Runs = append(m.Runs, runOf(r))
+		m.Ops += r.Ops
+		m.Errors += r.Errors
+		m.Elapsed += r.Elapsed
+		if m.Err == "" {
+			m.Err = r.Err
+		}
+		for _, s := range r.Samples {
+			s.Run = i
+			m.Samples = append(m.Samples, s)
+		}
+		if m.MinRunN < 0 || r.Summary.N < m.MinRunN {
+			m.MinRunN = r.Summary.N
+		}
+		m.Summary.N += r.Summary.N
+		m.Summary.Max = max(m.Summary.Max, r.Summary.Max)
+		if r.Fair != nil {
+			if m.Fair == nil {
+				m.Fair = &Fairness{}
+			}
+			if r.Fair.LongestWait > m.Fair.LongestWait {
+				m.Fair.LongestWait, m.Fair.Censored = r.Fair.LongestWait, r.Fair.Censored
+			}
+			m.Fair.Handoffs += r.Fair.Handoffs
+			m.Fair.ToOther += r.Fair.ToOther
+		}
+		if r.Summary.N == 0 {
+			continue // a failed run has no figures to take the median of
+		}
+		rates = append(rates, r.OpsPerSec)
+		p50 = append(p50, r.Summary.P50)
+		p90 = append(p90, r.Summary.P90)
+		p99 = append(p99, r.Summary.P99)
+		mean = append(mean, r.Summary.Mean)
+	}
+	m.OpsPerSec = medianFloat(rates)
+	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
+	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99)}
+	return m
+}
+
+func runOf(r *Result) *Run {
+	run := r.Run
+	return &run
+}
+
+// medianFloat returns the median of xs (the mean of the middle two for an
+// even count), 0 for none.
+func medianFloat(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	return time.Duration(medianFloat(floats(ds)))
+}
+
+// spread returns (max − min) / median of xs; 0 with fewer than two values
+// or a zero median.
+func spread(xs []float64) float64 {
+	med := medianFloat(xs)
+	if len(xs) < 2 || med == 0 {
+		return 0
+	}
+	return (slices.Max(xs) - slices.Min(xs)) / med
+}
+
+func spreadDur(ds []time.Duration) float64 { return spread(floats(ds)) }
+
+func floats(ds []time.Duration) []float64 {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return xs
+}

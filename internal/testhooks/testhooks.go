@@ -1,0 +1,11 @@
+// Package testhooks holds switches that break the library on purpose, for
+// the negative controls of tests in other packages (the chaos checker must
+// catch a library that skips a safety step). Production code reads them;
+// nothing but tests sets them.
+package testhooks
+
+import "sync/atomic"
+
+// SkipReleaseGuard makes releases leave no guard key: a request of ours
+// that lands after the release can then set the key again.
+var SkipReleaseGuard atomic.Bool
