@@ -43,11 +43,11 @@
 //
 // # Keys and permissions
 //
-// With the default prefix "lock:", election NAME uses the key lock:NAME
-// (the lock), lock:NAME:fence (with fencing) and lock:NAME:leader (the
-// identity), and the channels lock:NAME (the lock's wake-ups) and
-// lock:NAME:leader (announcements). The prefix must be the redlock
-// Client's (see [WithKeyPrefix]). On Cluster nodes the name is a hash tag,
-// as redlock makes it. Observers subscribe only to lock:NAME:leader: a
-// subscriber on the lock's own channel would count as a waiting client.
+// With the default prefix "lock:", election NAME uses the lock's keys
+// (lock:NAME, lock:NAME:fence with fencing, the waiter queue
+// lock:NAME:queue) and its own: the identity key lock:NAME:leader and the
+// announcement channel of the same name (covered by an ACL's &lock:*). The
+// prefix must be the redlock Client's (see [WithKeyPrefix]). On Cluster
+// nodes the name is a hash tag, as redlock makes it. Leader and Observe
+// read the identity key with a plain GET.
 package election

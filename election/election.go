@@ -101,8 +101,8 @@ func (e *Election) lockKey(i int) string {
 func (e *Election) identityKey(i int) string { return e.lockKey(i) + LeaderSuffix }
 
 // Channel is the Pub/Sub channel on which candidates announce that they took
-// office or left it. It is not the lock's wake-up channel: a subscriber
-// there would count as a waiting client.
+// office or left it, and to which Observe subscribes. It is the election's
+// own: the lock's wake-ups go to each redlock Client's channel.
 func (e *Election) Channel() string { return e.cfg.keyPrefix + e.name + LeaderSuffix }
 
 // Leader describes a term of office: who leads, since when.

@@ -60,10 +60,8 @@ elect    Campaign for the leadership NAME; run COMMAND while leader. If
          daemons under systemd.
 status   Show, per node, whether RESOURCE is held, by whom (the identity
          qlock run or elect wrote; never the token), its PTTL, the fence
-         counter and the clients waiting, and the verdict a client reaches.
-         WAITING is PUBSUB NUMSUB of the lock's wake-up channel: the
-         number of clients (not calls) subscribed on that node, since
-         the nodes keep no list of waiters.
+         counter and the Lock calls waiting in the node's queue, then the
+         verdict a client reaches.
 
 The command gets QLOCK_RESOURCE, QLOCK_FENCE (the fencing token; 0 without
 -fencing), QLOCK_VALID_UNTIL (the lease's deadline at start, RFC 3339; it

@@ -396,9 +396,25 @@ func TestStatus(t *testing.T) {
 		cmd, _ := start(t, rc, "run", "-fencing", "-identity", "holder-1", "statres", "--", "sh", "-c",
 			fmt.Sprintf(`echo ready >> %s; sleep 30`, file))
 		waitFile(t, file, "ready", 30*time.Second)
-		code, out, _ := run(t, rc, "status", "statres")
-		if code != 0 || !strings.Contains(out, "verdict: held by a majority (3 of 3") || !strings.Contains(out, "holder: holder-1") {
-			t.Errorf("exit %d, output:\n%s", code, out)
+		// A second run waits in the nodes' queues.
+		waiter, _ := start(t, rc, "run", "-wait", "forever", "statres", "--", "true")
+		var out string
+		var code int
+		queued := func() bool {
+			code, out, _ = run(t, rc, "status", "statres")
+			for _, line := range strings.Split(out, "\n")[1:4] {
+				if f := strings.Fields(line); len(f) < 7 || f[len(f)-1] != "1" {
+					return false
+				}
+			}
+			return true
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !queued() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if code != 0 || !strings.Contains(out, "verdict: held by a majority (3 of 3") || !strings.Contains(out, "holder: holder-1") || !queued() {
+			t.Errorf("exit %d, output (want held by holder-1, 1 waiting on every node):\n%s", code, out)
 		}
 		tok, _ := rc.Admin(0).Get(t.Context(), "lock:statres").Result()
 		if tok == "" || strings.Contains(out, tok) {
@@ -406,6 +422,9 @@ func TestStatus(t *testing.T) {
 		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		wait(t, cmd, 10*time.Second)
+		if code := wait(t, waiter, 10*time.Second); code != 0 {
+			t.Errorf("the waiting run exited %d; want 0", code)
+		}
 	})
 	t.Run("split", func(t *testing.T) {
 		// One node of three holds a key: a minority, which no client counts.

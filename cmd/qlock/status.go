@@ -27,11 +27,10 @@ type nodeStatus struct {
 	addr    string
 	err     error
 	held    bool   // the lock key holds a token
-	marker  string // "released" or "handoff" when the key holds a release's marker
 	holder  string // identity from the identity key, if any
 	pttl    time.Duration
 	fence   string
-	waiting int64
+	waiting int64 // Lock calls queued on this node, lapsed entries left out
 }
 
 // cmdStatus is qlock status: per node raw reads (never printing tokens),
@@ -79,9 +78,6 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			if st.holder != "" {
 				holder = st.holder
 			}
-		case st.marker != "":
-			free++
-			state = "free (" + st.marker + ")"
 		default:
 			free++
 		}
@@ -114,26 +110,25 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 }
 
 // readNode reads resource's keys on one node: the lock key and its PTTL,
-// the fence counter, the identity key, and the subscribers of the lock's
-// wake-up channel. The token itself is never kept.
+// the fence counter, the identity key, and the waiter queue. The token
+// itself is never kept. The key names are redlock's: lock key prefix +
+// resource (a hash tag on Cluster nodes), its fence counter at lock key +
+// ":fence", its waiter queue at lock key + ":queue" with each member's lapse
+// time (node clock, ms) at lock key + ":queue:lapse".
 func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
-	st := nodeStatus{addr: addrOf(n)}
+	st := nodeStatus{addr: addrOf(n), fence: "-"}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
-	lock, channel := prefix+resource, prefix+resource
+	lock := prefix + resource
 	if _, ok := n.(*redis.ClusterClient); ok {
 		lock = prefix + "{" + resource + "}"
 	}
-	v, err := n.Get(ctx, lock).Result()
+	_, err := n.Get(ctx, lock).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
 		st.err = err
 		return st
-	case strings.HasPrefix(v, "<released>"):
-		st.marker = "released"
-	case strings.HasPrefix(v, "<handoff>"):
-		st.marker = "handoff"
 	default:
 		st.held = true
 	}
@@ -149,12 +144,13 @@ func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
 			}
 		}
 	}
-	st.fence = "-"
 	if f, err := n.Get(ctx, lock+":fence").Result(); err == nil {
 		st.fence = f
 	}
-	if m, err := n.PubSubNumSub(ctx, channel).Result(); err == nil {
-		st.waiting = m[channel]
+	// The queue's members lapse when their waiter stops renewing its entry;
+	// count those that have not, by the node's clock.
+	if now, err := n.Time(ctx).Result(); err == nil {
+		st.waiting, _ = n.ZCount(ctx, lock+":queue:lapse", strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
 	}
 	return st
 }
