@@ -12,6 +12,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,6 +87,9 @@ Flags (before RESOURCE or NAME):
   -ttl DURATION       lease per renewal (default 30s)
   -fencing            hand out fencing tokens (QLOCK_FENCE)
   -prefix STRING      key prefix, as the library's WithKeyPrefix (default "lock:")
+  -cacert FILE        PEM CA certificates to trust for rediss:// URLs
+                      (default: the system's roots)
+  -cert FILE -key FILE  a client certificate and its key, for mutual TLS
   -identity STRING    run, elect: the identity status shows (default HOSTNAME:PID)
   -wait DURATION      run: how long to wait for the lock: 0, a duration, or
                       forever (default 0)
@@ -98,7 +103,8 @@ Exit codes:
   1               status: free
   64              bad usage
   69              no quorum: too few nodes answered
-  70              other failure of qlock itself
+  70              other failure of qlock itself (e.g. a node refused the
+                  credentials, ACL or TLS)
   75              run: not obtained: the lock is held by another, -wait ran out
   76              run, elect: the lock was lost while COMMAND ran; COMMAND was stopped
   126, 127        COMMAND could not be executed, or was not found
@@ -125,6 +131,9 @@ func main() {
 // Main runs qlock with args (without the program name) and returns the exit
 // code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	// go-redis logs failed dials on its own; errors reach the user as one
+	// line from qlock instead (with -v, go-redis's lines go to the logger).
+	redis.SetLogger(redisLog{})
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
@@ -160,6 +169,9 @@ type common struct {
 	verbose  bool
 	wait     waitFlag
 	grace    time.Duration
+	cacert   string // PEM file of the CAs to trust for rediss URLs
+	cert     string // PEM file of a client certificate (mutual TLS)
+	key      string // PEM file of its key
 }
 
 // waitFlag is -wait: a duration, or "forever" (negative).
@@ -194,6 +206,9 @@ func (c *common) flags(name string, stderr io.Writer, withRun bool) *flag.FlagSe
 	fs.BoolVar(&c.fencing, "fencing", false, "")
 	fs.StringVar(&c.prefix, "prefix", redlock.DefaultKeyPrefix, "")
 	fs.BoolVar(&c.verbose, "v", false, "")
+	fs.StringVar(&c.cacert, "cacert", "", "")
+	fs.StringVar(&c.cert, "cert", "", "")
+	fs.StringVar(&c.key, "key", "", "")
 	if withRun {
 		fs.StringVar(&c.identity, "identity", election.DefaultIdentity(), "")
 		fs.Var(&c.wait, "wait", "")
@@ -231,6 +246,8 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (resou
 		return "", nil, errors.New("-ttl must be positive")
 	case c.grace < 0:
 		return "", nil, errors.New("-grace must be ≥ 0")
+	case (c.cert == "") != (c.key == ""):
+		return "", nil, errors.New("-cert and -key go together")
 	}
 	return resource, command, nil
 }
@@ -249,14 +266,56 @@ func (c *common) logger(stderr io.Writer) *slog.Logger {
 	if !c.verbose {
 		return nil
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	redis.SetLogger(redisLog{l})
+	return l
+}
+
+// redisLog passes go-redis's log lines to a logger at Debug, or drops them.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, args ...any) {
+	if r.l != nil {
+		r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, args...))
+	}
+}
+
+// tlsOptions returns WithTLSConfig for -cacert, -cert and -key, or nothing
+// when none is given (rediss URLs then trust the system's roots).
+func (c *common) tlsOptions() ([]redlock.Option, error) {
+	if c.cacert == "" && c.cert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.cacert != "" {
+		pem, err := os.ReadFile(c.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("-cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-cacert %s: no PEM certificate in it", c.cacert)
+		}
+	}
+	if c.cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+		if err != nil {
+			return nil, fmt.Errorf("-cert, -key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return []redlock.Option{redlock.WithTLSConfig(cfg)}, nil
 }
 
 // connect dials the nodes (redlock.Dial: it checks them with PING) and
 // builds the plain node clients the election reads and writes its identity
 // keys with. The caller closes both.
 func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, []redis.UniversalClient, error) {
-	opts := []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithKeyPrefix(c.prefix)}
+	tlsOpts, err := c.tlsOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", redlock.ErrInvalidArgument, err)
+	}
+	opts := append([]redlock.Option{redlock.WithTTL(c.ttl), redlock.WithKeyPrefix(c.prefix)}, tlsOpts...)
 	if l := c.logger(stderr); l != nil {
 		opts = append(opts, redlock.WithLogger(l))
 	}
@@ -264,7 +323,7 @@ func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client
 	if err != nil {
 		return nil, nil, err
 	}
-	nodes, err := redlock.NodeClients(c.urls())
+	nodes, err := redlock.NodeClients(c.urls(), tlsOpts...)
 	if err != nil {
 		client.Close()
 		return nil, nil, err

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -517,5 +519,42 @@ func TestElect_lossCampaignsAgain(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if code := wait(t, cmd, 10*time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM; want the command's 0", code)
+	}
+}
+
+// TestRun_tls runs qlock against a node that serves TLS only to clients
+// with a certificate of the test CA: -cacert, -cert and -key.
+func TestRun_tls(t *testing.T) {
+	pki := redistest.NewPKI(t)
+	rc, addr := redistest.StartTLS(t, pki)
+	// The client certificate and key, as files.
+	cc := pki.ClientConfig().Certificates[0]
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cc.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cc.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := "rediss://" + addr
+	code, _, stderr := run(t, rc, "run", "-nodes", url, "-cacert", pki.CAFile, "-cert", certFile, "-key", keyFile, "tlsres", "--", "sh", "-c", "exit 5")
+	if code != 5 {
+		t.Errorf("qlock run over TLS exited %d; want 5 (stderr %q)", code, stderr)
+	}
+	code, out, _ := run(t, rc, "status", "-nodes", url, "-cacert", pki.CAFile, "-cert", certFile, "-key", keyFile, "tlsres")
+	if code != exitFree {
+		t.Errorf("qlock status over TLS exited %d; want %d:\n%s", code, exitFree, out)
+	}
+	code, _, stderr = run(t, rc, "run", "-nodes", url, "tlsres", "--", "true")
+	if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("qlock run without the CA exited %d, stderr %q; want a failure on one line", code, stderr)
+	}
+	if code, _, _ := run(t, rc, "run", "-nodes", url, "-cert", certFile, "tlsres", "--", "true"); code != exitUsage {
+		t.Errorf("-cert without -key exited %d; want %d", code, exitUsage)
 	}
 }

@@ -47,7 +47,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	case len(rest) > 0:
 		return fail(stderr, exitUsage, fmt.Errorf("status: unexpected arguments after RESOURCE: %q", rest))
 	}
-	nodes, err := redlock.NodeClients(c.urls())
+	tlsOpts, err := c.tlsOptions()
+	if err != nil {
+		return fail(stderr, exitUsage, fmt.Errorf("status: %w", err))
+	}
+	nodes, err := redlock.NodeClients(c.urls(), tlsOpts...)
 	if err != nil {
 		return fail(stderr, exitUsage, fmt.Errorf("status: %w", err))
 	}
