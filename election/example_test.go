@@ -96,3 +96,38 @@ func ExampleElection_Campaign() {
 	// leading: true
 	// after Resign: redlock: unlocked
 }
+
+func ExampleElection_Observe() {
+	nodes, stop := nodes(3)
+	defer stop()
+	client, err := redlock.New(nodes)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	e, err := election.New(client, nodes, "indexer", election.WithIdentity("host-c"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := e.Observe(ctx)
+	fmt.Printf("leader: %q\n", (<-changes).Identity) // nobody yet
+
+	t, err := e.Campaign(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("leader: %q\n", (<-changes).Identity)
+	if err := t.Resign(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Printf("leader: %q\n", (<-changes).Identity)
+
+	cancel()
+	for range changes { // closed once the observer has stopped
+	}
+	// Output:
+	// leader: ""
+	// leader: "host-c"
+	// leader: ""
+}
