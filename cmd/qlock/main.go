@@ -75,9 +75,9 @@ terminal; give it its input by other means.)
 
 When the lock is lost, or its validity falls below a third of the TTL
 because renewals keep failing, qlock sends SIGTERM to the command's group,
-SIGKILL after -grace, and exits with code 76. Keep -grace at most a third of
--ttl (the defaults: 10s and 30s) so that the command is gone before another
-holder can get the lock.
+SIGKILL after -grace; then run exits with code 76, and elect campaigns
+again. Keep -grace at most a third of -ttl (the defaults: 10s and 30s) so
+that the command is gone before another holder can get the lock.
 
 Flags (before RESOURCE or NAME):
   -nodes URL,URL,...  the Redis nodes, independent masters (default
@@ -106,7 +106,8 @@ Exit codes:
   70              other failure of qlock itself (e.g. a node refused the
                   credentials, ACL or TLS)
   75              run: not obtained: the lock is held by another, -wait ran out
-  76              run, elect: the lock was lost while COMMAND ran; COMMAND was stopped
+  76              run: the lock was lost while COMMAND ran; COMMAND was stopped
+                  (elect stops it too, then campaigns again)
   126, 127        COMMAND could not be executed, or was not found
   128+N           qlock was stopped by signal N while waiting for the lock
 
