@@ -3,7 +3,9 @@
 // trip, kept alive by a quorum-aware watchdog, and reported lost the moment it
 // can no longer be trusted. The API is in package
 // [github.com/quorumlock/quorumlock/redlock]; start with redlock.New and
-// Client.Lock or Client.Do.
+// Client.Lock or Client.Do. Leader election on top of it is package
+// [github.com/quorumlock/quorumlock/election], and the command cmd/qlock
+// runs a command under a lock, or only while elected leader.
 //
 // # The algorithm
 //

@@ -18,6 +18,12 @@
 //	redlock.quorum.margin    histogram      {node}  nodes that granted or confirmed a round minus the quorum; redlock.op (acquire, extend)
 //	redlock.node.errors      counter        {error} failed requests to one node; redlock.node, redlock.node.addr, redlock.op, error.type
 //
+// It implements election.Hooks as well: pass the same Hooks to
+// election.WithHooks for the leadership instruments (see election.go):
+// redlock.election.leader, redlock.election.changes,
+// redlock.election.term.duration and redlock.election.campaign.duration,
+// with the attribute redlock.election (the election's name).
+//
 // The spans, created when the hooks report an operation, and dated from the
 // durations the hooks carry:
 //
@@ -146,6 +152,8 @@ type Hooks struct {
 	failures metric.Int64Counter
 	margin   metric.Int64Histogram
 	nodeErrs metric.Int64Counter
+
+	elections *electionInstruments // election.Hooks (election.go)
 }
 
 var _ redlock.Hooks = (*Hooks)(nil)
@@ -224,6 +232,8 @@ func New(opts ...Option) (*Hooks, error) {
 	err = errors.Join(err, e)
 	h.nodeErrs, e = m.Int64Counter("redlock.node.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy)."))
+	err = errors.Join(err, e)
+	h.elections, e = newElectionInstruments(m)
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,12 @@
 //	redis_lock_quorum_margin{op}                     histogram  nodes that granted (acquire) or confirmed (extend), minus the quorum
 //	redis_lock_node_errors_total{node,addr,op,kind}  counter    failed requests to one node
 //
+// It implements election.Hooks as well: pass the same Hooks to
+// election.WithHooks for the leadership series (see election.go):
+// redis_election_leader, redis_election_changes_total,
+// redis_election_term_duration_seconds and
+// redis_election_campaign_duration_seconds, labelled by election name.
+//
 // Each lock counts once in redis_lock_expired_total and leaves
 // redis_lock_held once, though a lost lock is reported both by Lost and by
 // its later release (redlock reports Lost exactly once, before the release).
@@ -103,6 +109,8 @@ type Hooks struct {
 	failures *prometheus.CounterVec
 	margin   *prometheus.HistogramVec
 	nodeErrs *prometheus.CounterVec
+
+	elections *electionMetrics // election.Hooks (election.go)
 }
 
 var (
@@ -182,6 +190,7 @@ func New(opts ...Option) *Hooks {
 			Help:        "Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy).",
 			ConstLabels: cl,
 		}, []string{"node", "addr", "op", "kind"}),
+		elections: newElectionMetrics(cl),
 	}
 	// Start the counters whose label values are known at zero, so that
 	// their first increase is visible to rate() and increase().
@@ -196,7 +205,8 @@ func New(opts ...Option) *Hooks {
 }
 
 func (h *Hooks) collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs}
+	return append([]prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs},
+		h.elections.collectors()...)
 }
 
 // Describe implements prometheus.Collector.

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// cmdElect is qlock elect: campaign, run the command while leader, stop it
+// on loss and campaign again; exit with its code when it exits on its own.
+func cmdElect(args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := c.flags("elect", stderr, true)
+	name, command, err := c.parse(fs, args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		return fail(stderr, exitUsage, fmt.Errorf("elect: %w (see qlock help)", err))
+	case len(command) == 0:
+		return fail(stderr, exitUsage, errors.New("elect: missing COMMAND after NAME -- (see qlock help)"))
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	s := session{c: &c, name: name, stderr: stderr,
+		lockOpts: []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}}
+	defer s.close()
+	for {
+		term, code := s.acquire(sigs, -1)
+		if term == nil {
+			return code
+		}
+		res := runChild(term, name, command, &c, sigs, stderr)
+		s.resign(term)
+		if res.lost == nil {
+			return res.code
+		}
+		fmt.Fprintf(stderr, "qlock: %s: leadership lost; campaigning again\n", name)
+	}
+}

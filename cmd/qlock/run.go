@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// dialTimeout bounds connecting to the nodes.
+const dialTimeout = 10 * time.Second
+
+// cmdRun is qlock run.
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := c.flags("run", stderr, true)
+	resource, command, err := c.parse(fs, args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		return fail(stderr, exitUsage, fmt.Errorf("run: %w (see qlock help)", err))
+	case len(command) == 0:
+		return fail(stderr, exitUsage, errors.New("run: missing COMMAND after RESOURCE -- (see qlock help)"))
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	lockOpts := []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}
+	if c.wait.d == 0 {
+		lockOpts = append(lockOpts, redlock.WithRetryCount(1)) // one attempt, like flock -n
+	}
+	s := session{c: &c, name: resource, stderr: stderr, lockOpts: lockOpts}
+	defer s.close()
+	term, code := s.acquire(sigs, c.wait.d)
+	if term == nil {
+		return code
+	}
+	res := runChild(term, resource, command, &c, sigs, stderr)
+	s.resign(term)
+	return res.code
+}
+
+// session is the connection and election of one qlock run or elect.
+type session struct {
+	c        *common
+	name     string
+	stderr   io.Writer
+	lockOpts []redlock.Option
+
+	client *redlock.Client
+	e      *election.Election
+	closer func()
+}
+
+func (s *session) close() {
+	if s.closer != nil {
+		s.closer()
+	}
+}
+
+// acquire connects (the first time) and campaigns, for at most wait (< 0:
+// until acquired). A signal from sigs ends the wait. It returns the term,
+// or nil and the exit code after printing the error.
+func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.Term, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		term *election.Term
+		code int
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		term, code = s.campaign(ctx, wait)
+	}()
+	select {
+	case <-done:
+		return term, code
+	case sig := <-sigs:
+		cancel()
+		<-done
+		if term != nil {
+			s.resign(term)
+		}
+		n := int(sig.(syscall.Signal))
+		fmt.Fprintf(s.stderr, "qlock: %s: stopped by %v while waiting for the lock\n", s.name, sig)
+		return nil, 128 + n
+	}
+}
+
+func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.Term, int) {
+	if s.e == nil {
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		client, nodes, err := s.c.connect(dctx, s.stderr)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0
+			}
+			return nil, fail(s.stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
+		}
+		s.closer = func() {
+			client.Close()
+			closeNodes(nodes)
+		}
+		opts := []election.Option{election.WithIdentity(s.c.identity), election.WithKeyPrefix(s.c.prefix),
+			election.WithLockOptions(s.lockOpts...)}
+		if l := s.c.logger(s.stderr); l != nil {
+			opts = append(opts, election.WithLogger(l))
+		}
+		s.client = client
+		if s.e, err = election.New(client, nodes, s.name, opts...); err != nil {
+			return nil, fail(s.stderr, exitUsage, err)
+		}
+	}
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	term, err := s.e.Campaign(ctx)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, 0 // a signal; acquire reports it
+		}
+		return nil, fail(s.stderr, exitFor(err), fmt.Errorf("%s: %w", s.name, err))
+	}
+	return term, 0
+}
+
+// resign releases the term, bounded so that qlock never hangs on exit.
+func (s *session) resign(term *election.Term) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	if err := term.Resign(ctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
+		fail(s.stderr, 0, fmt.Errorf("%s: release: %w", s.name, err))
+	}
+}

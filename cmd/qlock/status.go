@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// statusTimeout bounds each node's reads.
+const statusTimeout = 2 * time.Second
+
+// nodeStatus is what one node says about a resource.
+type nodeStatus struct {
+	addr    string
+	err     error
+	held    bool   // the lock key holds a token
+	holder  string // identity from the identity key, if any
+	pttl    time.Duration
+	fence   string
+	waiting int64 // Lock calls queued on this node, lapsed entries left out
+}
+
+// cmdStatus is qlock status: per node raw reads (never printing tokens),
+// and the verdict.
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := c.flags("status", stderr, false)
+	resource, rest, err := c.parse(fs, args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		return fail(stderr, exitUsage, fmt.Errorf("status: %w (see qlock help)", err))
+	case len(rest) > 0:
+		return fail(stderr, exitUsage, fmt.Errorf("status: unexpected arguments after RESOURCE: %q", rest))
+	}
+	tlsOpts, err := c.tlsOptions()
+	if err != nil {
+		return fail(stderr, exitUsage, fmt.Errorf("status: %w", err))
+	}
+	nodes, err := redlock.NodeClients(c.urls(), tlsOpts...)
+	if err != nil {
+		return fail(stderr, exitUsage, fmt.Errorf("status: %w", err))
+	}
+	defer closeNodes(nodes)
+
+	sts := make([]nodeStatus, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { sts[i] = readNode(n, c.prefix, resource) })
+	}
+	wg.Wait()
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDR\tSTATE\tHOLDER\tPTTL\tFENCE\tWAITING")
+	held, free, failed := 0, 0, 0
+	for i, st := range sts {
+		if st.err != nil {
+			failed++
+			fmt.Fprintf(tw, "%d\t%s\terror: %s\t-\t-\t-\t-\n", i, st.addr, oneLine(st.err))
+			continue
+		}
+		state, pttl, holder := "free", "-", "-"
+		switch {
+		case st.held:
+			held++
+			state = "held"
+			pttl = st.pttl.Round(time.Millisecond).String()
+			if st.holder != "" {
+				holder = st.holder
+			}
+		default:
+			free++
+		}
+		if st.pttl < 0 && st.held {
+			pttl = "no TTL"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", i, st.addr, state, holder, pttl, st.fence, st.waiting)
+	}
+	tw.Flush()
+
+	n := len(nodes)
+	q := n/2 + 1
+	switch {
+	case held >= q:
+		fmt.Fprintf(stdout, "verdict: held by a majority (%d of %d nodes, %d needed)\n", held, n, q)
+		if h := majorityHolder(sts, q); h != "" {
+			fmt.Fprintf(stdout, "holder: %s\n", h)
+		}
+		return 0
+	case free > n-q:
+		if held > 0 {
+			fmt.Fprintf(stdout, "verdict: free (held on %d of %d nodes: a minority, which no client counts)\n", held, n)
+		} else {
+			fmt.Fprintf(stdout, "verdict: free (%d of %d nodes)\n", free, n)
+		}
+		return exitFree
+	}
+	fmt.Fprintf(stdout, "verdict: unknown: %d of %d nodes answered, %d needed\n", n-failed, n, q)
+	return exitNoQuorum
+}
+
+// readNode reads resource's keys on one node: the lock key and its PTTL,
+// the fence counter, the identity key, and the waiter queue. The token
+// itself is never kept. The key names are redlock's: lock key prefix +
+// resource (a hash tag on Cluster nodes), its fence counter at lock key +
+// ":fence", its waiter queue at lock key + ":queue" with each member's lapse
+// time (node clock, ms) at lock key + ":queue:lapse".
+func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
+	st := nodeStatus{addr: addrOf(n), fence: "-"}
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	lock := prefix + resource
+	if _, ok := n.(*redis.ClusterClient); ok {
+		lock = prefix + "{" + resource + "}"
+	}
+	_, err := n.Get(ctx, lock).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		st.err = err
+		return st
+	default:
+		st.held = true
+	}
+	if st.held {
+		if st.pttl, err = n.PTTL(ctx, lock).Result(); err != nil {
+			st.err = err
+			return st
+		}
+		if id, err := n.Get(ctx, lock+election.LeaderSuffix).Result(); err == nil {
+			var l election.Leader
+			if json.Unmarshal([]byte(id), &l) == nil {
+				st.holder = l.Identity
+			}
+		}
+	}
+	if f, err := n.Get(ctx, lock+":fence").Result(); err == nil {
+		st.fence = f
+	}
+	// The queue's members lapse when their waiter stops renewing its entry;
+	// count those that have not, by the node's clock.
+	if now, err := n.Time(ctx).Result(); err == nil {
+		st.waiting, _ = n.ZCount(ctx, lock+":queue:lapse", strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
+	}
+	return st
+}
+
+// majorityHolder returns the identity a majority of nodes name, if any.
+func majorityHolder(sts []nodeStatus, q int) string {
+	count := map[string]int{}
+	for _, st := range sts {
+		if st.err == nil && st.held && st.holder != "" {
+			count[st.holder]++
+		}
+	}
+	for h, c := range count {
+		if c >= q {
+			return h
+		}
+	}
+	return ""
+}
+
+func addrOf(n redis.UniversalClient) string {
+	switch c := n.(type) {
+	case *redis.ClusterClient:
+		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
+	case *redis.Client:
+		return c.Options().Addr
+	}
+	return strconv.Quote(fmt.Sprintf("%T", n))
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -1,0 +1,53 @@
+// Package election is leader election on top of the quorum lock of package
+// redlock: among the candidates for a named leadership, the leader is
+// whoever holds the lock on the resource of that name, so leadership has
+// the lock's guarantees — held on a majority of independent nodes, reported
+// lost before any other candidate can take it (the leader's context is
+// cancelled), and, with redlock.WithFencing, a fencing token that strictly
+// increases from term to term.
+//
+// Start with [New] over a [redlock.Client] and the same node clients, then
+// [Election.Run] for the common case:
+//
+//	e, err := election.New(client, nodes, "scheduler")
+//	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+//		return schedule(ctx, t.Fence()) // ctx is cancelled when leadership is lost
+//	})
+//
+// or [Election.Campaign] and [Term.Resign] for control over each term.
+// [Election.Leader] answers who leads as a majority of nodes sees it, and
+// [Election.Observe] streams the changes.
+//
+// # How it works
+//
+// A campaign is a [redlock.Client.Lock] call on the resource NAME: it waits
+// in line and is woken as soon as the leader releases the lock, so a
+// resignation hands over within a round trip or two. The lock key holds an
+// opaque token, so the winner then writes its identity ([Leader]: identity,
+// term, fence, start) in a key beside the lock key, NAME's lock key plus
+// [LeaderSuffix], on every node — with a script that writes only where the
+// lock key holds the winner's token, and gives the identity the lock key's
+// remaining TTL, so that it can never outlive the lease. The term's
+// goroutine writes it again every quarter of the lease while the lease is
+// kept; Resign deletes it (only where it is still ours) before the release.
+// [Election.Leader] reads it on every node and answers with what a majority
+// holds. Candidates PUBLISH on [Election.Channel] when they take or leave
+// office, which is what drives Observe; a slow poll covers a leader that
+// died and whose lease simply expired.
+//
+// The identity is not proof of leadership: only the lock is. A deposed
+// leader whose process was paused past its lease learns it when it runs
+// again (its context is cancelled with cause redlock.ErrLockLost, at its
+// ValidUntil at the latest); writes it may still attempt in between are
+// what the fence token is for.
+//
+// # Keys and permissions
+//
+// With the default prefix "lock:", election NAME uses the lock's keys
+// (lock:NAME, lock:NAME:fence with fencing, the waiter queue
+// lock:NAME:queue) and its own: the identity key lock:NAME:leader and the
+// announcement channel of the same name (covered by an ACL's &lock:*). The
+// prefix must be the redlock Client's (see [WithKeyPrefix]). On Cluster
+// nodes the name is a hash tag, as redlock makes it. Leader and Observe
+// read the identity key with a plain GET.
+package election

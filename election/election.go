@@ -1,0 +1,352 @@
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+var (
+	//go:embed proclaim.lua
+	proclaimSrc string
+	//go:embed withdraw.lua
+	withdrawSrc string
+
+	proclaimScript = redis.NewScript(proclaimSrc)
+	withdrawScript = redis.NewScript(withdrawSrc)
+)
+
+// LeaderSuffix is appended to an election's lock key to name the key that
+// holds the leader's identity on each node, and the channel on which
+// leadership changes are announced. Election names may not end with it, and
+// no lock resource should be named NAME+LeaderSuffix.
+const LeaderSuffix = ":leader"
+
+// Election is one named leadership, campaigned for on the nodes of a
+// redlock.Client: the leader is whoever holds the lock on the resource NAME.
+// It is safe for concurrent use; several candidates (Campaign or Run calls)
+// may share one Election, though usually each process has one.
+type Election struct {
+	client  *redlock.Client
+	nodes   []redis.UniversalClient
+	name    string
+	cfg     config
+	quorum  int
+	cluster []bool // per node: a Cluster client (keys carry a hash tag)
+}
+
+// New returns an election named name over client, whose locks it uses, and
+// nodes, the same node clients in the same order as the client's: the
+// election reads and writes the leader's identity on them directly (a
+// redlock.Client does not hand out its node clients). New does no I/O.
+//
+// New returns an error matching redlock.ErrInvalidArgument when client is
+// nil, nodes is empty or holds a nil client, name is empty or ends with
+// LeaderSuffix, or an option is invalid.
+func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
+	cfg := buildConfig(opts)
+	switch {
+	case client == nil:
+		return nil, invalid("client must not be nil")
+	case len(nodes) == 0:
+		return nil, invalid("nodes: at least one node is needed")
+	case name == "":
+		return nil, invalid("name must not be empty")
+	case strings.HasSuffix(name, LeaderSuffix):
+		return nil, invalid("name %q: the suffix %q is reserved for identity keys", name, LeaderSuffix)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1}
+	for i, n := range nodes {
+		if n == nil || reflect.ValueOf(n).Kind() == reflect.Pointer && reflect.ValueOf(n).IsNil() {
+			return nil, invalid("nodes[%d] is nil", i)
+		}
+		_, c := n.(*redis.ClusterClient)
+		e.cluster = append(e.cluster, c)
+	}
+	return e, nil
+}
+
+// Name returns the election's name: the resource of its lock.
+func (e *Election) Name() string { return e.name }
+
+// Identity returns the identity this Election's candidates proclaim.
+func (e *Election) Identity() string { return e.cfg.identity }
+
+// lockKey is the election's lock key on node i, as redlock names it: on a
+// Cluster node the resource is a hash tag, so the identity key shares its
+// slot and one script can read the one and write the other.
+func (e *Election) lockKey(i int) string {
+	if e.cluster[i] {
+		return e.cfg.keyPrefix + "{" + e.name + "}"
+	}
+	return e.cfg.keyPrefix + e.name
+}
+
+// identityKey is the key holding the leader's identity on node i.
+func (e *Election) identityKey(i int) string { return e.lockKey(i) + LeaderSuffix }
+
+// Channel is the Pub/Sub channel on which candidates announce that they took
+// office or left it, and to which Observe subscribes. It is the election's
+// own: the lock's wake-ups go to each redlock Client's channel.
+func (e *Election) Channel() string { return e.cfg.keyPrefix + e.name + LeaderSuffix }
+
+// Leader describes a term of office: who leads, since when.
+type Leader struct {
+	Identity string    `json:"id"`
+	Term     string    `json:"term"`  // random, unique per term; tells two terms of one identity apart
+	Fence    int64     `json:"fence"` // the term's fencing token; 0 unless the lock uses redlock.WithFencing
+	Since    time.Time `json:"since"` // when the term began, by the leader's clock
+}
+
+// IsZero reports whether l is the zero Leader: no leader.
+func (l Leader) IsZero() bool { return l.Term == "" }
+
+func newTermID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// fanout runs fn on every node in parallel, each bounded by the node
+// timeout, and waits for all of them. Node clients built with
+// ContextTimeoutEnabled (as redlock.Dial builds them) return at the timeout.
+func (e *Election) fanout(ctx context.Context, fn func(ctx context.Context, i int, n redis.UniversalClient) error) []error {
+	errs := make([]error, len(e.nodes))
+	var wg sync.WaitGroup
+	for i, n := range e.nodes {
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, e.cfg.nodeTimeout)
+			defer cancel()
+			if err := fn(nctx, i, n); err != nil {
+				errs[i] = &redlock.NodeError{Node: i, Addr: addrOf(n), Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func addrOf(n redis.UniversalClient) string {
+	switch c := n.(type) {
+	case *redis.ClusterClient:
+		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
+	case interface{ Options() *redis.Options }:
+		return c.Options().Addr
+	}
+	return fmt.Sprintf("%T", n)
+}
+
+// noQuorum joins ErrNoQuorum, with a head saying how many answered, and the
+// node errors.
+func noQuorum(head string, errs []error) error {
+	all := []error{fmt.Errorf("%w: %s", ErrNoQuorum, head)}
+	for _, err := range errs {
+		if err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+// Leader returns the current leader as a majority of nodes sees it: the
+// identity that a majority of nodes hold for this election. It reads every
+// node in parallel, each bounded by ctx and the node timeout.
+//
+// It returns an error matching ErrNoLeader when a majority answered but
+// holds no common leader (none was elected, or it resigned, or its lease
+// ran out), and ErrNoQuorum, joined with one *redlock.NodeError per failed
+// node, when too few nodes answered to tell.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	vals := make([]string, len(e.nodes))
+	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
+		v, err := n.Get(ctx, e.identityKey(i)).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		vals[i] = v
+		return err
+	})
+	answered := 0
+	count := make(map[string]int)
+	for i, v := range vals {
+		if errs[i] != nil {
+			continue
+		}
+		answered++
+		if v != "" {
+			count[v]++
+		}
+	}
+	if answered < e.quorum {
+		return Leader{}, noQuorum(fmt.Sprintf("%d of %d nodes answered, %d needed", answered, len(e.nodes), e.quorum), errs)
+	}
+	for v, c := range count {
+		if c < e.quorum {
+			continue
+		}
+		var l Leader
+		if err := json.Unmarshal([]byte(v), &l); err != nil || l.Term == "" {
+			return Leader{}, fmt.Errorf("election: identity key %s holds a value this package did not write: %q", e.identityKey(0), v)
+		}
+		return l, nil
+	}
+	return Leader{}, ErrNoLeader
+}
+
+// announce publishes a leadership change on every node, best effort: the
+// message only prompts observers to read the leader again, and Observe
+// also polls.
+func (e *Election) announce(ctx context.Context, what string) {
+	ctx = context.WithoutCancel(ctx)
+	errs := e.fanout(ctx, func(ctx context.Context, _ int, n redis.UniversalClient) error {
+		return n.Publish(ctx, e.Channel(), what).Err()
+	})
+	if err := errors.Join(errs...); err != nil {
+		e.warn(ctx, "announcement not published on every node", err)
+	}
+}
+
+// proclaim writes value as the leader's identity on every node where the
+// lock key holds token, and returns how many nodes took it.
+func (e *Election) proclaim(ctx context.Context, token, value string) (int, []error) {
+	var mu sync.Mutex
+	ok := 0
+	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
+		r, err := proclaimScript.Run(ctx, n, []string{e.lockKey(i), e.identityKey(i)}, token, value).Int()
+		if err == nil && r == 1 {
+			mu.Lock()
+			ok++
+			mu.Unlock()
+		}
+		return err
+	})
+	return ok, errs
+}
+
+// withdraw deletes the identity key on every node where it still holds
+// value, on a detached ctx bounded by the node timeout.
+func (e *Election) withdraw(ctx context.Context, value string) {
+	ctx = context.WithoutCancel(ctx)
+	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
+		return withdrawScript.Run(ctx, n, []string{e.identityKey(i)}, value).Err()
+	})
+	if err := errors.Join(errs...); err != nil {
+		e.warn(ctx, "identity not withdrawn from every node (it expires with the lease)", err)
+	}
+}
+
+// Campaign waits until this candidate is the leader, or ctx is done, and
+// returns its Term. It takes the lock on the resource Name with
+// client.Lock (so it waits in line and is woken when the leader resigns),
+// then writes its identity on the nodes where the lock is held, tied to the
+// lease, and announces it. The term lasts until Term.Resign, until the lease
+// is lost (Term.Context is then cancelled with cause redlock.ErrLockLost),
+// or until the redlock Client is closed; it is never renewed past a loss:
+// to lead again after a loss, campaign again.
+//
+// It returns the errors of redlock.Client.Lock (ctx's error joined to
+// redlock.ErrNotObtained or ErrNoQuorum when ctx ended; redlock.ErrClosed;
+// redlock.ErrInvalidArgument), or ErrNoQuorum joined with node errors when
+// too few nodes took the identity (the lock is then released).
+func (e *Election) Campaign(ctx context.Context) (*Term, error) {
+	start := time.Now()
+	l, err := e.client.Lock(ctx, e.name, e.cfg.lockOpts...)
+	if err != nil {
+		return nil, err
+	}
+	me := Leader{Identity: e.cfg.identity, Term: newTermID(), Fence: l.Fence(), Since: time.Now()}
+	b, err := json.Marshal(me)
+	if err != nil {
+		_ = l.Unlock(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	value := string(b)
+	// The lock is ours: finish taking office even if ctx ends now (each
+	// write is bounded by the node timeout), rather than give it up.
+	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value)
+	if ok < e.quorum {
+		e.withdraw(ctx, value)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.nodeTimeout)
+		_ = l.Unlock(uctx)
+		cancel()
+		return nil, noQuorum(fmt.Sprintf("leader identity written on %d of %d nodes, %d needed", ok, len(e.nodes), e.quorum), errs)
+	}
+	t := newTerm(e, l, me, value)
+	e.announce(ctx, "elected")
+	e.report(ctx, LeadershipInfo{Election: e.name, Identity: me.Identity, Event: EventAcquired, Fence: me.Fence, Wait: time.Since(start)})
+	go t.watch()
+	return t, nil
+}
+
+// Run campaigns, runs fn while leader, and campaigns again, until ctx is
+// done. fn's ctx is cancelled the moment leadership is lost (cause
+// redlock.ErrLockLost), Resign is called, or Run's ctx ends; the Term gives
+// fn the fence token to attach to its writes.
+//
+// When fn returns, Run resigns (handing over to a waiting candidate). If the
+// term had ended first (lost or resigned) it campaigns again; otherwise fn
+// chose to stop, and Run returns fn's error (nil included). A failed
+// campaign (too few nodes) is retried after the retry delay.
+//
+// Run returns ctx's error once ctx is done, fn's error as above, or the
+// errors of Campaign that retrying cannot fix: redlock.ErrClosed and
+// redlock.ErrInvalidArgument.
+func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
+	for {
+		t, err := e.Campaign(ctx)
+		switch {
+		case ctx.Err() != nil:
+			if t != nil {
+				// Won just as ctx ended: hand the office straight over.
+				_ = t.Resign(context.WithoutCancel(ctx))
+			}
+			return errors.Join(ctx.Err(), err)
+		case errors.Is(err, redlock.ErrClosed), errors.Is(err, redlock.ErrInvalidArgument):
+			return err
+		case err != nil:
+			e.warn(ctx, "campaign failed; retrying", err)
+			tm := time.NewTimer(e.cfg.retryDelay)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				return ctx.Err()
+			}
+			continue
+		}
+		wctx, cancel := context.WithCancelCause(t.Context())
+		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		ferr := fn(wctx, t)
+		stop()
+		cancel(nil)
+		ended := t.Context().Err() != nil
+		rerr := t.Resign(context.WithoutCancel(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case ended:
+			continue
+		case ferr != nil:
+			return ferr
+		}
+		if rerr != nil && !errors.Is(rerr, ErrNotLeader) {
+			return rerr
+		}
+		return nil
+	}
+}

@@ -1,0 +1,14 @@
+-- proclaim.lua: KEYS => [lock key, identity key]; ARGV => [lock token, identity value]
+-- Writes the leader's identity beside its lock key, only while the lock key
+-- holds the leader's token, with the lock key's remaining TTL: the identity
+-- can never outlive the lease it describes on this node. Returns 1 when
+-- written, 0 when the lock key is not ours (or has no TTL left).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl <= 0 then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+return 1

@@ -1,0 +1,191 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// closedChan is what Lost returns for a nil *Term.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Term is one term of office of a candidate, from a Campaign that won to a
+// Resign or a loss. It is safe for concurrent use. Methods on a nil *Term
+// are safe: Resign returns ErrNotLeader, Lost returns a closed channel,
+// Context a cancelled context.
+type Term struct {
+	e     *Election
+	lock  *redlock.Lock
+	me    Leader // write-once
+	value string // write-once: the identity value on the nodes
+
+	stopRefresh chan struct{} // closed by Resign: stop writing the identity
+	refreshed   chan struct{} // closed by watch once it no longer writes it
+	done        chan struct{} // closed when watch has returned
+
+	resignOnce sync.Once
+	resignErr  error // set once by resignOnce
+}
+
+func newTerm(e *Election, l *redlock.Lock, me Leader, value string) *Term {
+	return &Term{e: e, lock: l, me: me, value: value,
+		stopRefresh: make(chan struct{}), refreshed: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Leader returns this term as Leader reports it.
+func (t *Term) Leader() Leader {
+	if t == nil {
+		return Leader{}
+	}
+	return t.me
+}
+
+// Fence returns the term's fencing token: it strictly increases across
+// successive terms of an election whose lock uses redlock.WithFencing (see
+// WithLockOptions), and is 0 without. Attach it to the leader's writes, so
+// that a store can refuse those of a deposed leader (see redlock.FencedSet).
+func (t *Term) Fence() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.me.Fence
+}
+
+// ValidUntil returns the local deadline of the lease, as of its last
+// renewal: redlock.Lock.ValidUntil.
+func (t *Term) ValidUntil() time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.lock.ValidUntil()
+}
+
+// Context returns a context cancelled when the term ends: with cause
+// redlock.ErrLockLost when the lease is lost, redlock.ErrUnlocked after
+// Resign, redlock.ErrClosed when the redlock Client is closed. Run the
+// leader's work with it.
+func (t *Term) Context() context.Context {
+	if t == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNotLeader)
+		return ctx
+	}
+	return t.lock.Context()
+}
+
+// Lost returns a channel closed when the lease is lost (never by Resign).
+func (t *Term) Lost() <-chan struct{} {
+	if t == nil {
+		return closedChan
+	}
+	return t.lock.Lost()
+}
+
+// Resign ends the term: the identity is withdrawn from the nodes, the lock
+// is released — which wakes a candidate waiting in Campaign, so it takes
+// office within a round trip or two, not a poll — and the change is
+// announced to observers. ctx bounds the release. It waits for the term's
+// goroutine to return. Calling it again returns the first call's result.
+//
+// It returns nil once resigned, an error matching ErrNotLeader (joined with
+// the cause) when the term had already ended by loss or Close, and the
+// errors of redlock.Lock.Unlock otherwise.
+func (t *Term) Resign(ctx context.Context) error {
+	if t == nil {
+		return ErrNotLeader
+	}
+	t.resignOnce.Do(func() { t.resignErr = t.resign(ctx) })
+	return t.resignErr
+}
+
+func (t *Term) resign(ctx context.Context) error {
+	close(t.stopRefresh)
+	<-t.refreshed
+	if t.lock.Context().Err() != nil {
+		<-t.done
+		return errors.Join(ErrNotLeader, context.Cause(t.lock.Context()))
+	}
+	// Withdraw first, so that no observer sees this candidate as leader
+	// after its successor took office.
+	t.e.withdraw(ctx, t.value)
+	err := t.lock.Unlock(ctx)
+	<-t.done
+	if cause := context.Cause(t.lock.Context()); !errors.Is(cause, redlock.ErrUnlocked) {
+		// Lost (or closed) before the Unlock took effect.
+		return errors.Join(ErrNotLeader, cause)
+	}
+	return err
+}
+
+// watch keeps the identity's TTL in step with the lease until the term ends,
+// then reports how it ended. It is the term's only goroutine; it returns
+// when the lock's Context is done (Resign, loss, Close).
+func (t *Term) watch() {
+	defer close(t.done)
+	lctx := t.lock.Context()
+	// The identity's TTL is copied from the lock key's at each write; write
+	// it again well within a renewal interval, so that it never lapses
+	// while the lease is kept.
+	every := max(time.Until(t.lock.ValidUntil())/4, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	refreshing := true
+	stopRefresh := t.stopRefresh
+	defer func() {
+		if refreshing {
+			close(t.refreshed)
+		}
+	}()
+	for {
+		select {
+		case <-lctx.Done():
+			if refreshing {
+				refreshing = false
+				close(t.refreshed)
+			}
+			t.finish(lctx)
+			return
+		case <-stopRefresh:
+			refreshing, stopRefresh = false, nil
+			tick.Stop()
+			close(t.refreshed)
+		case <-tick.C:
+			if !refreshing {
+				continue
+			}
+			ctx, cancel := context.WithCancel(lctx)
+			ok, errs := t.e.proclaim(ctx, t.lock.Token(), t.value)
+			cancel()
+			if ok < t.e.quorum && lctx.Err() == nil {
+				t.e.warn(lctx, "identity refreshed on too few nodes", noQuorum("identity refresh", errs))
+			}
+		}
+	}
+}
+
+// finish reports the end of the term and cleans up after a loss.
+func (t *Term) finish(lctx context.Context) {
+	cause := context.Cause(lctx)
+	ctx := context.Background()
+	info := LeadershipInfo{Election: t.e.name, Identity: t.me.Identity, Fence: t.me.Fence, Held: time.Since(t.me.Since)}
+	switch {
+	case errors.Is(cause, redlock.ErrUnlocked):
+		info.Event = EventResigned
+	case errors.Is(cause, redlock.ErrClosed):
+		info.Event, info.Err = EventResigned, cause
+		t.e.withdraw(ctx, t.value)
+	default:
+		info.Event, info.Err = EventLost, cause
+		// The identity expires with the lease anyway; withdrawing it
+		// (only where it is still ours) lets observers see the loss now.
+		t.e.withdraw(ctx, t.value)
+		// Release what is left on the nodes (a minority may still hold
+		// our key), bounded by the lock's node timeout.
+		_ = t.lock.Unlock(ctx)
+	}
+	t.e.announce(ctx, "ended")
+	t.e.report(ctx, info)
+}
