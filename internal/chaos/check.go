@@ -85,6 +85,9 @@ type Result struct {
 	ReleasedKeysRaced      int           `json:"released_keys_raced"`
 	ReleasedKeysReappeared int           `json:"released_keys_reappeared"`
 	MaxReappearedAge       time.Duration `json:"max_reappeared_age_ns"`
+	// Of the reappeared keys, those on a node under a fault (paused, cut,
+	// killed) when Unlock returned, so that the release could not reach it.
+	ReappearedAfterNodeFault int `json:"released_keys_reappeared_after_node_fault"`
 
 	Examples []string `json:"examples,omitempty"`
 }
@@ -346,6 +349,7 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 	)
 	worst := make(map[place]int)
 	var order []place
+	faulty := make(map[place]bool) // the node was under a fault when the release returned
 	for _, x := range s.Seen {
 		h, ok := holds[x.Hold]
 		if !ok || h.Released.IsZero() || !x.At.After(h.Released) {
@@ -377,6 +381,9 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 				if (slices.Contains(f.Nodes, x.Node) || f.Client == h.Client) && !f.End.Before(h.Start) && !f.Start.After(x.At) {
 					fs = append(fs, fmt.Sprintf("%s [%s, %s]", f.Kind, rel(f.Start), rel(f.End)))
 				}
+				if slices.Contains(f.Nodes, x.Node) && f.Start.Before(h.Released) && f.End.After(h.Released) {
+					faulty[p] = true
+				}
 			}
 			example("key reappeared: %s hold %d (client %d) [%s, unlocked %s, released %s], seen on node %d at %s, written again at %s or later; faults on the node or client: %s",
 				h.Resource, h.ID, h.Client, rel(h.Start), rel(h.Unlock), rel(h.Released), x.Node, rel(x.At), rel(x.Written()), strings.Join(fs, ", "))
@@ -390,6 +397,9 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 			r.ReleasedKeysRaced++
 		case reappeared:
 			r.ReleasedKeysReappeared++
+			if faulty[p] {
+				r.ReappearedAfterNodeFault++
+			}
 		}
 	}
 }

@@ -170,6 +170,12 @@ func TestCheck(t *testing.T) {
 			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond, ReleasedKeysLeft: 1},
 		},
 		{
+			name: "a key that reappeared on a node paused when the release returned",
+			s: Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 400, 250)},
+				Faults: []Fault{{Kind: KindPause, Nodes: []int{1}, Client: -1, Start: at(50), End: at(140)}}},
+			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond, ReappearedAfterNodeFault: 1},
+		},
+		{
 			name: "a sighting before the release returned is not one",
 			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 105, 0)}},
 			want: Result{Acquisitions: 1},
