@@ -83,6 +83,7 @@ type Result struct {
 	//     after the release. A violation.
 	ReleasedKeysLeft       int           `json:"released_keys_left"`
 	ReleasedKeysRaced      int           `json:"released_keys_raced"`
+	MaxRacedAge            time.Duration `json:"max_raced_age_ns"` // the oldest a raced key was seen
 	ReleasedKeysReappeared int           `json:"released_keys_reappeared"`
 	MaxReappearedAge       time.Duration `json:"max_reappeared_age_ns"`
 	// Of the reappeared keys, those on a node under a fault (paused, cut,
@@ -350,6 +351,7 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 	worst := make(map[place]int)
 	var order []place
 	faulty := make(map[place]bool) // the node was under a fault when the release returned
+	racedAge := make(map[place]time.Duration)
 	for _, x := range s.Seen {
 		h, ok := holds[x.Hold]
 		if !ok || h.Released.IsZero() || !x.At.After(h.Released) {
@@ -359,6 +361,7 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 		kind := left
 		if x.Written().After(h.Released.Add(o.Settle)) {
 			kind = raced
+			racedAge[p] = max(racedAge[p], x.Age)
 			if x.Age >= o.Persist {
 				kind = reappeared
 				if x.Age > r.MaxReappearedAge {
@@ -395,6 +398,7 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 			r.ReleasedKeysLeft++
 		case raced:
 			r.ReleasedKeysRaced++
+			r.MaxRacedAge = max(r.MaxRacedAge, racedAge[p])
 		case reappeared:
 			r.ReleasedKeysReappeared++
 			if faulty[p] {

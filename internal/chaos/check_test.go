@@ -159,7 +159,7 @@ func TestCheck(t *testing.T) {
 		{
 			name: "a key written after the release, never seen old, raced a release in flight",
 			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 200, 50), seen(0, 1, 220, 70)}},
-			want: Result{Acquisitions: 1, ReleasedKeysRaced: 1},
+			want: Result{Acquisitions: 1, ReleasedKeysRaced: 1, MaxRacedAge: 70 * time.Millisecond},
 		},
 		{
 			name: "a key written after the release and seen old reappeared, once per node",
