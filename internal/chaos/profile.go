@@ -107,7 +107,7 @@ func Profiles() []Profile {
 			run:    runPause,
 		},
 		{
-			Name: "restart-no-delay", Safe: false, Share: 0.05,
+			Name: "restart-no-delay", Safe: false, Share: 0.05, MinTTLs: 6,
 			About:  "negative: a holder owns exactly 3 of 5 nodes (2 cut during its acquire), one of the 3 restarts empty at once, another client takes a majority: overlapping holds",
 			adjust: func(c *Config) { c.Fenced = true },
 			run:    runRestartNoDelay,
@@ -119,7 +119,7 @@ func Profiles() []Profile {
 			run:    runUnguarded,
 		},
 		{
-			Name: "pause-unfenced", Safe: false, Share: 0.05,
+			Name: "pause-unfenced", Safe: false, Share: 0.05, MinTTLs: 4,
 			About:  "negative: pause-fenced with a register that ignores tokens: the paused holder's write is applied after the takeover",
 			adjust: func(c *Config) { c.Fenced = false },
 			run:    runPause,
