@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,16 +64,43 @@ type Result struct {
 	MaxValidityLeft   time.Duration `json:"max_validity_left_ns"`    // ValidUntil − majority loss
 	MaxDetectOverLeft time.Duration `json:"max_detect_minus_validity_left_ns"`
 
+	// Lock and TryLock must never return a lock that is not valid: holds
+	// whose Valid() was false right when Lock returned (a violation), and
+	// the least validity left then.
+	InvalidReturns int           `json:"invalid_returns"`
+	MinValidLeft   time.Duration `json:"min_validity_left_at_return_ns"`
+
+	// Keys of released locks seen on a node after Unlock had returned,
+	// counted once per hold and node (see Sighting):
+	//   - left: last written before the release returned (plus the
+	//     settle): the release had not landed there yet (a slow, paused or
+	//     cut node) and the key expires with its TTL;
+	//   - raced: written later, but never seen as old as CheckOptions.Persist:
+	//     a late request of ours landed just before a release still in
+	//     flight behind it, which then deleted the key;
+	//   - reappeared: written after the release returned (plus the settle)
+	//     and seen as old as Persist: a request of ours set the key again
+	//     after the release. A violation.
+	ReleasedKeysLeft       int           `json:"released_keys_left"`
+	ReleasedKeysRaced      int           `json:"released_keys_raced"`
+	MaxRacedAge            time.Duration `json:"max_raced_age_ns"` // the oldest a raced key was seen
+	ReleasedKeysReappeared int           `json:"released_keys_reappeared"`
+	MaxReappearedAge       time.Duration `json:"max_reappeared_age_ns"`
+	// Of the reappeared keys, those on a node under a fault (paused, cut,
+	// killed) when Unlock returned, so that the release could not reach it.
+	ReappearedAfterNodeFault int `json:"released_keys_reappeared_after_node_fault"`
+
 	Examples []string `json:"examples,omitempty"`
 }
 
 // Violations is the number of violations: of safety (overlapping holds,
 // tokens out of order, stale writes applied, writes applied outside the
-// writer's hold after another client took the lock) and of loss detection
-// (reports later than the slack after ValidUntil, expiries never reported).
+// writer's hold after another client took the lock, keys of released locks
+// that reappeared), of loss detection (reports later than the slack after
+// ValidUntil, expiries never reported), and locks returned not valid.
 func (r Result) Violations() int {
 	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes +
-		r.LateReports + r.SilentExpiries
+		r.LateReports + r.SilentExpiries + r.InvalidReturns + r.ReleasedKeysReappeared
 }
 
 // CheckOptions tune the checker.
@@ -82,25 +110,47 @@ type CheckOptions struct {
 	// by the deadline timer would come a renewal interval (TTL/3) late or
 	// never, so Run uses TTL/3, at least 100ms. Default 100ms.
 	Slack time.Duration
+	// Settle is how long after Unlock returned a write of the lock's key
+	// still counts as racing the release. Default 20ms.
+	Settle time.Duration
+	// Persist is how old a key written after the release (plus Settle)
+	// must be seen to have reappeared, rather than to have raced a release
+	// still in flight behind it. Keys set again by a late request live a
+	// whole TTL; Run uses TTL/2. Default 100ms.
+	Persist time.Duration
 }
 
 // Check checks a history:
 //
 //   - holds are intervals [Start, End], End = min(Unlock, Lost(), OnLost,
 //     ValidUntil); two holds of one resource that intersect are an overlap;
+//
 //   - sorted by Start, each hold's fencing token must exceed every earlier
 //     hold's of the same resource (when tokens are in use);
+//
 //   - replaying the register's writes in their order, a write applied with
 //     a token below one applied before it is a stale write;
+//
 //   - a write whose time is outside its writer's own hold is outside; if it
 //     was applied although another hold of the resource had started since
 //     the writer's own, it is a violation.
+//
+//   - Lock must have returned each hold's lock valid;
+//
+//   - a key of a released lock that the sampler saw, written after Unlock
+//     returned (plus the settle) and as old as Persist, reappeared.
 //
 // It also measures loss reports against ValidUntil and, for majority-loss
 // events, the time from the event to each report.
 func Check(s Snapshot, o CheckOptions) Result {
 	if o.Slack <= 0 {
 		o.Slack = 100 * time.Millisecond
+	}
+	if o.Settle <= 0 {
+		o.Settle = 20 * time.Millisecond
+	}
+	if o.Persist <= 0 {
+		o.Persist = 100 * time.Millisecond
 	}
 	r := Result{Acquisitions: len(s.Holds), FailedLocks: s.Failed, Faults: make(map[string]int)}
 	for _, f := range s.Faults {
@@ -209,6 +259,20 @@ func Check(s Snapshot, o CheckOptions) Result {
 		}
 	}
 
+	// Locks returned not valid.
+	for i, h := range s.Holds {
+		if i == 0 || h.ValidLeft < r.MinValidLeft {
+			r.MinValidLeft = h.ValidLeft
+		}
+		if !h.ValidAtReturn {
+			r.InvalidReturns++
+			example("lock returned not valid: %s hold %d (client %d) at %s, validity left %v",
+				h.Resource, h.ID, h.Client, rel(h.Start), h.ValidLeft)
+		}
+	}
+
+	r.checkSightings(s, o, holds, rel, example)
+
 	// Loss reports.
 	var afterExpiry []time.Duration
 	for _, h := range s.Holds {
@@ -273,6 +337,75 @@ func Check(s Snapshot, o CheckOptions) Result {
 		}
 	}
 	return r
+}
+
+// checkSightings sorts the sampler's sightings of released keys, per hold
+// and node, into left, raced and reappeared.
+func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, rel func(time.Time) string, example func(string, ...any)) {
+	type place struct{ hold, node int }
+	const (
+		left = iota
+		raced
+		reappeared
+	)
+	worst := make(map[place]int)
+	var order []place
+	faulty := make(map[place]bool) // the node was under a fault when the release returned
+	racedAge := make(map[place]time.Duration)
+	for _, x := range s.Seen {
+		h, ok := holds[x.Hold]
+		if !ok || h.Released.IsZero() || !x.At.After(h.Released) {
+			continue
+		}
+		p := place{x.Hold, x.Node}
+		kind := left
+		if x.Written().After(h.Released.Add(o.Settle)) {
+			kind = raced
+			racedAge[p] = max(racedAge[p], x.Age)
+			if x.Age >= o.Persist {
+				kind = reappeared
+				if x.Age > r.MaxReappearedAge {
+					r.MaxReappearedAge = x.Age
+				}
+			}
+		}
+		prev, seen := worst[p]
+		if !seen {
+			order = append(order, p)
+		} else if kind <= prev {
+			continue
+		}
+		worst[p] = kind
+		if kind == reappeared {
+			// The faults on that node or client during the hold and
+			// since, which delayed the request that came late.
+			var fs []string
+			for _, f := range s.Faults {
+				if (slices.Contains(f.Nodes, x.Node) || f.Client == h.Client) && !f.End.Before(h.Start) && !f.Start.After(x.At) {
+					fs = append(fs, fmt.Sprintf("%s [%s, %s]", f.Kind, rel(f.Start), rel(f.End)))
+				}
+				if slices.Contains(f.Nodes, x.Node) && f.Start.Before(h.Released) && f.End.After(h.Released) {
+					faulty[p] = true
+				}
+			}
+			example("key reappeared: %s hold %d (client %d) [%s, unlocked %s, released %s], seen on node %d at %s, written again at %s or later; faults on the node or client: %s",
+				h.Resource, h.ID, h.Client, rel(h.Start), rel(h.Unlock), rel(h.Released), x.Node, rel(x.At), rel(x.Written()), strings.Join(fs, ", "))
+		}
+	}
+	for _, p := range order {
+		switch worst[p] {
+		case left:
+			r.ReleasedKeysLeft++
+		case raced:
+			r.ReleasedKeysRaced++
+			r.MaxRacedAge = max(r.MaxRacedAge, racedAge[p])
+		case reappeared:
+			r.ReleasedKeysReappeared++
+			if faulty[p] {
+				r.ReappearedAfterNodeFault++
+			}
+		}
+	}
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -12,11 +12,16 @@ func TestCheck(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	hold := func(id, client int, res string, fence int64, start, unlock, validUntil int) Hold {
-		h := Hold{ID: id, Client: client, Resource: res, Fence: fence, Start: at(start), ValidUntil: at(validUntil)}
+		h := Hold{ID: id, Client: client, Resource: res, Fence: fence, Start: at(start), ValidUntil: at(validUntil), ValidAtReturn: true}
 		if unlock >= 0 {
-			h.Unlock = at(unlock)
+			h.Unlock, h.Released = at(unlock), at(unlock+10)
 		}
 		return h
+	}
+	// seen is a sighting of hold's key on node, read at ms, last written
+	// age ms before.
+	seen := func(hold, node, ms, age int) Sighting {
+		return Sighting{Hold: hold, Node: node, At: at(ms), Age: time.Duration(age) * time.Millisecond}
 	}
 	write := func(res string, client, h int, fence int64, ms int, ok, zombie bool) Write {
 		return Write{Resource: res, Client: client, Hold: h, Fence: fence, At: at(ms), Accepted: ok, Zombie: zombie}
@@ -132,6 +137,61 @@ func TestCheck(t *testing.T) {
 				MaxValidityLeft: 300 * time.Millisecond, MaxDetectOverLeft: 2 * time.Millisecond},
 		},
 	}
+	// The key-reappearance cases: one hold, released (Unlock returned) at
+	// 110ms, seen after that on node 1 or 2; the settle is 20ms (so writes
+	// up to 130ms race the release), Persist 100ms.
+	released := []Hold{hold(0, 0, "r", 1, 0, 100, 500)}
+	cases = append(cases, []struct {
+		name string
+		s    Snapshot
+		want Result
+	}{
+		{
+			name: "a key written before the release returned was left by a release not yet landed",
+			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 200, 150), seen(0, 1, 400, 350)}},
+			want: Result{Acquisitions: 1, ReleasedKeysLeft: 1},
+		},
+		{
+			name: "a key written within the settle after the release counts as left",
+			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 300, 175)}},
+			want: Result{Acquisitions: 1, ReleasedKeysLeft: 1},
+		},
+		{
+			name: "a key written after the release, never seen old, raced a release in flight",
+			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 200, 50), seen(0, 1, 220, 70)}},
+			want: Result{Acquisitions: 1, ReleasedKeysRaced: 1, MaxRacedAge: 70 * time.Millisecond},
+		},
+		{
+			name: "a key written after the release and seen old reappeared, once per node",
+			s: Snapshot{Holds: released, Seen: []Sighting{
+				seen(0, 1, 200, 50), seen(0, 1, 300, 150), seen(0, 1, 400, 250),
+				seen(0, 2, 150, 100), // left there
+			}},
+			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond, ReleasedKeysLeft: 1},
+		},
+		{
+			name: "a key that reappeared on a node paused when the release returned",
+			s: Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 400, 250)},
+				Faults: []Fault{{Kind: KindPause, Nodes: []int{1}, Client: -1, Start: at(50), End: at(140)}}},
+			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond, ReappearedAfterNodeFault: 1},
+		},
+		{
+			name: "a sighting before the release returned is not one",
+			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 105, 0)}},
+			want: Result{Acquisitions: 1},
+		},
+		{
+			name: "a lock returned not valid",
+			s: Snapshot{Holds: []Hold{
+				func() Hold {
+					h := hold(0, 0, "r", 1, 0, 100, 500)
+					h.ValidAtReturn, h.ValidLeft = false, -time.Millisecond
+					return h
+				}(),
+			}},
+			want: Result{Acquisitions: 1, InvalidReturns: 1, MinValidLeft: -time.Millisecond},
+		},
+	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -163,6 +223,11 @@ func TestOutcomePass(t *testing.T) {
 	}
 	for _, tc := range cases {
 		o := Outcome{Safe: tc.safe, HarnessErrors: tc.harness, Result: Result{Overlaps: tc.violations}}
+		if got := o.Pass(); got != tc.want {
+			t.Errorf("Outcome{Safe: %v, violations %d, harness %v}.Pass() = %v; want %v", tc.safe, tc.violations, tc.harness, got, tc.want)
+		}
+		// The new checks count as violations the same way.
+		o.Result = Result{ReleasedKeysReappeared: tc.violations / 2, InvalidReturns: tc.violations - tc.violations/2}
 		if got := o.Pass(); got != tc.want {
 			t.Errorf("Outcome{Safe: %v, violations %d, harness %v}.Pass() = %v; want %v", tc.safe, tc.violations, tc.harness, got, tc.want)
 		}

@@ -1,8 +1,9 @@
 // Package chaos is the fault-injection checker of quorumlock: it runs lock
 // clients against real redis-server nodes while a nemesis injects faults,
 // records what every client saw on one monotonic clock, and checks the
-// history for violations of mutual exclusion, of fencing, and of lost-lock
-// reporting.
+// history for violations of mutual exclusion, of fencing, of lost-lock
+// reporting, and of releases (a released lock's key must not come back, and
+// Lock must return only valid locks).
 //
 // # The run
 //
@@ -13,10 +14,15 @@
 // hold, token, time, applied or refused. The nemesis acts on the nodes
 // through internal/redistest (SIGSTOP/SIGCONT, SIGKILL and a restart after
 // more than the TTL, latency, cuts and resets through the node's proxy) and
-// on the clients (a holder that stops past its TTL, then writes). Each
-// [Profile] picks the faults and says whether it must show 0 violations
-// (safe) or at least one (a negative control, which proves the checker
-// sees).
+// on the clients (a holder that stops past its TTL, then writes). The
+// late-requests profile adds the faults of issue 12: short latency spikes on
+// one node that hold the requests it reads for 1.5–4× the node timeout, so
+// that they land after their caller gave up and can be overtaken by a later
+// release; raw subscribers on every wake-up channel, so that releases
+// publish; and nodes killed while clients wait in Lock and restarted empty
+// after the TTL (sometimes paused at once). Each [Profile] picks the faults and says whether it
+// must show 0 violations (safe) or at least one (a negative control, which
+// proves the checker sees).
 //
 // # The checker
 //
@@ -34,10 +40,28 @@
 //     another hold of the resource had started, it is a violation.
 //   - Loss reports are measured against ValidUntil; for majority-loss
 //     events, from the moment the majority went away.
+//   - Lock and TryLock must return only valid locks: Valid() is read the
+//     moment they return, and false is a violation.
+//   - No key of a released lock may come back. A sampler reads every lock
+//     key with its PTTL on every node, directly (not through the proxies),
+//     every TTL/25 during the run and once after it, and records each key
+//     holding the token of a lock whose Unlock had returned before the read
+//     was sent. The PTTL says when the key was last written. Written before
+//     Unlock returned (plus a 20ms settle), it was left by a release that
+//     had not landed yet (a slow, paused or cut node). Written later, a
+//     request of ours landed after the release: if the key is seen at least
+//     TTL/2 old, it came back (a violation), else it raced a release still
+//     in flight behind it, which deleted it. The negative control
+//     release-unguarded turns the release guard off
+//     (testhooks.SkipReleaseGuard) and must show a key come back.
 //
 // After a run, every client is closed and every fault undone, and the
 // nodes are scanned for lock keys left behind. The package's tests check
 // for leaked goroutines.
+//
+// Results, per profile, are in [Outcome] (and its JSON); counts that are not
+// violations, such as keys seen left after a release or wake-up messages,
+// are there too.
 //
 // Entry points: go test ./internal/chaos -run TestChaos -chaos.duration=20s,
 // and go run ./internal/chaos/cmd/chaos -duration 5m.

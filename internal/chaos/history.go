@@ -17,8 +17,13 @@ type Hold struct {
 	Fence    int64
 	// Start is when Lock returned the lock.
 	Start time.Time
+	// ValidAtReturn is Valid() read at Start, ValidLeft ValidUntil − Start
+	// then: Lock and TryLock must never return a lock that is not valid.
+	ValidAtReturn bool
+	ValidLeft     time.Duration
 	// Unlock is when the worker called Unlock; zero if it never did.
-	Unlock time.Time
+	// Released is when Unlock returned.
+	Unlock, Released time.Time
 	// LostAt is when Lost() was seen closed, OnLostAt when OnLost ran;
 	// zero if the loss was never reported.
 	LostAt, OnLostAt time.Time
@@ -70,6 +75,23 @@ type Fault struct {
 	End    time.Time
 }
 
+// Sighting is the key of a released lock seen on a node after Unlock had
+// returned: read directly from the node (bypassing its proxy) by the
+// sampler, with the key's remaining TTL.
+type Sighting struct {
+	Hold int // the lock's Hold.ID
+	Node int
+	// At is when the read was sent: the node ran it at At or later.
+	At time.Time
+	// Age is how long before the read the key was last written (set or
+	// re-armed): the lock's TTL minus the key's PTTL, on the node's clock.
+	// So the key was written at At − Age or later.
+	Age time.Duration
+}
+
+// Written is the earliest the key can have been last written.
+func (s Sighting) Written() time.Time { return s.At.Add(-s.Age) }
+
 // MajorityLoss marks when a majority of nodes became unreachable at once:
 // the last of the nodes had just been paused or cut.
 type MajorityLoss struct {
@@ -90,6 +112,7 @@ type History struct {
 	writes   []Write
 	faults   []Fault
 	majority []MajorityLoss
+	seen     []Sighting
 	failed   map[string]int // failed Lock calls by outcome
 }
 
@@ -103,11 +126,13 @@ func NewHistory() *History {
 	}
 }
 
-// begin records a lock Lock just returned.
-func (h *History) begin(client int, l *redlock.Lock, start time.Time) int {
+// begin records a lock Lock just returned, with Valid() and ValidUntil as
+// read at start.
+func (h *History) begin(client int, l *redlock.Lock, start time.Time, valid bool, validUntil time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hd := &Hold{ID: len(h.holds), Client: client, Resource: l.Resource(), Fence: l.Fence(), Start: start}
+	hd := &Hold{ID: len(h.holds), Client: client, Resource: l.Resource(), Fence: l.Fence(), Start: start,
+		ValidAtReturn: valid, ValidLeft: validUntil.Sub(start)}
 	if t, ok := h.onLost[l]; ok {
 		hd.OnLostAt = t
 		delete(h.onLost, l)
@@ -139,12 +164,13 @@ func (h *History) onLostCall(l *redlock.Lock, t time.Time) {
 	h.onLost[l] = t
 }
 
-// end records the Unlock call time (zero if none) and the final ValidUntil.
-func (h *History) end(id int, l *redlock.Lock, unlock, validUntil time.Time) {
+// end records the times Unlock was called and returned (zero if never) and
+// the final ValidUntil.
+func (h *History) end(id int, l *redlock.Lock, unlock, released, validUntil time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hd := h.holds[id]
-	hd.Unlock, hd.ValidUntil = unlock, validUntil
+	hd.Unlock, hd.Released, hd.ValidUntil = unlock, released, validUntil
 	delete(h.byLock, l)
 }
 
@@ -167,6 +193,12 @@ func (h *History) majorityLoss(m MajorityLoss) {
 	h.majority = append(h.majority, m)
 }
 
+func (h *History) sighting(s Sighting) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, s)
+}
+
 func (h *History) failedLock(outcome string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -180,6 +212,7 @@ type Snapshot struct {
 	Writes   []Write
 	Faults   []Fault
 	Majority []MajorityLoss
+	Seen     []Sighting
 	Failed   map[string]int
 }
 
@@ -192,6 +225,7 @@ func (h *History) Snapshot() Snapshot {
 		Writes:   slices.Clone(h.writes),
 		Faults:   slices.Clone(h.faults),
 		Majority: slices.Clone(h.majority),
+		Seen:     slices.Clone(h.seen),
 		Failed:   make(map[string]int, len(h.failed)),
 	}
 	for _, hd := range h.holds {

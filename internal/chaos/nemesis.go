@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // Fault kinds.
@@ -26,6 +27,8 @@ const (
 	KindMajorityCut    = "majority-cut"     // cut a majority of nodes at once
 	KindMajorityKill   = "majority-kill"    // kill a majority at once, restart them empty after more than the TTL
 	KindRestartNoDelay = "restart-no-delay" // restart a node empty at once (negative profile)
+	KindSpike          = "latency-spike"    // hold what one node's proxy reads in a short burst for 1.5–4× the node timeout
+	KindRestartWaiting = "restart-waiting"  // kill a node while clients wait in Lock, restart it empty after more than the TTL, sometimes paused at once
 )
 
 // Weights are the relative frequencies of the minority nemesis's faults.
@@ -170,6 +173,84 @@ func (n *nemesis) inject(ctx context.Context, kind string, i int, d, lat time.Du
 	}
 	n.e.hist.fault(Fault{Kind: kind, Nodes: []int{i}, Client: -1, Start: start, End: time.Now()})
 }
+
+// late makes requests land late and restarts nodes under waiting clients,
+// the faults of issue 12's defects, at most two nodes at a time:
+//
+//   - Latency spikes on one node, the same for the whole run: for a short
+//     burst (a fifth of the node timeout to all of it) every chunk its proxy
+//     reads is held for 1.5–4× the node timeout. Requests sent in the burst
+//     answer after their caller has stopped waiting and land late; requests
+//     sent after it pass at once and can overtake them, a release among
+//     them. The next burst waits until the last one's requests have landed.
+//   - With restarts, every 1.5–3×TTL, once a client is blocked in Lock,
+//     another node is killed and restarted empty after 1.1–1.5×TTL (fence
+//     counters kept, as for KindKill), and one time in two is paused
+//     (SIGSTOP) at once for TTL/4–TTL/2, so that the clients' re-dials,
+//     their subscriptions' among them, hang. Until a renewal heals it, the
+//     restarted node grants the waiters' attempts.
+//
+// The restart is delayed past the TTL, as Redlock requires: restarted at
+// once, a node of a holder that holds a bare majority (its requests to two
+// nodes timed out on a loaded machine, say) hands the lock to a second
+// client, which the restart-no-delay profile shows. It returns when ctx is
+// done and every fault has been undone.
+func (n *nemesis) late(ctx context.Context, restarts bool) {
+	ttl := n.e.cfg.TTL
+	nt := nodeTimeout(ttl)
+	c := n.e.cluster
+	spiky := n.rng.IntN(n.e.cfg.Nodes)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := n.e.rand(1<<32 + 1)
+		for sleepCtx(ctx, randDur(rng, nt/2, 2*nt)) {
+			hold, burst := randDur(rng, nt*3/2, 4*nt), randDur(rng, nt/5, nt)
+			start := time.Now()
+			c.SetLatency(spiky, hold)
+			time.Sleep(burst) // short: not cut short by ctx
+			c.SetLatency(spiky, 0)
+			n.e.hist.fault(Fault{Kind: KindSpike, Nodes: []int{spiky}, Client: -1, Start: start, End: time.Now()})
+			sleepCtx(ctx, hold)
+		}
+	})
+	for restarts && sleepCtx(ctx, randDur(n.rng, ttl*3/2, 3*ttl)) {
+		if !n.awaitWaiter(ctx, time.Hour) {
+			break
+		}
+		i := (spiky + 1 + n.rng.IntN(n.e.cfg.Nodes-1)) % n.e.cfg.Nodes
+		down := randDur(n.rng, ttl*11/10, ttl*3/2)
+		pause := n.rng.IntN(2) == 0
+		d := randDur(n.rng, ttl/4, ttl/2)
+		start := time.Now()
+		counters := n.down(KindMajorityKill, i)
+		sleepCtx(ctx, down)
+		n.awaitWaiter(ctx, ttl) // longer down is no less safe
+		n.up(KindMajorityKill, i, counters)
+		if pause {
+			c.Pause(i)
+			sleepCtx(ctx, d)
+			c.Resume(i)
+		}
+		n.e.hist.fault(Fault{Kind: KindRestartWaiting, Nodes: []int{i}, Client: -1, Start: start, End: time.Now()})
+	}
+	wg.Wait()
+}
+
+// awaitWaiter waits until a client is blocked in Lock, at most for d, and
+// reports whether ctx is still alive.
+func (n *nemesis) awaitWaiter(ctx context.Context, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for n.e.waiting.Load() == 0 && time.Now().Before(deadline) {
+		if !sleepCtx(ctx, time.Millisecond) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// nodeTimeout is the library's default node timeout for ttl, which the
+// workers use.
+func nodeTimeout(ttl time.Duration) time.Duration { return min(ttl/10, redlock.MaxNodeTimeout) }
 
 // fenceCounters reads every fence counter on node i, directly.
 func (n *nemesis) fenceCounters(i int) (map[string]string, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Config is one run of one profile.
@@ -72,7 +73,7 @@ type Profile struct {
 func Profiles() []Profile {
 	return []Profile{
 		{
-			Name: "minority", Safe: true, Share: 0.5, MinTTLs: 4,
+			Name: "minority", Safe: true, Share: 0.4, MinTTLs: 4,
 			About:  "C clients × R resources, fenced register; the nemesis pauses (SIGSTOP), kills and restarts after the TTL, slows, cuts and resets at most 2 of 5 nodes at a time, and pauses holders past their TTL",
 			adjust: func(c *Config) { c.Fenced = true },
 			run: func(ctx context.Context, e *env) error {
@@ -80,7 +81,7 @@ func Profiles() []Profile {
 			},
 		},
 		{
-			Name: "majority-loss", Safe: true, Share: 0.25, MinTTLs: 4,
+			Name: "majority-loss", Safe: true, Share: 0.2, MinTTLs: 4,
 			About: "long holds; the nemesis pauses, cuts, or kills (restart after the TTL) 3 of 5 nodes at once: every lock held then must be reported lost by its ValidUntil, and no two holds may overlap once the nodes are back",
 			adjust: func(c *Config) {
 				c.Fenced = true
@@ -92,19 +93,33 @@ func Profiles() []Profile {
 			},
 		},
 		{
-			Name: "pause-fenced", Safe: true, Share: 0.1,
+			Name: "late-requests", Safe: true, Share: 0.2, MinTTLs: 6,
+			About:  "requests land late: short latency bursts on one node hold what it reads for 1.5–4× the node timeout, raw subscribers listen on every wake-up channel, and a node is killed while clients wait in Lock and restarted empty after the TTL (sometimes paused at once); no key of a released lock may come back, and Lock must return only valid locks",
+			adjust: func(c *Config) { c.Fenced = true },
+			run: func(ctx context.Context, e *env) error {
+				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.late(ctx, true) })
+			},
+		},
+		{
+			Name: "pause-fenced", Safe: true, Share: 0.05,
 			About:  "a holder pauses past its TTL, another client takes the lock and writes, the first wakes and writes with its old token: the fenced register must refuse it",
 			adjust: func(c *Config) { c.Fenced = true },
 			run:    runPause,
 		},
 		{
-			Name: "restart-no-delay", Safe: false, Share: 0.05,
+			Name: "restart-no-delay", Safe: false, Share: 0.05, MinTTLs: 6,
 			About:  "negative: a holder owns exactly 3 of 5 nodes (2 cut during its acquire), one of the 3 restarts empty at once, another client takes a majority: overlapping holds",
 			adjust: func(c *Config) { c.Fenced = true },
 			run:    runRestartNoDelay,
 		},
 		{
-			Name: "pause-unfenced", Safe: false, Share: 0.1,
+			Name: "release-unguarded", Safe: false, Share: 0.05, MinTTLs: 6,
+			About:  "negative: releases leave no guard (testhooks.SkipReleaseGuard); a latency spike on one node holds a holder's acquire there for 4× the node timeout, the holder unlocks at once, its release overtakes the acquire: the acquire sets the released key again",
+			adjust: func(c *Config) { c.Fenced = true },
+			run:    runUnguarded,
+		},
+		{
+			Name: "pause-unfenced", Safe: false, Share: 0.05, MinTTLs: 4,
 			About:  "negative: pause-fenced with a register that ignores tokens: the paused holder's write is applied after the takeover",
 			adjust: func(c *Config) { c.Fenced = false },
 			run:    runPause,
@@ -140,6 +155,11 @@ type Outcome struct {
 	// KeysLeft are the lock keys still on the nodes after every client
 	// was closed and every fault undone.
 	KeysLeft Leftovers `json:"keys_left"`
+	// Sampler says how often the nodes were read for keys of released
+	// locks; WakeUps counts the messages the raw subscribers received
+	// (profiles with workers).
+	Sampler SamplerStats `json:"sampler"`
+	WakeUps int64        `json:"wake_up_messages"`
 	// HarnessErrors are failures of the harness itself (a node that did not
 	// restart, say); they make the outcome fail.
 	HarnessErrors []string `json:"harness_errors,omitempty"`
@@ -176,9 +196,13 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	hist := NewHistory()
 	e := &env{cfg: cfg, cluster: cluster, hist: hist, reg: NewRegister(hist, cfg.Fenced), logf: cfg.Logf}
 	var errs []error
+	smp := startSampler(e)
 	if err := p.run(ctx, e); err != nil {
 		errs = append(errs, err)
 	}
+	smp.close()
+	out.Sampler = smp.stats()
+	out.WakeUps = e.wakeUps.Load()
 	left, err := keysLeft(e)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("scanning for keys left: %w", err))
@@ -191,7 +215,7 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	if err := errors.Join(errs...); err != nil {
 		out.HarnessErrors = append(out.HarnessErrors, err.Error())
 	}
-	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3)})
+	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3), Persist: cfg.TTL / 2})
 	out.Elapsed = time.Since(start)
 	return out, nil
 }
@@ -204,6 +228,12 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	if err != nil {
 		return err
 	}
+	resources := make([]string, e.cfg.Resources)
+	for i := range resources {
+		resources[i] = resourceName(i)
+	}
+	subs := startSubscribers(e, resources)
+	defer subs.close()
 	n := newNemesis(e, workers)
 	nctx, ncancel := context.WithCancel(ctx)
 	var ndone sync.WaitGroup
@@ -292,6 +322,60 @@ func runPause(ctx context.Context, e *env) error {
 		close(wrote)
 		ha.unlock()
 		wg.Wait()
+	}
+	return closeWorkers(ws)
+}
+
+// runUnguarded is the negative control of the check that no key of a
+// released lock reappears, scripted so that it happens every time: with the
+// release guard off, A's TryLock runs while node j's proxy holds what it
+// reads for 4× the node timeout (a latency spike), so A gets the lock from
+// the other nodes while its acquire is still on its way to j; A unlocks at
+// once, and its release, sent once the acquire has timed out and after the
+// spike, reaches j first; the late acquire then finds the key free and sets
+// it for a whole TTL. The sampler must see it. Repeated, on a new resource
+// each time, for the duration.
+func runUnguarded(ctx context.Context, e *env) error {
+	testhooks.SkipReleaseGuard.Store(true)
+	defer testhooks.SkipReleaseGuard.Store(false)
+	ws, err := newWorkers(e, 1)
+	if err != nil {
+		return err
+	}
+	a := ws[0]
+	c := e.cluster
+	ttl := e.cfg.TTL
+	j := e.rand(9).IntN(e.cfg.Nodes)
+	end := time.Now().Add(e.cfg.Duration)
+	// First a lock granted by j, which loads the acquire script there: a
+	// late EVALSHA that finds no script does nothing (the NOSCRIPT fallback
+	// to EVAL comes from the caller, which has stopped waiting).
+	for time.Now().Before(end) && ctx.Err() == nil {
+		h, err := a.lock(ctx, "unguarded", true)
+		if err != nil {
+			continue
+		}
+		v, _ := c.Admin(j).Get(ctx, "lock:unguarded").Result()
+		h.unlock()
+		if v == h.l.Token() {
+			break
+		}
+	}
+	for it := 0; it == 0 || (time.Now().Before(end) && ctx.Err() == nil); it++ {
+		res := "unguarded" + strconv.Itoa(it)
+		start := time.Now()
+		c.SetLatency(j, 4*nodeTimeout(ttl))
+		ha, err := a.lock(ctx, res, true)
+		c.SetLatency(j, 0)
+		e.hist.fault(Fault{Kind: KindSpike, Nodes: []int{j}, Client: -1, Start: start, End: time.Now()})
+		if err != nil {
+			e.logf("chaos: release-unguarded %d: A: %v", it, err)
+			continue
+		}
+		ha.write(false)
+		ha.unlock()
+		// The late acquire lands, and its key lives a TTL.
+		sleepCtx(ctx, ttl)
 	}
 	return closeWorkers(ws)
 }

@@ -62,6 +62,12 @@ func WriteOutcome(w io.Writer, o Outcome) {
 		line("majority loss", "%d events; %d holds alive, %d reported lost; report ≤ %v after the loss, validity left ≤ %v, report − validity left ≤ %v",
 			r.MajorityEvents, r.MajorityHolds, r.MajorityReported, ms(r.MaxDetect), ms(r.MaxValidityLeft), ms(r.MaxDetectOverLeft))
 	}
+	line("locks returned", "%d not valid; least validity left at return %v", r.InvalidReturns, ms(r.MinValidLeft))
+	line("released keys seen", "%d reappeared%s; %d raced a release in flight%s, %d left by a release not yet landed",
+		r.ReleasedKeysReappeared, ifPos(r.ReleasedKeysReappeared, " (%d on a node under a fault when Unlock returned), oldest %v", r.ReappearedAfterNodeFault, ms(r.MaxReappearedAge)),
+		r.ReleasedKeysRaced, ifPos(r.ReleasedKeysRaced, " (oldest %v)", ms(r.MaxRacedAge)), r.ReleasedKeysLeft)
+	line("sampler", "every %v: %d reads of a node, %d failed (node down or paused); %d wake-up messages to raw subscribers",
+		o.Sampler.Period, o.Sampler.Reads, o.Sampler.Failed, o.WakeUps)
 	k := o.KeysLeft
 	line("keys left after Close", "%d%s", k.Keys, ifPos(k.Keys, " (%d of held locks, %d of failed attempts; longest TTL %v)", k.OfHeld, k.OfFailed, ms(k.Longest)))
 	line("violations", "%d (%s)", r.Violations(), want)

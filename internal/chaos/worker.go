@@ -51,7 +51,8 @@ func newWorker(e *env, id int) (*worker, error) {
 type held struct {
 	w     *worker
 	l     *redlock.Lock
-	id    int // Hold.ID
+	id    int    // Hold.ID
+	tok   *token // its entry in env.tokens
 	done  chan struct{}
 	watch sync.WaitGroup
 }
@@ -66,15 +67,21 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 	if try {
 		l, err = w.cl.TryLock(ctx, resource)
 	} else {
+		w.e.waiting.Add(1)
 		l, err = w.cl.Lock(ctx, resource)
+		w.e.waiting.Add(-1)
 	}
 	now := time.Now()
 	if err != nil {
 		w.e.hist.failedLock(outcome(err))
 		return nil, err
 	}
-	h := &held{w: w, l: l, id: w.e.hist.begin(w.id, l, now), done: make(chan struct{})}
-	w.e.tokens.Store(l.Token(), struct{}{})
+	// Read at once: Lock and TryLock must never return a lock that is not
+	// valid.
+	valid, validUntil := l.Valid(), l.ValidUntil()
+	tok := &token{hold: w.e.hist.begin(w.id, l, now, valid, validUntil)}
+	h := &held{w: w, l: l, id: tok.hold, tok: tok, done: make(chan struct{})}
+	w.e.tokens.Store(l.Token(), tok)
 	h.watch.Go(func() {
 		select {
 		case <-l.Lost():
@@ -110,9 +117,11 @@ func (h *held) unlock() {
 	// A failed Unlock (ErrNotHeld after a loss, ErrNoQuorum under faults)
 	// is expected here; the checker judges the hold by its times.
 	_ = h.l.Unlock(context.Background())
+	released := time.Now()
+	h.tok.released.Store(&released)
 	close(h.done)
 	h.watch.Wait()
-	h.w.e.hist.end(h.id, h.l, at, h.l.ValidUntil())
+	h.w.e.hist.end(h.id, h.l, at, released, h.l.ValidUntil())
 }
 
 // pause is a client pause: having just checked that its lock is valid, the
@@ -201,9 +210,37 @@ type env struct {
 	hist    *History
 	reg     *Register
 	logf    func(format string, args ...any)
-	// tokens holds the token of every lock handed out, to tell keys left
-	// by held locks from keys left by failed attempts. Never printed.
+	// tokens maps the token of every lock handed out to its *token: to
+	// tell keys left by held locks from keys left by failed attempts, and
+	// keys of released locks from keys of held ones. Tokens are never
+	// printed.
 	tokens sync.Map
+	// waiting counts the clients blocked in Lock right now.
+	waiting atomic.Int32
+	// wakeUps counts the messages the raw subscribers received.
+	wakeUps atomic.Int64
+}
+
+// token is what the harness knows of one lock's token.
+type token struct {
+	hold     int                       // Hold.ID; written before the token is stored
+	released atomic.Pointer[time.Time] // when Unlock returned; nil before
+}
+
+// releasedAt returns the hold of the lock of token v and when it was
+// released (Unlock returned); ok is false if no lock handed out had that
+// token, or it was not released yet.
+func (e *env) releasedAt(v string) (hold int, at time.Time, ok bool) {
+	x, found := e.tokens.Load(v)
+	if !found {
+		return 0, time.Time{}, false
+	}
+	t := x.(*token)
+	p := t.released.Load()
+	if p == nil {
+		return t.hold, time.Time{}, false
+	}
+	return t.hold, *p, true
 }
 
 // rand returns a new generator seeded from the run's seed and stream.

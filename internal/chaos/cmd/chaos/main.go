@@ -1,7 +1,8 @@
 // Command chaos runs the fault-injection checker's profiles against real
 // redis-server nodes and prints what the checker found: acquisitions,
 // faults injected by kind, overlapping holds, stale writes applied and
-// refused, lost-lock reports and their timing, keys left behind.
+// refused, lost-lock reports and their timing, locks Lock returned not
+// valid, keys of released locks that came back, keys left behind.
 //
 //	go run ./internal/chaos/cmd/chaos -duration 5m -clients 8 -resources 4 -seed 1
 //
