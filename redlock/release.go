@@ -288,16 +288,22 @@ func retryable(err error) bool {
 	return err != nil && !answered(err) && !errors.Is(err, errBusy)
 }
 
-// retryRelease sends the release (with its guard) to node i again, with
-// backoff, until the node answers, the lock's TTL has passed (our key, if
-// any, is gone by then), or the Client closes. A node that was paused or
-// unreachable during Unlock may still hold our key — or get it from a
-// request of ours it runs when it resumes.
+// retryRelease sends the release (with its guard) to node i again until
+// the node answers, the Client closes, or retryWindow has passed. A node
+// that was paused or unreachable during Unlock may still hold our key, or
+// get it from a request of ours queued there that it runs when it resumes:
+// the release must reach it, however long the pause. Retries come at most
+// every TTL/8 (and at least every second), so that a key a resumed node
+// sets again from such a request is deleted again soon. A new connection
+// to a paused node hangs in its handshake, so the release cannot wait in
+// the node's socket buffer as the request did: it has to be sent again.
 func (l *Lock) retryRelease(ctx context.Context, i int) {
-	deadline := time.Now().Add(l.cfg.ttl)
-	delay := max(l.cfg.timeout(), 10*time.Millisecond)
+	deadline := time.Now().Add(retryWindow(l.cfg.ttl))
+	most := max(min(l.cfg.ttl/8, time.Second), 10*time.Millisecond)
+	delay := min(max(l.cfg.timeout(), 10*time.Millisecond), most)
 	t := time.NewTimer(delay)
 	defer t.Stop()
+	args := l.releaseArgs()[1] // with the guard
 	for {
 		select {
 		case <-t.C:
@@ -306,16 +312,22 @@ func (l *Lock) retryRelease(ctx context.Context, i int) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
 		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
-			return l.releaseScript(ctx, i, s, l.guardTTL(), false)
+			return scripts.ReleaseWith(ctx, s, l.keys[i], args)
 		})
 		cancel()
-		if !retryable(err) || time.Now().Add(delay).After(deadline) {
+		if answered(err) || time.Now().After(deadline) {
 			return
 		}
-		delay = min(2*delay, time.Second)
+		delay = min(2*delay, most)
 		t.Reset(delay)
 	}
 }
+
+// retryWindow is how long a release is retried on a node that does not
+// answer: ten TTLs, at least a minute. A node down for longer has lost the
+// key anyway (it expired there), and one paused for longer is a fault the
+// guard cannot outlast either.
+func retryWindow(ttl time.Duration) time.Duration { return max(10*ttl, time.Minute) }
 
 // track remembers a round until all its requests have answered or given
 // up; a node that gave up on one is remembered in unsure for good (its

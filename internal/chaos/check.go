@@ -78,9 +78,12 @@ type Result struct {
 	//   - raced: written later, but never seen as old as CheckOptions.Persist:
 	//     a late request of ours landed just before a release still in
 	//     flight behind it, which then deleted the key;
-	//   - reappeared: written after the release returned (plus the settle)
-	//     and seen as old as Persist: a request of ours set the key again
-	//     after the release. A violation.
+	//   - reappeared: written after the release returned (plus the settle),
+	//     and seen as old as Persist counted from when it was written or,
+	//     on a node under a fault since the release, from the fault's end
+	//     (when the release's retries can reach the node again): a request
+	//     of ours set the key again after the release, and it stayed. A
+	//     violation.
 	ReleasedKeysLeft       int           `json:"released_keys_left"`
 	ReleasedKeysRaced      int           `json:"released_keys_raced"`
 	MaxRacedAge            time.Duration `json:"max_raced_age_ns"` // the oldest a raced key was seen
@@ -118,6 +121,11 @@ type CheckOptions struct {
 	// still in flight behind it. Keys set again by a late request live a
 	// whole TTL; Run uses TTL/2. Default 100ms.
 	Persist time.Duration
+	// Unreachable replaces Persist for a key on a node that was
+	// unreachable (paused, cut, killed) since the release: a request of
+	// ours it held may set the key again when it comes back, for one TTL at
+	// most. Run uses the TTL. Default: Persist.
+	Unreachable time.Duration
 }
 
 // Check checks a history:
@@ -151,6 +159,9 @@ func Check(s Snapshot, o CheckOptions) Result {
 	}
 	if o.Persist <= 0 {
 		o.Persist = 100 * time.Millisecond
+	}
+	if o.Unreachable <= 0 {
+		o.Unreachable = o.Persist
 	}
 	r := Result{Acquisitions: len(s.Holds), FailedLocks: s.Failed, Faults: make(map[string]int)}
 	for _, f := range s.Faults {
@@ -362,7 +373,32 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 		if x.Written().After(h.Released.Add(o.Settle)) {
 			kind = raced
 			racedAge[p] = max(racedAge[p], x.Age)
-			if x.Age >= o.Persist {
+			// A node under a fault (paused, cut, delayed) cannot be
+			// reached by the release's retries; a request of ours that it
+			// runs when the fault ends may set the key again. The promise
+			// is that the retries remove it soon after the node is
+			// reachable again: the key's age counts from then. (A node
+			// resumed from SIGSTOP may also report a PTTL as if the key
+			// had been written during the pause.)
+			since, allow := x.Written(), o.Persist
+			for _, f := range s.Faults {
+				if slices.Contains(f.Nodes, x.Node) && f.Start.Before(x.At) && f.End.After(h.Released) {
+					if f.End.After(x.At) {
+						since = x.At // still under the fault
+					} else if f.End.After(since) {
+						since = f.End
+					}
+					// A node that was unreachable (paused, cut, killed)
+					// may run, when it comes back, a request of ours it
+					// holds from before; the promise is one TTL at most
+					// (README, "Guarantees and their assumptions"). A
+					// delayed node (latency) is reachable all along.
+					if f.Kind != KindLatency && f.Kind != KindSpike {
+						allow = max(allow, o.Unreachable)
+					}
+				}
+			}
+			if x.At.Sub(since) >= allow {
 				kind = reappeared
 				if x.Age > r.MaxReappearedAge {
 					r.MaxReappearedAge = x.Age

@@ -215,7 +215,7 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	if err := errors.Join(errs...); err != nil {
 		out.HarnessErrors = append(out.HarnessErrors, err.Error())
 	}
-	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3), Persist: cfg.TTL / 2})
+	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3), Persist: cfg.TTL / 2, Unreachable: cfg.TTL})
 	out.Elapsed = time.Since(start)
 	return out, nil
 }
