@@ -380,12 +380,20 @@ type Leftovers struct {
 
 // keysLeft scans every node, directly, for lock keys left.
 func keysLeft(e *env) (Leftovers, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var lo Leftovers
 	var errs []error
 	for i := range e.cfg.Nodes {
 		admin := e.cluster.Admin(i)
+		// A node restarted by the last fault may take a moment to accept
+		// connections again: wait for it, bounded by ctx.
+		for ctx.Err() == nil && admin.Ping(ctx).Err() != nil {
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
 		var cursor uint64
 		for {
 			keys, next, err := admin.Scan(ctx, cursor, "lock:*", 1000).Result()
