@@ -457,11 +457,20 @@ func TestReal_restartedNodeHealed(t *testing.T) {
 	if v := keyOn(t, rc, 1, "lock:heal"); v != "" {
 		t.Fatalf("restarted node not empty: %q", v)
 	}
-	// Within one interval (300ms), plus a node timeout for a reconnect and
-	// slack for a loaded machine.
-	if !eventually(time.Second, func() bool { return keyOn(t, rc, 1, "lock:heal") == l.Token() }) {
-		t.Errorf("restarted node does not hold our token again after one interval")
+	// The next renewal heals it: within one interval (300ms) plus a node
+	// timeout (90ms) for the reconnect and the script load. Before the
+	// renewal's requests to the slower nodes were let finish after the
+	// majority decided (renew.Scheduler.launch), the heal was cut whenever
+	// the restarted node was not among the first three to answer: 3 of 20
+	// runs failed here, each with node 1's extend "context canceled".
+	// Measured since: 70–273ms (10 runs) at load 14. 2s (7× that) still
+	// fails a heal that waits for more than a few renewals, and a node never
+	// healed.
+	restarted := time.Now()
+	if !eventually(2*time.Second, func() bool { return keyOn(t, rc, 1, "lock:heal") == l.Token() }) {
+		t.Errorf("restarted node does not hold our token again after %v", time.Since(restarted).Round(time.Millisecond))
 	}
+	t.Logf("restarted node healed after %v (renewal interval 300ms)", time.Since(restarted).Round(time.Millisecond))
 	if !l.Valid() {
 		t.Errorf("lock not valid after a node restart")
 	}
