@@ -72,7 +72,11 @@ func newClient(t *testing.T, nodes []redis.UniversalClient, opts ...Option) *Cli
 func TestClient_Lock_exclusive(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 5)
-	c := newClient(t, nodes)
+	// 50 goroutines share each node's pool of 20 connections: under -race
+	// on a loaded machine, requests queued for a connection missed the
+	// default 1s node timeout (TryLock and Unlock failed with ErrNoQuorum).
+	// Exclusion does not depend on the timeout.
+	c := newClient(t, nodes, WithNodeTimeout(5*time.Second))
 	// Single attempts: split votes may leave no winner, never two.
 	var winners atomic.Int32
 	var wg sync.WaitGroup
