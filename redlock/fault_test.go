@@ -601,7 +601,11 @@ func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatalf("stalled holder not reported lost")
 	}
-	next, err := b.Lock(t.Context(), "stall", WithRetryDelay(10*time.Millisecond, 30*time.Millisecond))
+	// Bounded: a's key expires within its 500ms TTL; a starved machine
+	// fails the test here with a message instead of at go test's -timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	next, err := b.Lock(ctx, "stall", WithRetryDelay(10*time.Millisecond, 30*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
