@@ -658,12 +658,15 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 		l.Unlock(t.Context())
 	}
 	for i := range 5 {
-		rc.SetLatency(i, 30*time.Millisecond) // a 60ms round trip
+		rc.SetLatency(i, 550*time.Millisecond) // a 1.1s round trip
 	}
-	// TTL 100ms with drift 0.5: 52ms of allowance, so a 60ms round trip
-	// leaves no validity although every node grants.
-	opts := []Option{WithTTL(100 * time.Millisecond), WithDriftFactor(0.5),
-		WithRenewInterval(95 * time.Millisecond), WithNodeTimeout(90 * time.Millisecond)}
+	// TTL 2s with drift 0.5: 1,002ms of allowance, so a 1.1s round trip
+	// leaves no validity although every node grants (within the 1.9s node
+	// timeout). The margins are wide for a loaded machine: with TTL 100ms,
+	// a 60ms round trip and a 90ms node timeout, requests delayed 30ms more
+	// by the scheduler failed instead of granting (ErrNoQuorum).
+	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5),
+		WithRenewInterval(1950 * time.Millisecond), WithNodeTimeout(1900 * time.Millisecond)}
 	for _, fencing := range []bool{false, true} {
 		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)
 		if err == nil {
