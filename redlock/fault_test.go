@@ -612,8 +612,12 @@ func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
 	for i := range 5 {
 		rc.SetLatency(i, 0)
 	}
-	if err := l.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
-		t.Errorf("stale Unlock = %v; want ErrNotHeld", err)
+	// nil is right too: a's delayed renewals may have set its key again on
+	// a node outside b's majority (seen once at load 5–8 with stress-ng),
+	// and Unlock reports nil when it released on any node. What matters is
+	// that b's key survives, checked below.
+	if err := l.Unlock(t.Context()); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
+		t.Errorf("stale Unlock = %v; want nil, ErrNotHeld or ErrNoQuorum", err)
 	}
 	time.Sleep(2500 * time.Millisecond) // let a's delayed requests land
 	if n := holders(t, rc, "lock:stall", next.Token()); n < 3 || !next.Valid() {
