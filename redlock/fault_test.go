@@ -377,23 +377,58 @@ func TestReal_renewedBeyondTTL(t *testing.T) {
 }
 
 // lossTrials is how many times TestReal_pauseMajorityLossBeforeValidity
-// repeats; QUORUMLOCK_LOSS_TRIALS raises it for a longer profile.
-func lossTrials() int {
+// repeats, and how late after ValidUntil a loss report may come.
+// QUORUMLOCK_LOSS_TRIALS sets the trials for a longer profile, on a quiet
+// machine, and with it the strict allowance of 50ms: a loss detection that
+// waited for a hung node would be late by a whole node timeout (50ms) plus
+// retries.
+//
+// By default the allowance is 1s, for `go test ./...` on a loaded machine:
+// the contract is "Lost at ValidUntil at the latest, give or take
+// scheduling delay", and on 2 cores at load 12–21 under -race the renewal
+// scheduler's timer goroutine itself runs late: measured up to 89ms after
+// ValidUntil in 60 trials at load 21, while a 5ms sleep in the test
+// overran by up to 246ms (printed beside the figures); the failure that
+// led here reported a loss 708ms after the pause with a 500ms TTL, about
+// 200ms late. 1s is 5× that. It still fails a loss that waits for the
+// hung renewals to give up (they never do while the nodes are paused: only
+// the 5×TTL bound below ends that), or one that waits for several renewal
+// intervals (166ms each).
+func lossTrials() (trials int, allowance time.Duration) {
 	if n, err := strconv.Atoi(os.Getenv("QUORUMLOCK_LOSS_TRIALS")); err == nil && n > 0 {
-		return n
+		return n, 50 * time.Millisecond
 	}
-	return 15
+	return 15, time.Second
+}
+
+// oversleep reports, until stop is closed, the longest time by which a 5ms
+// sleep overran: the scheduling delay of the machine at that moment.
+func oversleep(stop <-chan struct{}) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		for {
+			select {
+			case <-stop:
+				out <- worst
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			worst = max(worst, time.Since(start)-5*time.Millisecond)
+		}
+	}()
+	return out
 }
 
 // Not parallel: it measures timing, so it runs before this package's
 // parallel tests start.
 func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 	const ttl = 500 * time.Millisecond
-	// Allowance for the timer and the goroutine scheduler under -race on a
-	// busy 2-core machine (measured: median 1ms late, 25ms at worst with the
-	// machine at load 30); a loss detection that waited for a hung node
-	// would be late by a whole node timeout (50ms) plus retries.
-	const allowance = 50 * time.Millisecond
+	trials, allowance := lossTrials()
+	stopProbe := make(chan struct{})
+	probe := oversleep(stopProbe)
 	rc := redistest.Start(t, 5)
 	c := newClient(t, rc.Clients())
 	var (
@@ -401,7 +436,7 @@ func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 		toLost      []time.Duration // from pausing the majority to Lost()
 		beforeValid []time.Duration // how long before ValidUntil the loss was reported (negative: after)
 	)
-	for trial := range lossTrials() {
+	for trial := range trials {
 		var onLost atomic.Int32
 		l, err := c.Lock(t.Context(), "p", WithTTL(ttl), WithOnLost(func(*Lock, error) { onLost.Add(1) }))
 		if err != nil {
@@ -436,10 +471,11 @@ func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 			t.Errorf("trial %d: OnLost called %d times; want 1", trial, onLost.Load())
 		}
 	}
+	close(stopProbe)
 	slices.Sort(toLost)
 	slices.Sort(beforeValid)
-	t.Logf("pause majority -> Lost(), %d trials, TTL %v: median %v, p99 %v, max %v; reported before ValidUntil by min %v, median %v",
-		len(toLost), ttl, toLost[len(toLost)/2], toLost[len(toLost)*99/100], toLost[len(toLost)-1], beforeValid[0], beforeValid[len(beforeValid)/2])
+	t.Logf("pause majority -> Lost(), %d trials, TTL %v: median %v, p99 %v, max %v; reported before ValidUntil by min %v, median %v (negative: after); a 5ms sleep overran by up to %v meanwhile",
+		len(toLost), ttl, toLost[len(toLost)/2], toLost[len(toLost)*99/100], toLost[len(toLost)-1], beforeValid[0], beforeValid[len(beforeValid)/2], <-probe)
 	if late > 0 {
 		t.Errorf("%d of %d loss reports came later than ValidUntil + %v", late, len(toLost), allowance)
 	}
@@ -457,11 +493,20 @@ func TestReal_restartedNodeHealed(t *testing.T) {
 	if v := keyOn(t, rc, 1, "lock:heal"); v != "" {
 		t.Fatalf("restarted node not empty: %q", v)
 	}
-	// Within one interval (300ms), plus a node timeout for a reconnect and
-	// slack for a loaded machine.
-	if !eventually(time.Second, func() bool { return keyOn(t, rc, 1, "lock:heal") == l.Token() }) {
-		t.Errorf("restarted node does not hold our token again after one interval")
+	// The next renewal heals it: within one interval (300ms) plus a node
+	// timeout (90ms) for the reconnect and the script load. Before the
+	// renewal's requests to the slower nodes were let finish after the
+	// majority decided (renew.Scheduler.launch), the heal was cut whenever
+	// the restarted node was not among the first three to answer: 3 of 20
+	// runs failed here, each with node 1's extend "context canceled".
+	// Measured since: 70–273ms (10 runs) at load 14. 2s (7× that) still
+	// fails a heal that waits for more than a few renewals, and a node never
+	// healed.
+	restarted := time.Now()
+	if !eventually(2*time.Second, func() bool { return keyOn(t, rc, 1, "lock:heal") == l.Token() }) {
+		t.Errorf("restarted node does not hold our token again after %v", time.Since(restarted).Round(time.Millisecond))
 	}
+	t.Logf("restarted node healed after %v (renewal interval 300ms)", time.Since(restarted).Round(time.Millisecond))
 	if !l.Valid() {
 		t.Errorf("lock not valid after a node restart")
 	}
@@ -556,15 +601,23 @@ func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatalf("stalled holder not reported lost")
 	}
-	next, err := b.Lock(t.Context(), "stall", WithRetryDelay(10*time.Millisecond, 30*time.Millisecond))
+	// Bounded: a's key expires within its 500ms TTL; a starved machine
+	// fails the test here with a message instead of at go test's -timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	next, err := b.Lock(ctx, "stall", WithRetryDelay(10*time.Millisecond, 30*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
 		rc.SetLatency(i, 0)
 	}
-	if err := l.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
-		t.Errorf("stale Unlock = %v; want ErrNotHeld", err)
+	// nil is right too: a's delayed renewals may have set its key again on
+	// a node outside b's majority (seen once at load 5–8 with stress-ng),
+	// and Unlock reports nil when it released on any node. What matters is
+	// that b's key survives, checked below.
+	if err := l.Unlock(t.Context()); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
+		t.Errorf("stale Unlock = %v; want nil, ErrNotHeld or ErrNoQuorum", err)
 	}
 	time.Sleep(2500 * time.Millisecond) // let a's delayed requests land
 	if n := holders(t, rc, "lock:stall", next.Token()); n < 3 || !next.Valid() {
@@ -609,12 +662,15 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 		l.Unlock(t.Context())
 	}
 	for i := range 5 {
-		rc.SetLatency(i, 30*time.Millisecond) // a 60ms round trip
+		rc.SetLatency(i, 550*time.Millisecond) // a 1.1s round trip
 	}
-	// TTL 100ms with drift 0.5: 52ms of allowance, so a 60ms round trip
-	// leaves no validity although every node grants.
-	opts := []Option{WithTTL(100 * time.Millisecond), WithDriftFactor(0.5),
-		WithRenewInterval(95 * time.Millisecond), WithNodeTimeout(90 * time.Millisecond)}
+	// TTL 2s with drift 0.5: 1,002ms of allowance, so a 1.1s round trip
+	// leaves no validity although every node grants (within the 1.9s node
+	// timeout). The margins are wide for a loaded machine: with TTL 100ms,
+	// a 60ms round trip and a 90ms node timeout, requests delayed 30ms more
+	// by the scheduler failed instead of granting (ErrNoQuorum).
+	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5),
+		WithRenewInterval(1950 * time.Millisecond), WithNodeTimeout(1900 * time.Millisecond)}
 	for _, fencing := range []bool{false, true} {
 		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)
 		if err == nil {

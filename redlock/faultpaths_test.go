@@ -344,34 +344,48 @@ func (h lostCounter) Lost(context.Context, LostInfo) { h.n.Add(1) }
 
 // 6. Close is bounded by the node timeout plus a short grace whatever the
 // number of locks, also when a node hangs: releases go out in pipelines,
-// one round per node. QUORUMLOCK_CLOSE_LOCKS sets the number of locks
-// (default 1,000; the issue's figure is 10,000).
+// one round per node. QUORUMLOCK_CLOSE_LOCKS sets the number of locks (the
+// issue's figure is 10,000), for a quiet machine, and with it the strict
+// bound of node timeout + 1s.
+//
+// By default, for `go test ./...` on a loaded machine: 300 locks and node
+// timeout + 2s. With 1,000 locks at load 14–20, the release pipelines (1,000
+// scripts per node under -race) once missed the 2s node timeout on 3 of 5
+// nodes and Close took 3.4s; otherwise 2.04–2.31s. With 300 locks:
+// 2.01–2.32s in 10 runs at load 13–15, so at most 316ms past the node
+// timeout, and 2s is 6× that. 300 locks are still 5 rounds of 64 for a
+// Close that scales with the locks: 11s here.
 func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 	t.Parallel()
-	locks := 1000
+	locks, grace := 300, 2*time.Second
 	if s := os.Getenv("QUORUMLOCK_CLOSE_LOCKS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
 			t.Fatalf("QUORUMLOCK_CLOSE_LOCKS=%q: want a positive number", s)
 		}
-		locks = n
+		locks, grace = n, time.Second
 	}
 	rc := redistest.Start(t, 5)
-	const timeout = 500 * time.Millisecond
+	// A node timeout a loaded machine does not reach while acquiring: with
+	// 200ms, acquires on a 2-core machine at load 14–20 kept timing out and
+	// retrying, and this test ran for minutes before Close. Close's bound
+	// below is still far from what a Close that scales with the locks
+	// takes: one round of node timeout + 250ms per 64 locks.
+	const timeout = 2 * time.Second
 	c, err := New(rc.Clients(), WithTTL(30*time.Second), WithNodeTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for g := range 16 {
 		wg.Go(func() {
 			for k := g; k < locks; k += 16 {
-				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-				_, err := c.Lock(ctx, "many:"+strconv.Itoa(k))
-				cancel()
-				if err != nil {
+				if _, err := c.Lock(ctx, "many:"+strconv.Itoa(k)); err != nil {
 					failed.Add(1)
 				}
 			}
@@ -379,18 +393,19 @@ func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 	}
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d TryLock calls failed", n, locks)
+		t.Fatalf("%d of %d Lock calls failed within %v", n, locks, time.Since(start).Round(time.Millisecond))
 	}
+	t.Logf("%d locks acquired in %v", locks, time.Since(start).Round(time.Millisecond))
 	rc.Pause(4)
 	t.Cleanup(func() { rc.Resume(4) })
-	start := time.Now()
+	start = time.Now()
 	if err := c.Close(); err != nil {
 		t.Errorf("Close = %v; want nil (4 of 5 nodes released every lock)", err)
 	}
 	took := time.Since(start)
 	t.Logf("Close of %d locks with 1 of 5 nodes paused: %v", locks, took)
-	if took > timeout+time.Second {
-		t.Errorf("Close took %v; want node timeout + 1s at most", took)
+	if took > timeout+grace {
+		t.Errorf("Close took %v; want node timeout + %v at most", took, grace)
 	}
 	for i := range 4 {
 		if n, _ := rc.Admin(i).Exists(context.Background(), "lock:many:0", "lock:many:"+strconv.Itoa(locks-1)).Result(); n != 0 {

@@ -21,7 +21,11 @@ type fenceRun struct {
 }
 
 func (r *fenceRun) cycle(t *testing.T, c *Client, resource string) {
-	l, err := c.Lock(t.Context(), resource, WithFencing(true), WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+	// Bounded: a starved machine fails the test with a message instead of
+	// running into go test's -timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := c.Lock(ctx, resource, WithFencing(true), WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Lock = %v", err)
@@ -70,7 +74,11 @@ func TestReal_fenceStrictlyIncreases(t *testing.T) {
 	run := &fenceRun{}
 	var wg sync.WaitGroup
 	for range 3 {
-		c := newClient(t, rc.Clients())
+		// A release that fails (no majority answered in time, on a loaded
+		// machine) leaves the key until its TTL: with the default 30s, a
+		// few of them stalled this test for 7 minutes. 5s, with the
+		// default's 1s node timeout.
+		c := newClient(t, rc.Clients(), WithTTL(5*time.Second), WithNodeTimeout(time.Second))
 		wg.Go(func() {
 			for range 25 {
 				run.cycle(t, c, "fenced")

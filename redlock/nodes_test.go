@@ -169,8 +169,11 @@ func TestNodes_tls(t *testing.T) {
 	exerciseNodes(t, urls, "tls", WithTLSConfig(pki.ClientConfig()))
 	guardRuns(t, urls, WithTLSConfig(pki.ClientConfig()))
 
+	// The refusals below come from the TLS handshake: a node timeout out of
+	// reach of a loaded machine (the default 1s was not: the handshakes
+	// under -race at load 12 ended in "context deadline exceeded").
 	t.Run("system roots only", func(t *testing.T) {
-		_, err := Dial(t.Context(), urls)
+		_, err := Dial(t.Context(), urls, WithNodeTimeout(5*time.Second))
 		var ne *NodeError
 		var verify *tls.CertificateVerificationError
 		if !errors.As(err, &ne) || !errors.As(ne.Err, &verify) || errors.Is(err, ErrNoQuorum) {
@@ -180,7 +183,7 @@ func TestNodes_tls(t *testing.T) {
 	t.Run("no client certificate", func(t *testing.T) {
 		cfg := pki.ClientConfig()
 		cfg.Certificates = nil
-		_, err := Dial(t.Context(), urls, WithTLSConfig(cfg))
+		_, err := Dial(t.Context(), urls, WithTLSConfig(cfg), WithNodeTimeout(5*time.Second))
 		var ne *NodeError
 		if !errors.As(err, &ne) || !strings.Contains(ne.Err.Error(), "certificate required") || errors.Is(err, ErrNoQuorum) {
 			t.Errorf("Dial without a client certificate = %v; want a refusal (not ErrNoQuorum) with a *NodeError saying the server requires one", err)

@@ -115,9 +115,13 @@ type contention struct {
 	waits        []time.Duration
 	perGoroutine []int
 	overlaps     int
+	elapsed      time.Duration
 }
 
-func contend(t *testing.T, clients []*Client, g int, d time.Duration, opts ...Option) contention {
+// contend runs g goroutines for at least d, and on until each has acquired
+// the lock once (a busy machine makes fewer rounds in d), at most until
+// limit.
+func contend(t *testing.T, clients []*Client, g int, d, limit time.Duration, opts ...Option) contention {
 	t.Helper()
 	var (
 		mu      sync.Mutex
@@ -125,13 +129,22 @@ func contend(t *testing.T, clients []*Client, g int, d time.Duration, opts ...Op
 		last    = -1
 		holding atomic.Int32
 	)
-	ctx, cancel := context.WithTimeout(t.Context(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
+	begin := time.Now()
+	done := func() bool {
+		if time.Since(begin) < d {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return !slices.Contains(res.perGoroutine, 0)
+	}
 	var wg sync.WaitGroup
 	for id := range g {
 		c := clients[id%len(clients)]
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && !done() {
 				start := time.Now()
 				l, err := c.Lock(ctx, "hot", opts...)
 				if err != nil {
@@ -163,6 +176,7 @@ func contend(t *testing.T, clients []*Client, g int, d time.Duration, opts ...Op
 		})
 	}
 	wg.Wait()
+	res.elapsed = time.Since(begin)
 	return res
 }
 
@@ -173,25 +187,37 @@ func TestReal_contentionNoStarvation(t *testing.T) {
 	for range 4 {
 		clients = append(clients, newClient(t, rc.Clients()))
 	}
-	res := contend(t, clients, 16, 4*time.Second)
+	const g = 16
+	res := contend(t, clients, g, 4*time.Second, time.Minute)
 	slices.Sort(res.waits)
 	share := float64(res.handoffs) / float64(max(res.acquisitions-1, 1))
-	t.Logf("16 goroutines, 4 clients, 5 nodes, 4s: %d acquisitions, %.0f%% handed to another goroutine, wait p50 %v p99 %v max %v, per goroutine %v",
-		res.acquisitions, 100*share, res.waits[len(res.waits)/2], res.waits[len(res.waits)*99/100], res.maxWait, res.perGoroutine)
+	// fair is the wait of a strict round robin at this run's pace: g
+	// acquisitions of the others, each taking elapsed/acquisitions.
+	fair := time.Duration(g) * res.elapsed / time.Duration(max(res.acquisitions, 1))
+	t.Logf("%d goroutines, 4 clients, 5 nodes, %v: %d acquisitions, %.0f%% handed to another goroutine, wait p50 %v p99 %v max %v (%.1f× a round robin's %v), per goroutine %v",
+		g, res.elapsed.Round(time.Millisecond), res.acquisitions, 100*share, res.waits[len(res.waits)/2], res.waits[len(res.waits)*99/100], res.maxWait,
+		float64(res.maxWait)/float64(max(fair, 1)), fair.Round(time.Millisecond), res.perGoroutine)
 	if res.overlaps > 0 {
 		t.Errorf("%d overlapping holds", res.overlaps)
 	}
 	for id, n := range res.perGoroutine {
 		if n == 0 {
-			t.Errorf("goroutine %d never acquired in 4s: starved", id)
+			t.Errorf("goroutine %d never acquired in %v: starved", id, res.elapsed.Round(time.Millisecond))
 		}
 	}
 	if share < 0.5 {
 		t.Errorf("%.0f%% of handoffs went to another goroutine; want most", 100*share)
 	}
-	// The bound that matters: no goroutine waits anywhere near the whole run.
-	if res.maxWait > 3*time.Second {
-		t.Errorf("longest wait %v; want well under the 4s run", res.maxWait)
+	// The bound that matters: no goroutine waits many rounds of the
+	// others. It is relative to this run's pace, since a loaded machine
+	// makes every round slower (a fixed 3s failed at load 13-15 with a
+	// 4s run of 28-53 acquisitions). Measured longest waits: 2.2–3.0× a
+	// round robin's wait in 10 runs with stress-ng beside (load 6–8),
+	// 1.6–2.7× in full runs at load 13–15, 2.8× idle; 15× is 5× the worst
+	// of those. It still fails a goroutine passed over for 15 rounds, and
+	// one that never acquires (above).
+	if res.maxWait > 15*fair {
+		t.Errorf("longest wait %v; want at most 15× a round robin's wait (%v)", res.maxWait, fair)
 	}
 }
 

@@ -65,7 +65,7 @@ type Handle struct {
 	mu      sync.Mutex         // protects the fields below
 	stopped bool               // Stop was called, or the lock was lost
 	running chan struct{}      // closed when the renewal in flight returns; nil when none is
-	cancel  context.CancelFunc // cancels the renewal in flight
+	cancel  context.CancelFunc // cancels the last renewal, and its requests still in flight after it returned
 
 	// Owned by the scheduler's goroutine.
 	index    int       // position in the heap; -1 when not in it
@@ -408,19 +408,31 @@ func (s *Scheduler) launch(h *Handle) {
 		h.mu.Unlock()
 		return
 	}
+	// ctx outlives Renew's return on purpose. Renew returns as soon as a
+	// majority has decided, while the requests to the other nodes are still
+	// under way on ctx, each bounded by the node timeout: the one to a node
+	// that restarted empty (it reconnects and loads the script again) is
+	// the heal of that node. Cancelling ctx on return cut exactly those, so
+	// a restarted node was healed only when it happened to answer among the
+	// first majority. ctx ends with the next renewal of this lock (by then
+	// the node timeout is normally long past), or with Stop, Cancel, loss or
+	// Close. Batches keep their stragglers the same way (s.base).
+	prev := h.cancel
 	ctx, cancel := context.WithCancel(context.Background())
 	running := make(chan struct{})
 	h.cancel, h.running = cancel, running
 	h.mu.Unlock()
+	if prev != nil {
+		prev()
+	}
 	start := time.Now() // fireDue marked h in flight
 	due := h.due()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		err := h.t.Renew(ctx, due)
-		cancel()
 		h.mu.Lock()
-		h.cancel, h.running = nil, nil
+		h.running = nil
 		h.mu.Unlock()
 		close(running)
 		select {

@@ -257,6 +257,67 @@ func TestHandle_StopWaitsForRenewalInFlight(t *testing.T) {
 	})
 }
 
+// ctxKeeper records the ctx of each renewal, and returns at once.
+type ctxKeeper struct {
+	*fake
+	mu   sync.Mutex
+	ctxs []context.Context
+}
+
+func (k *ctxKeeper) Renew(ctx context.Context, due time.Time) error {
+	k.mu.Lock()
+	k.ctxs = append(k.ctxs, ctx)
+	k.mu.Unlock()
+	return k.fake.Renew(ctx, due)
+}
+
+func (k *ctxKeeper) ctx(i int) context.Context {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i >= len(k.ctxs) {
+		return nil
+	}
+	return k.ctxs[i]
+}
+
+// A renewal returns at the quorum's early decision while its requests to the
+// slower nodes (the heal of a restarted node, say) go on under its ctx: the
+// scheduler must not cancel that ctx when Renew returns, only when the next
+// renewal starts, or on Stop.
+func TestScheduler_renewalCtxOutlivesReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		defer s.Close()
+		k := &ctxKeeper{fake: newFake(time.Second, ok)}
+		h, err := s.Add(k, Options{AutoRenew: true, Interval: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(350 * time.Millisecond) // the first renewal returned after 1ms
+		synctest.Wait()
+		first := k.ctx(0)
+		if first == nil {
+			t.Fatal("no renewal after one interval")
+		}
+		if err := first.Err(); err != nil {
+			t.Errorf("renewal ctx after Renew returned: %v; want it live for the requests still in flight", err)
+		}
+		time.Sleep(300 * time.Millisecond) // the second renewal starts
+		synctest.Wait()
+		if err := first.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("first renewal's ctx after the next renewal = %v; want context.Canceled", err)
+		}
+		second := k.ctx(1)
+		if second == nil {
+			t.Fatal("no second renewal")
+		}
+		h.Stop()
+		if err := second.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("renewal ctx after Stop = %v; want context.Canceled", err)
+		}
+	})
+}
+
 type wrap struct {
 	*fake
 	after func()

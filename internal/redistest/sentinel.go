@@ -31,9 +31,8 @@ const (
 )
 
 // Sentinel is a Sentinel-managed master group on 127.0.0.1: a master, one
-// replica, and three Sentinels that monitor them with a quorum of 2. The
-// replica reaches the master through a Proxy, so that CutReplication can
-// stop replication without stopping either server.
+// replica, and three Sentinels that monitor them with a quorum of 2.
+// CutReplication stops replication without stopping either server.
 //
 // Methods call t.Fatalf on failure: call them from the test's goroutine. A
 // t.Cleanup stops every process, closes the clients it made, and logs the
@@ -42,7 +41,6 @@ type Sentinel struct {
 	tb        testing.TB
 	servers   []*server // [0] the first master, [1] the first replica
 	sentinels []*server
-	link      *Proxy // the replica's link to the first master
 
 	mu      sync.Mutex // protects clients
 	clients []interface{ Close() error }
@@ -72,10 +70,13 @@ func StartSentinel(t testing.TB) *Sentinel {
 		t.Fatalf("redistest: start master: %v", err)
 	}
 	s.servers = append(s.servers, master)
-	if s.link, err = newProxy(master.addr(), t.Logf); err != nil {
-		t.Fatalf("redistest: replication proxy: %v", err)
-	}
-	host, port, _ := net.SplitHostPort(s.link.Addr())
+	// The replica replicates from the master directly. (Through a proxy,
+	// the Sentinels see it replicate from an address that is not the
+	// master's and, failover-timeout after they found it, reconfigure it
+	// to the master's own (+fix-slave-config): a cut proxy then cut
+	// nothing, and a test's "replica has the key" check failed whenever
+	// setup had been slow enough.)
+	host, port, _ := net.SplitHostPort(master.addr())
 	replica, err := startServer(filepath.Join(dir, "replica"), "--replicaof", host, port)
 	if err != nil {
 		t.Fatalf("redistest: start replica: %v", err)
@@ -269,10 +270,24 @@ func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("redistest: no sentinel named the master: %w", errors.Join(errs...))
 }
 
-// CutReplication cuts the replica's link to the first master: writes made
-// from then on stay on the master, as if the replica lagged behind. The
-// replica keeps trying to reconnect, and fails.
-func (s *Sentinel) CutReplication() { s.link.Cut() }
+// CutReplication cuts the replica off the first master: writes made from
+// then on stay on the master, as if the replica lagged behind. The master
+// stops accepting SYNC and PSYNC (an ACL change on the default user, which
+// clients and Sentinels keep using) and then drops its replica
+// connections, so the replica keeps trying to reconnect, and fails.
+func (s *Sentinel) CutReplication() {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := directClient(s.servers[0].addr())
+	defer c.Close()
+	if err := c.Do(ctx, "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
+		s.tb.Fatalf("redistest: CutReplication: ACL SETUSER on the master: %v", err)
+	}
+	if err := c.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		s.tb.Fatalf("redistest: CutReplication: CLIENT KILL TYPE replica on the master: %v", err)
+	}
+}
 
 // WaitReplicated waits until the replica has acknowledged every write the
 // master had received (WAIT 1), at most d.
@@ -346,9 +361,6 @@ func (s *Sentinel) close() {
 	s.mu.Unlock()
 	for _, c := range clients {
 		c.Close()
-	}
-	if s.link != nil {
-		s.link.Close()
 	}
 	var wg sync.WaitGroup
 	for _, sv := range append(s.servers, s.sentinels...) {
