@@ -281,13 +281,26 @@ func (n *nemesis) restoreCounters(i int, counters map[string]string) error {
 	if len(counters) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pairs := make([]any, 0, 2*len(counters))
 	for k, v := range counters {
 		pairs = append(pairs, k, v)
 	}
-	return n.e.cluster.Admin(i).MSet(ctx, pairs...).Err()
+	// The restarted server may not accept connections at once: retry
+	// until it does (a counter not restored would be the harness breaking
+	// the fencing assumption, reported as a token order violation).
+	for {
+		err := n.e.cluster.Admin(i).MSet(ctx, pairs...).Err()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // majority takes a majority of nodes away at once, for 1.2–2×TTL, by
