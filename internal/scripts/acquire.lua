@@ -23,10 +23,14 @@
 -- nil there, which would read as "held by another" instead of a node error.
 local v = redis.call('GET', KEYS[1])
 local ok = 0
-local guarded = false
-if v == false then
-  guarded = redis.call('EXISTS', KEYS[2]) == 1
-  if not guarded then
+-- A released token is dead here, whatever the key holds: it is granted
+-- nothing, refreshes nothing, and never joins the queue (a release would
+-- otherwise hand the key to it).
+local guarded = redis.call('EXISTS', KEYS[2]) == 1
+if guarded then
+  -- nothing
+elseif v == false then
+  do
     local free = true
     local first, ticket = head()
     if first and first ~= ARGV[3] then

@@ -10,10 +10,12 @@
 -- the current counter again.
 local v = redis.call('GET', KEYS[1])
 local r = 0
-if v == ARGV[1] then
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  -- released here: a late extension changes nothing
+elseif v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   r = 1
-elseif v == false and redis.call('EXISTS', KEYS[2]) == 0 then
+elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   r = 2
 end

@@ -355,6 +355,28 @@ func TestQueue(t *testing.T) {
 		t.Errorf("b yielding with no older waiter = %v, %v; want Kept", r, err)
 	}
 
+	// A released token never queues again (a late attempt of a Lock call
+	// that is over): a release would hand the key to a dead token.
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
+	kz := NewKeys(key, "", "z")
+	if _, err := Release(ctx, c, kz, "z", time.Second, w("cz", "z", 1), false, time.Second, prefix); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := Acquire(ctx, c, kz, "z", time.Second, w("cz", "z", 1)); ok || err != nil {
+		t.Fatalf("late Acquire of a released token = %v, %v; want refused", ok, err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after a released token's late attempt = %q; want empty", got)
+	}
+	m.Set(key, "z") // handed to it somehow: a late request still changes nothing
+	if ok, _, _ := Acquire(ctx, c, kz, "z", time.Second, Waiter{}); ok {
+		t.Errorf("late Acquire of a released token over its own key = granted; want refused")
+	}
+	if got, err := Extend(ctx, c, kz, "z", time.Second, 0); got != Refused || err != nil {
+		t.Errorf("late Extend of a released token over its own key = %v, %v; want Refused", got, err)
+	}
+
 	// Entries lapse: a waiter that stopped renewing leaves the queue.
 	m.FlushAll()
 	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
