@@ -35,8 +35,8 @@
 //  6. Release is check-and-delete on every node (with the guard of step 4
 //     where needed): the lock key is free at once for every Redlock client
 //     of it (redsync, node-redlock, aioredlock in a rolling migration). A
-//     release that got no answer is retried until the node answers or the
-//     TTL has passed. With waiters queued, the key is handed over instead
+//     release that got no answer is retried every TTL/8 (at most 1s) until the
+//     node answers, for ten TTLs (at least a minute). With waiters queued, the key is handed over instead
 //     (step 9).
 //  7. Renewal: one scheduler per Client extends every held lock each TTL/3,
 //     retrying a failed round quickly with jittered backoff while validity

@@ -39,10 +39,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
 			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 				l := locks[j]
-				a := args[j][0]
-				if l.guardFor(i) > 0 {
-					a = args[j][1]
-				}
+				a := l.argsFor(args[j], i)
 				return scripts.ReleaseCmd(ctx, p, l.keys[i], a)
 			})
 		})
@@ -199,10 +196,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, er
 		args = l.releaseArgs()
 	}
 	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		a := args[0]
-		if l.guardFor(i) > 0 {
-			a = args[1]
-		}
+		a := l.argsFor(args, i)
 		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
 		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
@@ -214,12 +208,34 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, er
 }
 
 // releaseArgs boxes the release's arguments once for every node: without
-// the guard, and with it.
+// the guard, and with it when some node needs it (guardFor). A node's
+// need can only appear while a round is pending, so one seen here stays.
 func (l *Lock) releaseArgs() *[2][]any {
-	return &[2][]any{
-		scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.cfg.reservation(), l.c.channelPrefix()),
-		scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.cfg.reservation(), l.c.channelPrefix()),
+	args := &[2][]any{scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.cfg.reservation(), l.c.channelPrefix())}
+	for i := range l.keys {
+		if l.guardFor(i) > 0 {
+			args[1] = l.guardArgs()
+			break
+		}
 	}
+	return args
+}
+
+// guardArgs are the release's arguments with the guard.
+func (l *Lock) guardArgs() []any {
+	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.cfg.reservation(), l.c.channelPrefix())
+}
+
+// argsFor returns the arguments for node i: with the guard where a request of
+// the lock may still be in flight there.
+func (l *Lock) argsFor(args *[2][]any, i int) []any {
+	if l.guardFor(i) == 0 {
+		return args[0]
+	}
+	if args[1] == nil {
+		return l.guardArgs()
+	}
+	return args[1]
 }
 
 // releaseScript runs the release script on node i; yield is for a waiter
@@ -303,7 +319,7 @@ func (l *Lock) retryRelease(ctx context.Context, i int) {
 	delay := min(max(l.cfg.timeout(), 10*time.Millisecond), most)
 	t := time.NewTimer(delay)
 	defer t.Stop()
-	args := l.releaseArgs()[1] // with the guard
+	args := l.guardArgs()
 	for {
 		select {
 		case <-t.C:
