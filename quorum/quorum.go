@@ -101,6 +101,10 @@ func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.Wa
 	// timeout, so one deadline serves them all. The last node to answer
 	// releases it.
 	cctx, cancel := withTimeout(ctx, timeout)
+	if dl, ok := ctx.Deadline(); timeout > 0 && (!ok || time.Until(dl) > timeout) {
+		// The node timeout, not the caller, sets the requests' deadline.
+		cctx = context.WithValue(cctx, timeoutKey{}, timeout)
+	}
 	var left atomic.Int32
 	left.Store(int32(n))
 	if n == 0 {
@@ -123,6 +127,16 @@ func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.Wa
 		})
 	}
 	return r
+}
+
+type timeoutKey struct{}
+
+// NodeTimeout returns the node timeout of the round whose request ctx is,
+// when that timeout (not the caller's earlier deadline) bounds it, so that a
+// request that timed out can say "no reply within" it.
+func NodeTimeout(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(timeoutKey{}).(time.Duration)
+	return d, ok
 }
 
 // withTimeout bounds ctx by d, unless ctx already ends sooner.

@@ -237,7 +237,13 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 		// One wording for a node that did not answer in time, whether
 		// the client reports the deadline or an i/o timeout.
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
-			err = &quorum.TimeoutError{After: dl.Sub(start)}
+			after := dl.Sub(start)
+			// The round's node timeout, when it was that deadline (the
+			// request started a moment after the round).
+			if d, ok := quorum.NodeTimeout(ctx); ok {
+				after = d
+			}
+			err = &quorum.TimeoutError{After: after}
 		}
 	default:
 		err = errBusy
