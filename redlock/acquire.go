@@ -105,12 +105,27 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if w, err = c.wake.join(l.token); err != nil {
 			return nil, err
 		}
-		l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+		l.waiter = c.queued(l, ticket)
 	}
 	var verdict error // the error of the last attempt that settled anything
-	for attempt := 1; ; attempt++ {
-		*attempts = attempt
-		t, err, settled := c.attempt(ctx, callID, l)
+	var t quorum.Tally
+	handoff := false // the last wait ended with the key handed to us on a majority
+	for attempt := 0; ; {
+		var err error
+		settled := true
+		if handoff {
+			// Step 9: held from the handoffs, with the validity counted
+			// from the first attempt that queued this token.
+			handoff = false
+			err = c.hold(ctx, l, quorum.Deadline(l.queuedAt, cfg.ttl, cfg.drift))
+		} else {
+			attempt++
+			*attempts = attempt
+			if l.waiter.Member != "" && l.queuedAt.IsZero() {
+				l.queuedAt = time.Now() // before the round starts: a lower bound
+			}
+			t, err, settled = c.attempt(ctx, callID, l)
+		}
 		if err == nil {
 			if l.Valid() {
 				return l, nil
@@ -162,12 +177,12 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 				return nil, err
 			}
 			if c.wake.awaitReady(ctx, cfg.timeout()) {
-				l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+				l.waiter = c.queued(l, ticket)
 			}
 			continue
 		}
 		if w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
-			l.waiter = scripts.Waiter{Member: scripts.Member(c.id, l.token), Ticket: ticket, Lapse: cfg.lapse()}
+			l.waiter = c.queued(l, ticket)
 		}
 		d := delay.NextBackOff()
 		if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
@@ -187,17 +202,66 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if w != nil {
 			woken = w.c
 		}
-		select {
-		case <-timer.C:
-		case <-woken: // a release handed us the key somewhere: confirm at once
-		case <-ctx.Done():
-			c.abandon(ctx, l, quorum.Tally{})
-			return nil, errors.Join(err, ctx.Err())
-		case <-c.closing:
-			c.abandon(ctx, l, quorum.Tally{})
-			return nil, ErrClosed
+	wait:
+		for {
+			select {
+			case <-timer.C:
+				break wait
+			case <-woken:
+				// Releases handed us the key: on a majority of nodes, it
+				// is ours (step 9); on fewer, wait for the rest, unless
+				// only an attempt can tell.
+				switch c.handedTo(l, w) {
+				case handedMajority:
+					handoff = true
+					break wait
+				case handedConfirm:
+					break wait
+				}
+			case <-ctx.Done():
+				c.abandon(ctx, l, quorum.Tally{})
+				return nil, errors.Join(err, ctx.Err())
+			case <-c.closing:
+				c.abandon(ctx, l, quorum.Tally{})
+				return nil, ErrClosed
+			}
 		}
 	}
+}
+
+// queued is how l's Lock call, with its ticket, waits in the queue on the
+// nodes (step 9).
+func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
+	return scripts.Waiter{Member: scripts.Member(c.id, l.cfg.ttl, l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
+}
+
+// What a wake-up tells a waiting Lock call (handedTo).
+const (
+	handedFew      = iota // fewer than a majority of nodes handed us the key yet: wait on
+	handedMajority        // a majority did: the lock is ours, no round needed
+	handedConfirm         // some did, but only an attempt can tell: make one now
+)
+
+// handedTo says what the releases that handed l's token the key add up to.
+// A majority holds the lock from the first attempt that queued the token
+// (each node set the key, for our TTL, after that attempt reached it), as
+// long as that leaves enough validity (handoffMin). A confirming attempt
+// is needed instead with fencing (its counters come with an attempt), once
+// the token yielded a node (a message from before the yield may name a node
+// no longer ours), or when little validity is left.
+func (c *Client) handedTo(l *Lock, w *waiter) int {
+	n := w.handed(l.token)
+	switch {
+	case n == 0:
+		return handedFew
+	case l.cfg.fencing || l.yielded || l.queuedAt.IsZero():
+		return handedConfirm
+	case n < c.quorum:
+		return handedFew
+	case time.Until(quorum.Deadline(l.queuedAt, l.cfg.ttl, l.cfg.drift)) < l.cfg.handoffMin():
+		return handedConfirm
+	}
+	return handedMajority
 }
 
 // newLock returns a lock for one Lock or TryLock call on resource, with a
@@ -237,8 +301,7 @@ func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
 		return nil, err
 	}
 	if old.waiter.Member != "" {
-		l.waiter = old.waiter
-		l.waiter.Member = scripts.Member(c.id, l.token)
+		l.waiter = c.queued(l, old.waiter.Ticket)
 	}
 	if w != nil {
 		w.retoken(l.token)
@@ -280,7 +343,7 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
 	// The arguments are boxed once for every node.
-	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter)
+	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.channelPrefix())
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {

@@ -54,6 +54,14 @@ type Lock struct {
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter
+	// queuedAt is when the first attempt that queued this token started
+	// (zero: none yet): a key handed to the token was set after it, for
+	// the token's TTL. Set by the call's goroutine.
+	queuedAt time.Time
+	// yielded is set once settle yielded a node of this token: a handoff
+	// message from before the yield may then name a node that is no
+	// longer ours, so the call confirms with an attempt instead.
+	yielded bool
 }
 
 // Resource returns the name of the locked resource.

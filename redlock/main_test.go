@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -13,6 +14,9 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
+	if addrs := os.Getenv(childWaiterEnv); addrs != "" {
+		runChildWaiter(addrs) // never returns
+	}
 	// Fault tests kill and cut nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})

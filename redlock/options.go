@@ -84,19 +84,22 @@ func (c *config) interval() time.Duration {
 	return c.ttl / 3
 }
 
-// reservation is how long a release hands the key to the first waiter
-// before that waiter confirms it (step 9): long enough for the waiter to be
-// told and answer on a slow node, short against the TTL, so that a waiter
-// that went away delays the next one little.
-func (c *config) reservation() time.Duration {
-	return min(c.ttl/2, max(2*c.timeout(), 100*time.Millisecond))
+// queueLife is how long a resource's waiter queue stays on a node after
+// its latest newcomer. A queued waiter attempts again at least every retry
+// delay; one that finds the queue gone joins again with its ticket.
+func (c *config) queueLife() time.Duration {
+	return max(time.Second, 4*c.retryMax+2*c.timeout())
 }
 
-// lapse is how long a queue entry stays without being renewed: a waiter
-// renews it with every attempt, at least every retry delay, so one that
-// went away leaves the queue within this.
-func (c *config) lapse() time.Duration {
-	return max(time.Second, 4*c.retryMax+2*c.timeout())
+// handoffMin is the least validity a lock handed over by a majority of
+// releases may have left for Lock to return it without a confirming round:
+// half the TTL, and, with auto-renewal, enough for its first renewal.
+func (c *config) handoffMin() time.Duration {
+	d := c.ttl / 2
+	if c.autoRenew {
+		d = max(d, c.interval()+c.timeout())
+	}
+	return d
 }
 
 // timeout returns the effective per-node request timeout.

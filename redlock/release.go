@@ -211,7 +211,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, er
 // the guard, and with it when some node needs it (guardFor). A node's
 // need can only appear while a round is pending, so one seen here stays.
 func (l *Lock) releaseArgs() *[2][]any {
-	args := &[2][]any{scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.cfg.reservation(), l.c.channelPrefix())}
+	args := &[2][]any{scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.channelPrefix())}
 	for i := range l.keys {
 		if l.guardFor(i) > 0 {
 			args[1] = l.guardArgs()
@@ -223,7 +223,7 @@ func (l *Lock) releaseArgs() *[2][]any {
 
 // guardArgs are the release's arguments with the guard.
 func (l *Lock) guardArgs() []any {
-	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.cfg.reservation(), l.c.channelPrefix())
+	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.c.channelPrefix())
 }
 
 // argsFor returns the arguments for node i: with the guard where a request of
@@ -241,7 +241,7 @@ func (l *Lock) argsFor(args *[2][]any, i int) []any {
 // releaseScript runs the release script on node i; yield is for a waiter
 // giving its minority of grants to older waiters.
 func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, yield bool) (scripts.Released, error) {
-	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.cfg.reservation(), l.c.channelPrefix())
+	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.channelPrefix())
 }
 
 // guardFor returns how long node i must refuse requests of this lock after

@@ -73,6 +73,9 @@ func (c *Client) line(ctx context.Context, resource string) (leave func(), err e
 func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
 	dctx := context.WithoutCancel(ctx)
 	yield := l.waiter.Member != ""
+	if yield && t.Yes > 0 {
+		l.yielded = true
+	}
 	var wg sync.WaitGroup
 	var unsure atomic.Bool
 	for i, v := range t.Votes {

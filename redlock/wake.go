@@ -14,9 +14,10 @@ import (
 // key to the first one's token and publishes that token on its client's
 // channel only: one channel per Client, subscribed once on every node (one
 // connection per node, shared by all its waiters) when the Client first
-// waits, and kept until Close. A message is a hint: the waiter's attempt
-// confirms what it was handed, and its fallback attempts cover a message
-// lost.
+// waits, and kept until Close. A release sets the key before it tells, so
+// a message means the key holds the token on that node (until the token
+// releases it, or its TTL ends); a majority of them make the waiter the
+// holder. Its fallback attempts cover a message lost.
 //
 // Nothing that waits on a node runs in a Lock call or under mu: each node's
 // subscription is made and read on a goroutine of its own. A node whose
@@ -40,6 +41,8 @@ type waiter struct {
 	w     *wakeups
 	token string
 	c     chan struct{} // buffered 1: a release handed us the key somewhere
+	nodes []bool        // per node: a message named token (under w.mu)
+	count int           // of nodes (under w.mu)
 }
 
 func newWakeups(c *Client, channel string) *wakeups {
@@ -64,7 +67,7 @@ func (w *wakeups) join(token string) (*waiter, error) {
 			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
-	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1)}
+	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1), nodes: make([]bool, len(w.c.nodes))}
 	w.waiters[token] = wt
 	return wt, nil
 }
@@ -101,7 +104,7 @@ func (w *wakeups) read(i int, ps *redis.PubSub) {
 		fails = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			w.notify(m.Payload)
+			w.notify(i, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				w.confirm(i)
@@ -110,10 +113,16 @@ func (w *wakeups) read(i int, ps *redis.PubSub) {
 	}
 }
 
-func (w *wakeups) notify(token string) {
+// notify records that node i handed the key to token, and wakes its
+// waiter.
+func (w *wakeups) notify(i int, token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if wt := w.waiters[token]; wt != nil {
+		if !wt.nodes[i] {
+			wt.nodes[i] = true
+			wt.count++
+		}
 		select {
 		case wt.c <- struct{}{}:
 		default:
@@ -177,7 +186,21 @@ func (wt *waiter) retoken(token string) {
 		delete(w.waiters, wt.token)
 	}
 	wt.token = token
+	clear(wt.nodes)
+	wt.count = 0
 	w.waiters[token] = wt
+}
+
+// handed returns on how many nodes a release handed the key to token (0
+// when token is not the waiter's current one).
+func (wt *waiter) handed(token string) int {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.token != token {
+		return 0
+	}
+	return wt.count
 }
 
 // close closes every subscription without waiting: closing one may wait

@@ -30,7 +30,7 @@ type nodeStatus struct {
 	holder  string // identity from the identity key, if any
 	pttl    time.Duration
 	fence   string
-	waiting int64 // Lock calls queued on this node, lapsed entries left out
+	waiting int64 // Lock calls queued on this node
 }
 
 // cmdStatus is qlock status: per node raw reads (never printing tokens),
@@ -117,8 +117,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 // the fence counter, the identity key, and the waiter queue. The token
 // itself is never kept. The key names are redlock's: lock key prefix +
 // resource (a hash tag on Cluster nodes), its fence counter at lock key +
-// ":fence", its waiter queue at lock key + ":queue" with each member's lapse
-// time (node clock, ms) at lock key + ":queue:lapse".
+// ":fence", its waiter queue at lock key + ":queue".
 func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
 	st := nodeStatus{addr: addrOf(n), fence: "-"}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
@@ -151,11 +150,7 @@ func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
 	if f, err := n.Get(ctx, lock+":fence").Result(); err == nil {
 		st.fence = f
 	}
-	// The queue's members lapse when their waiter stops renewing its entry;
-	// count those that have not, by the node's clock.
-	if now, err := n.Time(ctx).Result(); err == nil {
-		st.waiting, _ = n.ZCount(ctx, lock+":queue:lapse", strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
-	}
+	st.waiting, _ = n.ZCard(ctx, lock+":queue").Result()
 	return st
 }
 

@@ -1,35 +1,53 @@
 -- queue.lua: prepended to acquire.lua and release.lua (one script each).
--- KEYS[3] is the waiter queue (members by ticket), KEYS[4] the members by
--- when their entry lapses, in ms of the node's clock.
-local now
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- KEYS[3] is the waiter queue of the lock: members "client/ttl ms/token",
+-- scored by the ticket their Lock call took once (older goes first).
+--
+-- serve hands the lock key, which the caller may give away (it is free, or
+-- holds the caller's token), to the first waiter in the queue, unless the
+-- caller goes first: the queue is empty, its head is the caller's own
+-- member (me), or the caller's ticket is older than the head's (with
+-- orequal, also when the tickets are equal). The key is set to the head's
+-- token for that waiter's TTL, the head leaves the queue, and its client
+-- is told on its channel (prefix .. client) with the token as message. A
+-- waiter whose client is not listening on this node (PUBLISH reaches
+-- nobody: its process is gone, or its connection is) is dropped from the
+-- queue and the next one is tried, so that a dead waiter costs nobody a
+-- wait. Returns true when the key was handed over; otherwise the key is
+-- put back as it was (back: the caller's token and its PTTL, or nil for an
+-- absent key).
+local function serve(me, ticket, orequal, prefix, back)
+  local tried = false
+  for _ = 1, 16 do
+    local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    local first = h[1]
+    if not first or first == me then
+      break
+    end
+    if ticket then
+      local t = tonumber(h[2])
+      if ticket < t or (orequal and ticket == t) then
+        break
+      end
+    end
+    redis.call('ZREM', KEYS[3], first)
+    local client, ttl, token = string.match(first, '^([^/]*)/(%d+)/(.+)$')
+    if client then
+      -- The key first, then the message: a waiter told it holds the key
+      -- here always does.
+      redis.call('SET', KEYS[1], token, 'PX', ttl)
+      tried = true
+      local n = redis.pcall('PUBLISH', prefix .. client, token)
+      if type(n) == 'number' and n > 0 then
+        return true
+      end
+    end
   end
-  return now
-end
--- head drops the lapsed members and returns the first one and its ticket
--- (nil when nobody waits).
-local function head()
-  if redis.call('ZCARD', KEYS[3]) == 0 then
-    return nil
+  if tried then
+    if back then
+      redis.call('SET', KEYS[1], back[1], 'PX', back[2])
+    else
+      redis.call('DEL', KEYS[1])
+    end
   end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())) do
-    redis.call('ZREM', KEYS[3], m)
-    redis.call('ZREM', KEYS[4], m)
-  end
-  local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  return h[1], tonumber(h[2])
-end
--- enqueue puts member in the queue with its ticket, or renews its entry.
-local function enqueue(member, ticket, lapse)
-  redis.call('ZADD', KEYS[3], ticket, member)
-  redis.call('ZADD', KEYS[4], clock() + tonumber(lapse), member)
-  redis.call('PEXPIRE', KEYS[3], lapse)
-  redis.call('PEXPIRE', KEYS[4], lapse)
-end
-local function dequeue(member)
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('ZREM', KEYS[4], member)
+  return false
 end

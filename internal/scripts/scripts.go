@@ -47,7 +47,6 @@ type Keys struct {
 	Lock   string // holds the owner's token, with a TTL
 	Guard  string // set by our release: requests of ours landing later set nothing
 	Queue  string // waiting members by ticket
-	Expiry string // waiting members by when their entry lapses
 	Fence  string // the fence counter; "" when fencing is off
 	acq    []string
 	ext    []string
@@ -59,19 +58,18 @@ type Keys struct {
 // followed by the token. They share the lock key's hash tag, so one script
 // can touch them all on a Cluster node.
 const (
-	GuardSuffix  = ":released:"
-	QueueSuffix  = ":queue"
-	ExpirySuffix = ":queue:lapse"
+	GuardSuffix = ":released:"
+	QueueSuffix = ":queue"
 )
 
 // NewKeys returns the keys of the lock held by token: fence is "" when
 // fencing is off.
 func NewKeys(lock, fence, token string) Keys {
-	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Expiry: lock + ExpirySuffix, Fence: fence}
-	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Expiry}
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Fence: fence}
+	k.rel = []string{k.Lock, k.Guard, k.Queue}
 	k.acq, k.ext = k.rel, k.rel[:2]
 	if fence != "" {
-		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Expiry, k.Fence}
+		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Fence}
 		k.ext = []string{k.Lock, k.Guard, k.Fence}
 		k.com = []string{k.Lock, k.Fence}
 	}
@@ -81,13 +79,17 @@ func NewKeys(lock, fence, token string) Keys {
 // Waiter is how an acquire request queues a waiting Lock call, and how a
 // release yields to the queue. The zero Waiter does not queue.
 type Waiter struct {
-	Member string        // "client/token"; "" when not waiting
+	Member string        // from Member; "" when not waiting
 	Ticket int64         // taken once per Lock call: older goes first
-	Lapse  time.Duration // an entry not renewed within it leaves the queue
+	Lapse  time.Duration // the queue key lives this long after its latest newcomer
 }
 
-// Member names a waiting token of a client in the queue.
-func Member(client, token string) string { return client + "/" + token }
+// Member names a waiting token of a client in the queue, with the TTL a
+// release hands it the key for: "client/ttl ms/token". client must not
+// contain "/".
+func Member(client string, ttl time.Duration, token string) string {
+	return client + "/" + strconv.FormatInt(ms(ttl), 10) + "/" + token
+}
 
 // Extended is the outcome of Extend on one node.
 type Extended int8
@@ -101,18 +103,20 @@ const (
 
 // Acquire sets the lock key to token for ttl where it is absent and no
 // older waiter is queued, or refreshes it where it already holds token —
-// unless token was released on the node (its guard key exists). A refused
-// waiter (w.Member set) joins the queue. It reports whether the key holds
-// token now, and, with a fence key, the node's fence counter (0 without). A
-// key of another type is an error (WRONGTYPE).
-func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter) (bool, int64, error) {
-	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w))
+// unless token was released on the node (its guard key exists). A free key
+// with older waiters queued goes to the first of them whose client listens
+// on channelPrefix + client (as a release hands it over). A refused waiter
+// (w.Member set) joins the queue. It reports whether the key holds token
+// now, and, with a fence key, the node's fence counter (0 without). A key
+// of another type is an error (WRONGTYPE).
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, channelPrefix string) (bool, int64, error) {
+	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, channelPrefix))
 }
 
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
-func AcquireArgs(token string, ttl time.Duration, w Waiter) []any {
-	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse)}
+func AcquireArgs(token string, ttl time.Duration, w Waiter, channelPrefix string) []any {
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), channelPrefix}
 }
 
 // AcquireWith is Acquire with arguments from AcquireArgs.
@@ -223,9 +227,9 @@ const (
 )
 
 // Release gives up the lock key where it holds token: it hands it to the
-// first waiter queued on the node (for reservation, which that waiter's
-// confirming attempt extends; its client is told on channelPrefix +
-// client), or deletes it when nobody waits. Our member (r.Member) leaves
+// first waiter queued on the node whose client listens (for that waiter's
+// TTL; its client is told on channelPrefix + client, with the token), or
+// deletes it when nobody waits. Our member (r.Member) leaves
 // the queue in any case. With guard > 0 it also sets the token's guard key
 // for guard, whatever the lock key holds, so that a request of ours still in
 // flight cannot set the key again when it lands (see Acquire, Extend).
@@ -233,8 +237,8 @@ const (
 // Yielding (yield true, a waiter with a minority of grants): the key is
 // handed over only to an older ticket than r.Ticket (else Kept), and r
 // stays queued.
-func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) (Released, error) {
-	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, reservation, channelPrefix))
+func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, channelPrefix string) (Released, error) {
+	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, channelPrefix))
 }
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
@@ -256,7 +260,7 @@ func ReleaseResult(cmd *redis.Cmd) (Released, error) {
 
 // ReleaseArgs boxes the arguments of Release once, for a lock that sends
 // them to every node (ReleaseWith, ReleaseCmd).
-func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, reservation time.Duration, channelPrefix string) []any {
+func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, channelPrefix string) []any {
 	g := int64(0)
 	if guard > 0 {
 		g = ms(guard)
@@ -265,7 +269,7 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, reserv
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, r.Member, ms(reservation), channelPrefix, ticket, ms(r.Lapse)}
+	return []any{token, g, r.Member, channelPrefix, ticket, ms(r.Lapse)}
 }
 
 func parseReleased(n int64, err error) (Released, error) {

@@ -192,13 +192,13 @@ func TestMs(t *testing.T) {
 
 // release1 is Release without a queue, reporting whether the key was freed.
 func release1(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration) (bool, error) {
-	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, time.Second, "lock:wake:")
+	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, "lock:wake:")
 	return r == Deleted || r == HandedOver, err
 }
 
 // acquire1 is Acquire without fencing.
 func acquire1(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, error) {
-	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{})
+	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{}, "lock:wake:")
 	return ok, err
 }
 
@@ -206,7 +206,7 @@ func TestFencing(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
 	k, kb := NewKeys("lock:f", "lock:f:fence", "a"), NewKeys("lock:f", "lock:f:fence", "b")
-	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{})
+	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{}, "lock:wake:")
 	if !ok || fence != 0 || err != nil {
 		t.Fatalf("Acquire on a new resource = %v, %d, %v; want true, 0, nil", ok, fence, err)
 	}
@@ -219,7 +219,7 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter = %q; want 7 (max, never lowered)", got)
 	}
-	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{})
+	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{}, "lock:wake:")
 	if ok || fence != 7 || err != nil {
 		t.Errorf("Acquire by another = %v, %d, %v; want false, 7 (counter from a refusing node too)", ok, fence, err)
 	}
@@ -253,17 +253,27 @@ func TestFencing(t *testing.T) {
 }
 
 // The queue: a refused waiter queues; a release hands the key to the
-// oldest ticket and tells its client alone; a free key goes to the head;
-// entries lapse; a yield settles a split toward the older ticket.
+// oldest ticket, for that waiter's TTL, and tells its client alone; a
+// waiter whose client does not listen is dropped; a free key goes to the
+// head; a yield settles a split toward the older ticket; the queue key
+// expires after its latest newcomer.
 func TestQueue(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
 	const key, prefix = "lock:q", "lock:wake:"
 	w := func(client, token string, ticket int64) Waiter {
-		return Waiter{Member: Member(client, token), Ticket: ticket, Lapse: 10 * time.Second}
+		return Waiter{Member: Member(client, 5*time.Second, token), Ticket: ticket, Lapse: 10 * time.Second}
+	}
+	listen := func(client string) *redis.PubSub {
+		sub := c.Subscribe(ctx, prefix+client)
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return sub
 	}
 	kh, ka, kb := NewKeys(key, "", "h"), NewKeys(key, "", "a"), NewKeys(key, "", "b")
-	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok || err != nil {
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	// Two waiters queue, b with the older ticket.
@@ -272,118 +282,131 @@ func TestQueue(t *testing.T) {
 		tok string
 		w   Waiter
 	}{{ka, "a", w("ca", "a", 20)}, {kb, "b", w("cb", "b", 10)}} {
-		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w); ok || err != nil {
+		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w, prefix); ok || err != nil {
 			t.Fatalf("Acquire by waiter %s on a held key = %v, %v; want refused", x.tok, ok, err)
 		}
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 2 {
 		t.Fatalf("queue = %q; want both waiters", got)
 	}
-	sub := c.Subscribe(ctx, prefix+"cb")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The holder releases: the key goes to b (oldest ticket) for the
-	// reservation, and b's client is told.
-	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, 300*time.Millisecond, prefix); r != HandedOver || err != nil {
+	subB := listen("cb")
+	// The holder releases: the key goes to b (oldest ticket) for b's TTL,
+	// and b's client is told.
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, prefix); r != HandedOver || err != nil {
 		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
 	}
-	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 300*time.Millisecond {
-		t.Errorf("key after the handoff = %q ttl %v; want b for the 300ms reservation", v, m.TTL(key))
+	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 5*time.Second {
+		t.Errorf("key after the handoff = %q ttl %v; want b for its TTL 5s", v, m.TTL(key))
 	}
-	msg, err := sub.ReceiveMessage(ctx)
+	msg, err := subB.ReceiveMessage(ctx)
 	if err != nil || msg.Payload != "b" {
 		t.Fatalf("message on b's channel = %v, %v; want b's token", msg, err)
 	}
-	// The holder cannot take it back; b confirms it with its TTL.
-	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); ok {
+	// The holder cannot take it back; b's attempt finds it ours.
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); ok {
 		t.Errorf("the releaser took the handed key back")
 	}
-	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10)); !ok || err != nil {
-		t.Fatalf("b confirming = %v, %v; want granted", ok, err)
+	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10), prefix); !ok || err != nil {
+		t.Fatalf("b's attempt on its handed key = %v, %v; want granted", ok, err)
 	}
-	if m.TTL(key) != 5*time.Second {
-		t.Errorf("TTL after b confirmed = %v; want its TTL 5s", m.TTL(key))
-	}
-	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", "a") {
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", 5*time.Second, "a") {
 		t.Errorf("queue after the handoff = %q; want a alone", got)
 	}
-	// b's Unlock removes b's member anywhere and hands the key to a.
-	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, time.Second, prefix); r != HandedOver || err != nil {
-		t.Fatalf("b's Release = %v, %v; want HandedOver", r, err)
-	}
-	// a gives up: its release takes its member out, and, holding the key,
-	// deletes it (nobody else waits).
-	if r, err := Release(ctx, c, ka, "a", 0, w("ca", "a", 20), false, time.Second, prefix); r != Deleted || err != nil {
-		t.Fatalf("a's Release = %v, %v; want Deleted", r, err)
+	// b's Unlock: a's client does not listen, so a is dropped (its process
+	// is gone) and the key is deleted at once.
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, prefix); r != Deleted || err != nil {
+		t.Fatalf("b's Release with only a waiter nobody listens for = %v, %v; want Deleted", r, err)
 	}
 	if keys := m.Keys(); len(keys) != 0 {
 		t.Errorf("keys left = %q; want none", keys)
 	}
 
-	// A free key with a queue goes to the head (or an older ticket) only.
-	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}); !ok {
+	// A free key with a queue goes to the head: an attempt that may not
+	// go first hands it over.
+	listen("ca")
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); !ok {
 		t.Fatal("Acquire on a free key, nobody queued: refused")
 	}
-	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); ok {
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix); ok {
 		t.Fatal("a granted a held key")
 	}
 	m.Del(key) // the holder's key expires
-	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, Waiter{}); ok {
-		t.Errorf("a caller not queued took a free key ahead of the queued a")
-	}
-	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30)); ok {
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30), prefix); ok {
 		t.Errorf("a younger waiter took a free key ahead of the queued a")
 	}
-	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20)); !ok {
-		t.Errorf("the head was refused a free key")
+	if v, _ := m.Get(key); v != "a" {
+		t.Errorf("free key after a younger waiter's attempt = %q; want handed to the head a", v)
+	}
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix); !ok {
+		t.Errorf("the head was refused its handed key")
+	}
+	// An older ticket goes first on a free key.
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
+	Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix)
+	m.Del(key)
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 5), prefix); !ok {
+		t.Errorf("an older ticket was refused a free key queued for a younger one")
 	}
 
 	// A yield: b, older than the head c, keeps its key; c yields to b.
 	m.FlushAll()
 	kc := NewKeys(key, "", "c")
-	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50))
-	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10)) // queued behind c's key
-	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, time.Second, prefix); r != HandedOver || err != nil {
+	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50), prefix)
+	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10), prefix) // queued behind c's key
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, prefix); r != HandedOver || err != nil {
 		t.Fatalf("c yielding to the older b = %v, %v; want HandedOver", r, err)
 	}
-	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", "c") {
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", 5*time.Second, "c") {
 		t.Errorf("queue after c yielded = %q; want c queued", got)
 	}
-	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, time.Second, prefix); r != Kept || err != nil {
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, prefix); r != Kept || err != nil {
 		t.Errorf("b yielding with no older waiter = %v, %v; want Kept", r, err)
+	}
+	// Yielding to an older waiter nobody listens for: it is dropped, and
+	// the key stays ours with its TTL.
+	m.FlushAll()
+	Acquire(ctx, c, kc, "c", 3*time.Second, w("cc", "c", 50), prefix)
+	kd := NewKeys(key, "", "d")
+	Acquire(ctx, c, kd, "d", time.Second, w("cd", "d", 1), prefix)
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, prefix); r != Kept || err != nil {
+		t.Fatalf("c yielding to an older waiter nobody listens for = %v, %v; want Kept", r, err)
+	}
+	if v, _ := m.Get(key); v != "c" || m.TTL(key) <= 2*time.Second {
+		t.Errorf("key after the yield = %q ttl %v; want c's, with its TTL", v, m.TTL(key))
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after the yield = %q; want the dead waiter dropped", got)
 	}
 
 	// A released token never queues again (a late attempt of a Lock call
 	// that is over): a release would hand the key to a dead token.
 	m.FlushAll()
-	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
 	kz := NewKeys(key, "", "z")
-	if _, err := Release(ctx, c, kz, "z", time.Second, w("cz", "z", 1), false, time.Second, prefix); err != nil {
+	if _, err := Release(ctx, c, kz, "z", time.Second, w("cz", "z", 1), false, prefix); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := Acquire(ctx, c, kz, "z", time.Second, w("cz", "z", 1)); ok || err != nil {
+	if ok, _, err := Acquire(ctx, c, kz, "z", time.Second, w("cz", "z", 1), prefix); ok || err != nil {
 		t.Fatalf("late Acquire of a released token = %v, %v; want refused", ok, err)
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
 		t.Errorf("queue after a released token's late attempt = %q; want empty", got)
 	}
 	m.Set(key, "z") // handed to it somehow: a late request still changes nothing
-	if ok, _, _ := Acquire(ctx, c, kz, "z", time.Second, Waiter{}); ok {
+	if ok, _, _ := Acquire(ctx, c, kz, "z", time.Second, Waiter{}, prefix); ok {
 		t.Errorf("late Acquire of a released token over its own key = granted; want refused")
 	}
 	if got, err := Extend(ctx, c, kz, "z", time.Second, 0); got != Refused || err != nil {
 		t.Errorf("late Extend of a released token over its own key = %v, %v; want Refused", got, err)
 	}
 
-	// Entries lapse: a waiter that stopped renewing leaves the queue.
+	// The queue key lives for the lifetime after its latest newcomer.
 	m.FlushAll()
-	Acquire(ctx, c, kh, "h", time.Second, Waiter{})
-	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", "a"), Ticket: 1, Lapse: time.Millisecond})
-	time.Sleep(5 * time.Millisecond)
-	if r, _ := Release(ctx, c, kh, "h", 0, Waiter{}, false, time.Second, prefix); r != Deleted {
-		t.Errorf("Release with only a lapsed waiter = %v; want Deleted", r)
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
+	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", time.Second, "a"), Ticket: 1, Lapse: 700 * time.Millisecond}, prefix)
+	if ttl := m.TTL(key + QueueSuffix); ttl != 700*time.Millisecond {
+		t.Errorf("queue TTL = %v; want the lifetime 700ms", ttl)
 	}
 }
 
