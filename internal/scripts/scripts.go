@@ -44,14 +44,14 @@ var (
 // Keys names the keys of one lock on one node. Build it with NewKeys, which
 // prepares the KEYS lists once for every script call of the lock.
 type Keys struct {
-	Lock   string // holds the owner's token, with a TTL
-	Guard  string // set by our release: requests of ours landing later set nothing
-	Queue  string // waiting members by ticket
-	Fence  string // the fence counter; "" when fencing is off
-	acq    []string
-	ext    []string
-	rel    []string
-	com    []string
+	Lock  string // holds the owner's token, with a TTL
+	Guard string // set by our release: requests of ours landing later set nothing
+	Queue string // waiting members by ticket
+	Fence string // the fence counter; "" when fencing is off
+	acq   []string
+	ext   []string
+	rel   []string
+	com   []string
 }
 
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
