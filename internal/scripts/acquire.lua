@@ -22,12 +22,18 @@
 -- ticket, on its next attempt.
 -- Returns 1 (granted) or 0 (refused); with a fence key, {granted, the node's
 -- fence counter}, from every node, granted or not.
--- GET raises WRONGTYPE on a key of another type: SET NX alone would answer
--- nil there, which would read as "held by another" instead of a node error.
-local v = redis.call('GET', KEYS[1])
+-- A key of another type is a node error (WRONGTYPE), never taken over: MGET
+-- reads it as nil, like an absent key, so a nil is checked with EXISTS
+-- before anything is set.
+-- One MGET reads the key and our guard (see release.lua).
+local kg = redis.call('MGET', KEYS[1], KEYS[2])
+local v = kg[1]
 local ok = 0
-if redis.call('EXISTS', KEYS[2]) == 0 then
+if not kg[2] then
   local member = ARGV[3]
+  if v == false and redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
   if v == false then
     local ticket = nil
     if member ~= '' then

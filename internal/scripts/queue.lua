@@ -17,19 +17,29 @@
 -- absent key).
 local function serve(me, ticket, orequal, prefix, back)
   local tried = false
+  -- With no condition on the head, take it out as it is read.
+  local pop = (me == nil or me == '') and not ticket
   for _ = 1, 16 do
-    local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    local first = h[1]
-    if not first or first == me then
-      break
-    end
-    if ticket then
-      local t = tonumber(h[2])
-      if ticket < t or (orequal and ticket == t) then
+    local first
+    if pop then
+      first = redis.call('ZPOPMIN', KEYS[3])[1]
+      if not first then
         break
       end
+    else
+      local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+      first = h[1]
+      if not first or first == me then
+        break
+      end
+      if ticket then
+        local t = tonumber(h[2])
+        if ticket < t or (orequal and ticket == t) then
+          break
+        end
+      end
+      redis.call('ZREM', KEYS[3], first)
     end
-    redis.call('ZREM', KEYS[3], first)
     local client, ttl, token = string.match(first, '^([^/]*)/(%d+)/(.+)$')
     if client then
       -- The key first, then the message: a waiter told it holds the key
