@@ -413,7 +413,7 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	soft, cancelSoft := context.WithTimeout(context.WithValue(ctx, hardKey{}, hard), cfg.duration)
 	defer cancelSoft()
 	prog.start(tag+" "+lib.Name+" · "+s.name, cfg.duration, &rec.ops)
-	usecBefore := serverUsec(ctx, ns)
+	usecBefore, cpuBefore := serverUsec(ctx, ns), serverCPU(ctx, ns)
 	start := time.Now()
 	name := fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano())
 	if s.runMany != nil {
@@ -422,7 +422,7 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 		err = s.run(soft, e, lk, name, rec)
 	}
 	res.Elapsed = time.Since(start)
-	usec := serverUsec(ctx, ns) - usecBefore
+	usec, cpu := serverUsec(ctx, ns)-usecBefore, serverCPU(ctx, ns)-cpuBefore
 	if cerr := lk.Close(); err == nil {
 		err = cerr
 	}
@@ -441,6 +441,9 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	res.Ops = len(rec.samples)
 	if res.Ops > 0 && usecBefore >= 0 && usec > 0 {
 		res.ServerUS = usec / float64(res.Ops)
+	}
+	if res.Ops > 0 && cpuBefore >= 0 && cpu > 0 {
+		res.ServerCPUUS = cpu / float64(res.Ops)
 	}
 	d := make([]time.Duration, len(rec.samples))
 	for i, sm := range rec.samples {
@@ -522,6 +525,29 @@ func writeMany(ctx context.Context, stdout io.Writer, opts []*redis.Options, cfg
 		fmt.Fprintln(tw, r.Row())
 	}
 	return tw.Flush()
+}
+
+// serverCPU sums used_cpu_user and used_cpu_sys of INFO cpu over the
+// nodes, in µs: the CPU time the server processes used, network I/O
+// included. It returns -1 when a node cannot tell (miniredis).
+func serverCPU(ctx context.Context, ns []redis.UniversalClient) float64 {
+	total := 0.0
+	for _, n := range ns {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil || !strings.Contains(info, "used_cpu_user:") {
+			return -1
+		}
+		for line := range strings.Lines(info) {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+				continue
+			}
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				total += f * 1e6
+			}
+		}
+	}
+	return total
 }
 
 // serverUsec sums the usec of every command in INFO commandstats over the

@@ -24,6 +24,14 @@ type Run struct {
 	// every command in INFO commandstats, summed over the nodes, before and
 	// after the run (0 when it could not be read).
 	ServerUS float64 `json:"server_us_per_op,omitempty"`
+	// ServerCPUUS is the nodes' process CPU time per operation, in µs:
+	// used_cpu_user + used_cpu_sys of INFO cpu, summed over the nodes,
+	// before and after the run. Unlike ServerUS it counts the network I/O
+	// and counts a command called from a script once (commandstats counts
+	// it in the script's time and again under its own name), but it also
+	// counts anything else the nodes did meanwhile: read it on nodes that
+	// serve lockbench alone, as the embedded ones do.
+	ServerCPUUS float64 `json:"server_cpu_us_per_op,omitempty"`
 }
 
 // Spread is, for one figure, (max − min) / median over the runs: 0.1 means
@@ -49,7 +57,7 @@ func merge(runs []*Result) *Result {
 	}
 	first := runs[0]
 	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
-	var rates, server []float64
+	var rates, server, serverCPU []float64
 	var p50, p90, p99, mean []time.Duration
 	for i, r := range runs {
 		m.Runs = append(m.Runs, runOf(r))
@@ -83,6 +91,7 @@ func merge(runs []*Result) *Result {
 		}
 		rates = append(rates, r.OpsPerSec)
 		server = append(server, r.ServerUS)
+		serverCPU = append(serverCPU, r.ServerCPUUS)
 		p50 = append(p50, r.Summary.P50)
 		p90 = append(p90, r.Summary.P90)
 		p99 = append(p99, r.Summary.P99)
@@ -90,6 +99,7 @@ func merge(runs []*Result) *Result {
 	}
 	m.OpsPerSec = medianFloat(rates)
 	m.ServerUS = medianFloat(server)
+	m.ServerCPUUS = medianFloat(serverCPU)
 	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
 	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99)}
 	return m

@@ -156,7 +156,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		fmt.Fprintf(w, "* ops/s, p50, p90, p99: medians over %d runs; ops and max: all runs; spread: (max − min) / median over the runs\n", rep.Count)
 	}
 	if hasFairness(rep) {
-		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call; server µs/acq: the nodes' command time per acquisition (INFO commandstats)")
+		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call; server µs/acq: the nodes' command time per acquisition (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name); server CPU µs/acq: the node processes' CPU time per acquisition, network I/O included (INFO cpu: used_cpu_user + used_cpu_sys)")
 	}
 	if len(thin) > 0 {
 		fmt.Fprintf(w, "† fewer than %d samples in a run (%s): p90 and p99 are among its top few samples, close to the max; run longer (-duration)\n",
@@ -168,7 +168,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		}
 	}
 
-	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server µs/acq"}}
+	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server µs/acq", "server CPU µs/acq"}}
 	for _, r := range rep.Results {
 		if r.Fair == nil {
 			continue
@@ -181,12 +181,15 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Scenario == "clients" {
 			who = fmt.Sprintf("%d instances / 1 res.", rep.Clients)
 		}
-		server := "–"
+		server, cpu := "–", "–"
 		if r.ServerUS > 0 {
 			server = strconv.FormatFloat(r.ServerUS, 'f', 0, 64)
 		}
+		if r.ServerCPUUS > 0 {
+			cpu = strconv.FormatFloat(r.ServerCPUUS, 'f', 0, 64)
+		}
 		ft.add(who, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), server)
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), server, cpu)
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)
