@@ -531,42 +531,42 @@ func writeMany(ctx context.Context, stdout io.Writer, opts []*redis.Options, cfg
 // nodes, in µs: the CPU time the server processes used, network I/O
 // included. It returns -1 when a node cannot tell (miniredis).
 func serverCPU(ctx context.Context, ns []redis.UniversalClient) float64 {
-	total := 0.0
-	for _, n := range ns {
-		info, err := n.Info(ctx, "cpu").Result()
-		if err != nil || !strings.Contains(info, "used_cpu_user:") {
-			return -1
+	return sumInfo(ctx, ns, "cpu", "used_cpu_user:", func(line string) (float64, bool) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			return 0, false
 		}
-		for line := range strings.Lines(info) {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-				continue
-			}
-			if f, err := strconv.ParseFloat(v, 64); err == nil {
-				total += f * 1e6
-			}
-		}
-	}
-	return total
+		f, err := strconv.ParseFloat(v, 64)
+		return f * 1e6, err == nil
+	})
 }
 
 // serverUsec sums the usec of every command in INFO commandstats over the
-// nodes: the CPU time the servers spent on commands. It returns -1 when a
-// node cannot tell (miniredis has no commandstats).
+// nodes: the time the servers spent in commands. It returns -1 when a node
+// cannot tell (miniredis has no commandstats).
 func serverUsec(ctx context.Context, ns []redis.UniversalClient) float64 {
+	return sumInfo(ctx, ns, "commandstats", "usec=", func(line string) (float64, bool) {
+		_, rest, ok := strings.Cut(line, "usec=")
+		if !ok {
+			return 0, false
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	})
+}
+
+// sumInfo sums what value reads from the lines of one INFO section over
+// the nodes, or returns -1 when a node's section lacks mark.
+func sumInfo(ctx context.Context, ns []redis.UniversalClient, section, mark string, value func(line string) (float64, bool)) float64 {
 	total := 0.0
 	for _, n := range ns {
-		info, err := n.Info(ctx, "commandstats").Result()
-		if err != nil || !strings.Contains(info, "usec=") {
+		info, err := n.Info(ctx, section).Result()
+		if err != nil || !strings.Contains(info, mark) {
 			return -1
 		}
 		for line := range strings.Lines(info) {
-			_, rest, ok := strings.Cut(line, "usec=")
-			if !ok {
-				continue
-			}
-			v, _, _ := strings.Cut(rest, ",")
-			if f, err := strconv.ParseFloat(v, 64); err == nil {
+			if f, ok := value(line); ok {
 				total += f
 			}
 		}
