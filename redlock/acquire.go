@@ -117,6 +117,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// Step 9: held from the handoffs, with the validity counted
 			// from the first attempt that queued this token.
 			handoff = false
+			l.handed = w.handedNodes()
 			err = c.hold(ctx, l, quorum.Deadline(l.queuedAt, cfg.ttl, cfg.drift))
 		} else {
 			attempt++

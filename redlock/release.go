@@ -31,7 +31,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 		l.mu.Unlock()
 	}
 	ctx := context.Background()
-	args := make([]*[2][]any, k)
+	args := make([]*relArgs, k)
 	for j, l := range locks {
 		args[j] = l.releaseArgs()
 	}
@@ -191,7 +191,7 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 // leaves the token's guard, so that the request sets nothing when it lands,
 // whatever the key holds then. A release that got no answer is retried in
 // the background.
-func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, error) {
+func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, error) {
 	if args == nil {
 		args = l.releaseArgs()
 	}
@@ -207,15 +207,25 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *[2][]any) (bool, er
 	return ok, err
 }
 
-// releaseArgs boxes the release's arguments once for every node: without
-// the guard, and with it when some node needs it (guardFor). A node's
-// need can only appear while a round is pending, so one seen here stays.
-func (l *Lock) releaseArgs() *[2][]any {
-	args := &[2][]any{scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.channelPrefix())}
+// relArgs are a release's arguments, boxed once for every node: plain;
+// with the token's guard, for nodes where a request of the lock may still
+// be in flight (guardFor); and bare (without our queue member) for nodes
+// that handed us the key, where the handoff took our member out already.
+type relArgs struct{ plain, guarded, bare []any }
+
+// releaseArgs boxes the release's arguments once for every node. A node's
+// need for the guard can only appear while a round is pending, so one seen
+// here stays.
+func (l *Lock) releaseArgs() *relArgs {
+	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.channelPrefix())}
 	for i := range l.keys {
-		if l.guardFor(i) > 0 {
-			args[1] = l.guardArgs()
-			break
+		switch {
+		case l.guardFor(i) > 0:
+			if args.guarded == nil {
+				args.guarded = l.guardArgs()
+			}
+		case l.handed != nil && l.handed[i] && args.bare == nil:
+			args.bare = scripts.ReleaseArgs(l.token, 0, scripts.Waiter{}, false, l.c.channelPrefix())
 		}
 	}
 	return args
@@ -227,15 +237,18 @@ func (l *Lock) guardArgs() []any {
 }
 
 // argsFor returns the arguments for node i: with the guard where a request of
-// the lock may still be in flight there.
-func (l *Lock) argsFor(args *[2][]any, i int) []any {
-	if l.guardFor(i) == 0 {
-		return args[0]
+// the lock may still be in flight there, bare where it handed us the key.
+func (l *Lock) argsFor(args *relArgs, i int) []any {
+	switch {
+	case l.guardFor(i) > 0:
+		if args.guarded == nil {
+			return l.guardArgs()
+		}
+		return args.guarded
+	case l.handed != nil && l.handed[i] && args.bare != nil:
+		return args.bare
 	}
-	if args[1] == nil {
-		return l.guardArgs()
-	}
-	return args[1]
+	return args.plain
 }
 
 // releaseScript runs the release script on node i; yield is for a waiter
