@@ -82,7 +82,11 @@
 // and (c) a node that crashes either persists its keys (appendfsync always)
 // or stays down longer than the longest TTL before it rejoins (the Redlock
 // spec's delayed restart). Validity counts from before the first request was
-// sent, so the time the grant took to travel back is not counted as held.
+// sent, so the time the grant took to travel back is not counted as held. A
+// lock handed over by releases (step 9) counts from before the first
+// request that queued the waiter: each node set the key for the waiter's
+// TTL only after that request had reached it, and the message that tells
+// the waiter is sent after the key is set.
 //
 // Any two majorities of the same N nodes intersect, and a node holds at most
 // one token per key; so two clients cannot both have a majority of
@@ -129,6 +133,12 @@
 // Context tell a running process; only fencing tokens, checked by the
 // resource itself, protect against a paused one. Without them, treat the
 // lock as an efficiency device, not a correctness guarantee, or use fencing.
+//
+// A waiter is handed the key only while its Client listens on the node, so
+// a waiter whose process died costs the next one nothing. A waiter whose
+// process is alive but frozen (SIGSTOP, a long stall), or whose host
+// vanished without closing its connections, is handed the key like any
+// other and keeps it, as a holder would, until its TTL ends.
 //
 // A node that restarts empty within one TTL can break exclusion: a lock may
 // sit on a bare majority (the other nodes were down when it was taken, and

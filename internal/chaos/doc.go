@@ -18,8 +18,8 @@
 // late-requests profile adds the faults of issue 12: short latency spikes on
 // one node that hold the requests it reads for 1.5–4× the node timeout, so
 // that they land after their caller gave up and can be overtaken by a later
-// release; raw subscribers on every wake-up channel, so that releases
-// publish; and nodes killed while clients wait in Lock and restarted empty
+// release; raw subscribers on every Client's wake-up channel, so that
+// every handoff finds a listener; and nodes killed while clients wait in Lock and restarted empty
 // after the TTL (sometimes paused at once). Each [Profile] picks the faults and says whether it
 // must show 0 violations (safe) or at least one (a negative control, which
 // proves the checker sees).

@@ -94,7 +94,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "late-requests", Safe: true, Share: 0.2, MinTTLs: 6,
-			About:  "requests land late: short latency bursts on one node hold what it reads for 1.5–4× the node timeout, raw subscribers listen on every wake-up channel, and a node is killed while clients wait in Lock and restarted empty after the TTL (sometimes paused at once); no key of a released lock may come back, and Lock must return only valid locks",
+			About:  "requests land late: short latency bursts on one node hold what it reads for 1.5–4× the node timeout, raw subscribers listen on every Client's wake-up channel, and a node is killed while clients wait in Lock and restarted empty after the TTL (sometimes paused at once); no key of a released lock may come back, and Lock must return only valid locks",
 			adjust: func(c *Config) { c.Fenced = true },
 			run: func(ctx context.Context, e *env) error {
 				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.late(ctx, true) })
@@ -232,7 +232,7 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	for i := range resources {
 		resources[i] = resourceName(i)
 	}
-	subs := startSubscribers(e, resources)
+	subs := startSubscribers(e)
 	defer subs.close()
 	n := newNemesis(e, workers)
 	nctx, ncancel := context.WithCancel(ctx)
