@@ -58,8 +58,8 @@
 //     waiters sets the key to the first one's token, for that waiter's TTL,
 //     and publishes that token on its Client's channel only (one channel
 //     per Client, subscribed once); a waiter whose Client is not listening
-//     there (PUBLISH reaches nobody: its process is gone) is dropped, and
-//     the next one is served in the same step. A waiter told by a majority
+//     there (PUBSUB NUMSUB, read before the key is touched: its process is
+//     gone) is dropped, and the next one is served in the same step. A waiter told by a majority
 //     holds the lock, its validity counted from its first attempt that
 //     joined the queue (the key was set after that, for its TTL); with
 //     fencing, after a split vote, or when less than half the TTL is left,
@@ -67,9 +67,10 @@
 //     in the queue goes first. A waiter that won only a minority in a split
 //     vote yields those nodes to older waiters queued there, so splits
 //     settle toward the oldest ticket. A waiter keeps its jittered retry
-//     delay as a fallback; the queue key expires a while after its latest
-//     newcomer. A failed attempt's cleanup wakes nobody. A Client's own
-//     Lock calls on one resource also take turns in arrival order.
+//     delay as a fallback; the queue key expires a while after the latest
+//     attempt that queued. A failed attempt's cleanup wakes nobody. A
+//     Client's own Lock calls on one resource also take turns in arrival
+//     order.
 //
 // # What is guaranteed
 //
@@ -138,7 +139,9 @@
 // a waiter whose process died costs the next one nothing. A waiter whose
 // process is alive but frozen (SIGSTOP, a long stall), or whose host
 // vanished without closing its connections, is handed the key like any
-// other and keeps it, as a holder would, until its TTL ends.
+// other and keeps it, as a holder would, until its TTL ends; so is a dead
+// waiter on Redis Cluster nodes, which cannot see who listens (a Client's
+// channel lives on another shard than the key).
 //
 // A node that restarts empty within one TTL can break exclusion: a lock may
 // sit on a bare majority (the other nodes were down when it was taken, and

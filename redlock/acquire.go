@@ -199,6 +199,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		} else {
 			timer.Reset(d)
 		}
+		due := time.Now().Add(d)
 		var woken <-chan struct{}
 		if w != nil {
 			woken = w.c
@@ -218,6 +219,15 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 					break wait
 				case handedConfirm:
 					break wait
+				case handedFew:
+					// The other releases land within a node timeout, or
+					// went elsewhere (heads that differ between nodes):
+					// then an attempt settles it, without waiting out the
+					// whole retry delay.
+					if wait := cfg.timeout(); time.Until(due) > wait {
+						timer.Reset(wait)
+						due = time.Now().Add(wait)
+					}
 				}
 			case <-ctx.Done():
 				c.abandon(ctx, l, quorum.Tally{})
@@ -344,7 +354,7 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
 	// The arguments are boxed once for every node.
-	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.channelPrefix())
+	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.wakeArg())
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {

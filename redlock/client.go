@@ -75,6 +75,8 @@ type Client struct {
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
+	// wakeArgs is the scripts' wake-up argument (see wakeArg).
+	wakeArgs string
 
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
@@ -140,6 +142,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c.id = id.String()
 	c.wake = newWakeups(c, c.channelPrefix()+c.id)
+	// With any Redis Cluster node, no node counts who listens, as a Cluster
+	// node cannot (a Client's channel lives on another shard than the
+	// key), and the arguments of a lock are the same on every node.
+	c.wakeArgs = scripts.WakeArg(c.channelPrefix(), !c.anyCluster)
 	return c, nil
 }
 
@@ -272,6 +278,9 @@ func scriptRefused(err error) bool {
 // channelPrefix is the prefix of the Clients' wake-up channels: a
 // release tells the first waiter's Client on prefix + its ID.
 func (c *Client) channelPrefix() string { return c.cfg.keyPrefix + "wake:" }
+
+// wakeArg is the scripts' wake-up argument (scripts.WakeArg, made in New).
+func (c *Client) wakeArg() string { return c.wakeArgs }
 
 // forget removes l from the Client's locks. c.mu is held.
 func (c *Client) forget(l *Lock) {

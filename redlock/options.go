@@ -85,10 +85,13 @@ func (c *config) interval() time.Duration {
 }
 
 // queueLife is how long a resource's waiter queue stays on a node after
-// its latest newcomer. A queued waiter attempts again at least every retry
-// delay; one that finds the queue gone joins again with its ticket.
+// the latest attempt that queued there: every waiter attempts again at
+// least every retry delay, a quarter of this at most, so the queue goes
+// only when nobody waits any more (an entry whose waiter went away is
+// dropped when it comes first). One that finds it gone joins again with
+// its ticket.
 func (c *config) queueLife() time.Duration {
-	return max(time.Second, 4*c.retryMax+2*c.timeout())
+	return max(10*time.Second, 4*c.retryMax+2*c.timeout())
 }
 
 // handoffMin is the least validity a lock handed over by a majority of

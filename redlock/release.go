@@ -217,7 +217,7 @@ type relArgs struct{ plain, guarded, bare []any }
 // need for the guard can only appear while a round is pending, so one seen
 // here stays.
 func (l *Lock) releaseArgs() *relArgs {
-	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.channelPrefix())}
+	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
 	for i := range l.keys {
 		switch {
 		case l.guardFor(i) > 0:
@@ -225,7 +225,7 @@ func (l *Lock) releaseArgs() *relArgs {
 				args.guarded = l.guardArgs()
 			}
 		case l.handed != nil && l.handed[i] && args.bare == nil:
-			args.bare = scripts.ReleaseArgs(l.token, 0, scripts.Waiter{}, false, l.c.channelPrefix())
+			args.bare = scripts.ReleaseArgs(l.token, 0, scripts.Waiter{}, false, l.c.wakeArg())
 		}
 	}
 	return args
@@ -233,7 +233,7 @@ func (l *Lock) releaseArgs() *relArgs {
 
 // guardArgs are the release's arguments with the guard.
 func (l *Lock) guardArgs() []any {
-	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.c.channelPrefix())
+	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.c.wakeArg())
 }
 
 // argsFor returns the arguments for node i: with the guard where a request of
@@ -254,7 +254,7 @@ func (l *Lock) argsFor(args *relArgs, i int) []any {
 // releaseScript runs the release script on node i; yield is for a waiter
 // giving its minority of grants to older waiters.
 func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, yield bool) (scripts.Released, error) {
-	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.channelPrefix())
+	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.wakeArg())
 }
 
 // guardFor returns how long node i must refuse requests of this lock after
@@ -358,6 +358,22 @@ func (l *Lock) retryRelease(ctx context.Context, i int) {
 // guard cannot outlast either.
 func retryWindow(ttl time.Duration) time.Duration { return max(10*ttl, time.Minute) }
 
+// markUnsure remembers for good that a request of l to node i went
+// unanswered: it may land at any later time, so the release there leaves
+// the token's guard.
+func (l *Lock) markUnsure(i int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.markUnsureLocked(i)
+}
+
+func (l *Lock) markUnsureLocked(i int) {
+	if l.unsure == nil {
+		l.unsure = make([]bool, len(l.keys))
+	}
+	l.unsure[i] = true
+}
+
 // track remembers a round until all its requests have answered or given
 // up; a node that gave up on one is remembered in unsure for good (its
 // request may land at any later time).
@@ -372,10 +388,7 @@ func (l *Lock) track(r inflight) {
 		}
 		for i := range l.keys {
 			if !old.answered(i) {
-				if l.unsure == nil {
-					l.unsure = make([]bool, len(l.keys))
-				}
-				l.unsure[i] = true
+				l.markUnsureLocked(i)
 			}
 		}
 	}

@@ -90,6 +90,7 @@ func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
 			})
 			if err != nil && !answered(err) {
 				unsure.Store(true)
+				l.markUnsure(i) // a later release there leaves the guard
 			}
 		})
 	}

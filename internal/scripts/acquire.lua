@@ -1,7 +1,7 @@
 -- acquire.lua: KEYS => [lock key, guard key, queue, fence key (only with
 --                       fencing)]
 --              ARGV => [token, ttl in ms, member ("" when not waiting),
---                       ticket, queue lifetime in ms, wake-up channel prefix]
+--                       ticket, queue lifetime in ms, wake-up argument (see serve)]
 -- Sets the lock key to our token for ttl where it is absent and the queue
 -- lets us go first, or refreshes it where it already holds our token (a
 -- retried attempt is idempotent, and a key handed to us by a release is
@@ -16,10 +16,10 @@
 -- Waiters queue (DESIGN step 9): a free key goes to the first waiter in the
 -- queue (see serve), unless we go first. A waiter refused here joins the
 -- queue in the same step (or stays: its ticket does not change); the queue
--- key lives for the queue lifetime after its latest newcomer, so that it
--- goes away when nobody waits any more. A waiter that was dropped (the
--- queue expired, or its client was not listening) joins again, with its
--- ticket, on its next attempt.
+-- key lives for the queue lifetime after the latest attempt that queued,
+-- so that it goes away when nobody waits any more. A waiter that was
+-- dropped (the queue expired, or its client was not listening) joins
+-- again, with its ticket, on its next attempt.
 -- Returns 1 (granted) or 0 (refused); with a fence key, {granted, the node's
 -- fence counter}, from every node, granted or not.
 -- A key of another type is a node error (WRONGTYPE), never taken over: MGET
@@ -39,7 +39,7 @@ if not kg[2] then
     if member ~= '' then
       ticket = tonumber(ARGV[4])
     end
-    if not serve(member, ticket, false, ARGV[6], nil) then
+    if not serve(member, ticket, false, ARGV[6]) then
       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
       ok = 1
       if member ~= '' then
@@ -52,9 +52,8 @@ if not kg[2] then
     ok = 1
   end
   if ok == 0 and member ~= '' then
-    if redis.call('ZADD', KEYS[3], ARGV[4], member) == 1 then
-      redis.call('PEXPIRE', KEYS[3], ARGV[5])
-    end
+    redis.call('ZADD', KEYS[3], ARGV[4], member)
+    redis.call('PEXPIRE', KEYS[3], ARGV[5])
   end
 end
 if KEYS[4] then

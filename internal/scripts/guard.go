@@ -36,8 +36,8 @@ func (e *Young) Error() string {
 // error there, and the lock key is left as it was. The uptime is read with INFO inside the script (Redis
 // ≥ 5, which replicates script effects; the ACL must allow INFO), so it
 // cannot change between the check and the grant.
-func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, channelPrefix string, guard time.Duration) (bool, int64, error) {
-	return AcquireGuardedWith(ctx, c, k, AcquireArgs(token, ttl, w, channelPrefix), guard)
+func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, wake string, guard time.Duration) (bool, int64, error) {
+	return AcquireGuardedWith(ctx, c, k, AcquireArgs(token, ttl, w, wake), guard)
 }
 
 // AcquireGuardedWith is AcquireGuarded with arguments from AcquireArgs.

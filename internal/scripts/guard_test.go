@@ -20,7 +20,7 @@ func TestAcquireGuarded_youngNodeGrantsNothing(t *testing.T) {
 	ctx := t.Context()
 	k := NewKeys("lock:g", "lock:g:fence", "tok")
 
-	ok, fence, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, "lock:wake:", 30*time.Second)
+	ok, fence, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, wake, 30*time.Second)
 	var young *Young
 	if !errors.As(err, &young) || ok {
 		t.Fatalf("AcquireGuarded on a node just started = %v, %v; want a *Young error", ok, err)
@@ -34,7 +34,7 @@ func TestAcquireGuarded_youngNodeGrantsNothing(t *testing.T) {
 
 	// Another token's key is refused for youth too, and left alone.
 	admin.Set(ctx, k.Lock, "other", time.Minute)
-	if _, _, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, "lock:wake:", 30*time.Second); !errors.As(err, &young) {
+	if _, _, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, wake, 30*time.Second); !errors.As(err, &young) {
 		t.Errorf("AcquireGuarded over another key on a young node = %v; want *Young", err)
 	}
 	if v, _ := admin.Get(ctx, k.Lock).Result(); v != "other" {
@@ -54,7 +54,7 @@ func TestAcquireGuarded_grantsOnceUpLongEnough(t *testing.T) {
 	// an uptime of 2s (a reported 1s may be a few milliseconds).
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ok, fence, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, "lock:wake:", time.Nanosecond)
+		ok, fence, err := AcquireGuarded(ctx, c, k, "tok", time.Second, Waiter{}, wake, time.Nanosecond)
 		var young *Young
 		if errors.As(err, &young) {
 			if time.Now().After(deadline) {
@@ -72,7 +72,7 @@ func TestAcquireGuarded_grantsOnceUpLongEnough(t *testing.T) {
 		t.Errorf("key after grant = %q; want %q", v, "tok")
 	}
 	// Without a fence key the reply is the plain integer of acquire.lua.
-	if ok, _, err := AcquireGuarded(ctx, c, NewKeys("lock:h", "", "tok"), "tok", time.Second, Waiter{}, "lock:wake:", time.Nanosecond); !ok || err != nil {
+	if ok, _, err := AcquireGuarded(ctx, c, NewKeys("lock:h", "", "tok"), "tok", time.Second, Waiter{}, wake, time.Nanosecond); !ok || err != nil {
 		t.Errorf("AcquireGuarded without fencing = %v, %v; want true, nil", ok, err)
 	}
 }
@@ -80,7 +80,7 @@ func TestAcquireGuarded_grantsOnceUpLongEnough(t *testing.T) {
 func TestAcquireGuarded_withoutINFOIsANodeError(t *testing.T) {
 	t.Parallel()
 	_, c := newNode(t) // miniredis: no INFO
-	_, _, err := AcquireGuarded(t.Context(), c, NewKeys("lock:g", "", "tok"), "tok", time.Second, Waiter{}, "lock:wake:", time.Second)
+	_, _, err := AcquireGuarded(t.Context(), c, NewKeys("lock:g", "", "tok"), "tok", time.Second, Waiter{}, wake, time.Second)
 	var young *Young
 	var re redis.Error
 	if err == nil || errors.As(err, &young) || !errors.As(err, &re) {

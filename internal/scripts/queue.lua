@@ -8,15 +8,21 @@
 -- member (me), or the caller's ticket is older than the head's (with
 -- orequal, also when the tickets are equal). The key is set to the head's
 -- token for that waiter's TTL, the head leaves the queue, and its client
--- is told on its channel (prefix .. client) with the token as message. A
--- waiter whose client is not listening on this node (PUBLISH reaches
--- nobody: its process is gone, or its connection is) is dropped from the
--- queue and the next one is tried, so that a dead waiter costs nobody a
--- wait. Returns true when the key was handed over; otherwise the key is
--- put back as it was (back: the caller's token and its PTTL, or nil for an
--- absent key).
-local function serve(me, ticket, orequal, prefix, back)
-  local tried = false
+-- is told on its channel with the token as message. wake is "1" or "0",
+-- then the channel prefix (the channel is prefix .. client): with "1", a
+-- waiter whose client does not listen on this node (no SUBSCRIBE to its
+-- channel here: its process is gone, or its connection is) is dropped from
+-- the queue and the next one is tried, so that a dead waiter costs nobody a
+-- wait. Who listens is read before the key is touched (PUBSUB NUMSUB: this
+-- node's subscribers, not pattern subscribers), and a message is only ever
+-- sent after the key is set, never undone: a waiter told by a node holds
+-- the key there. "0" is for Redis Cluster nodes, where a Client's channel
+-- lives on another shard than the key and cannot be counted from here: the
+-- head is handed the key without that check. Returns true when the key was
+-- handed over; otherwise the key is as it was.
+local function serve(me, ticket, orequal, wake)
+  local count = string.sub(wake, 1, 1) == '1'
+  local prefix = string.sub(wake, 2)
   -- With no condition on the head, take it out as it is read.
   local pop = (me == nil or me == '') and not ticket
   for _ = 1, 16 do
@@ -42,21 +48,15 @@ local function serve(me, ticket, orequal, prefix, back)
     end
     local client, ttl, token = string.match(first, '^([^/]*)/(%d+)/(.+)$')
     if client then
-      -- The key first, then the message: a waiter told it holds the key
-      -- here always does.
-      redis.call('SET', KEYS[1], token, 'PX', ttl)
-      tried = true
-      local n = redis.pcall('PUBLISH', prefix .. client, token)
-      if type(n) == 'number' and n > 0 then
+      local channel = prefix .. client
+      if not count or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
+        redis.call('SET', KEYS[1], token, 'PX', ttl)
+        -- A refused PUBLISH (an ACL without the channel) must not undo
+        -- the handoff: the waiter's fallback attempt finds the key
+        -- holding its token.
+        redis.pcall('PUBLISH', channel, token)
         return true
       end
-    end
-  end
-  if tried then
-    if back then
-      redis.call('SET', KEYS[1], back[1], 'PX', back[2])
-    else
-      redis.call('DEL', KEYS[1])
     end
   end
   return false

@@ -28,23 +28,24 @@ end
 local r = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[5] ~= '' then
-    local back = {ARGV[1], redis.call('PTTL', KEYS[1])}
-    if serve(nil, tonumber(ARGV[5]), true, ARGV[4], back) then
+    if serve(nil, tonumber(ARGV[5]), true, ARGV[4]) then
       r = 2
     else
       r = 3
     end
-  elseif serve(nil, nil, false, ARGV[4], nil) then
+  elseif serve(nil, nil, false, ARGV[4]) then
     r = 2
   else
     redis.call('DEL', KEYS[1])
     r = 1
   end
 end
-if ARGV[5] ~= '' and r ~= 3 and ARGV[3] ~= '' then
-  if redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3]) == 1 then
-    redis.call('PEXPIRE', KEYS[3], ARGV[6])
-  end
+-- A yielding waiter stays queued, unless the token was released here
+-- already (a yield that landed late, after the call gave up): a released
+-- token never queues again.
+if ARGV[5] ~= '' and r ~= 3 and ARGV[3] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 if ARGV[2] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])

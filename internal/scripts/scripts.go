@@ -84,6 +84,18 @@ type Waiter struct {
 	Lapse  time.Duration // the queue key lives this long after its latest newcomer
 }
 
+// WakeArg is the wake-up argument of Acquire and Release: the prefix of the
+// Clients' channels, and whether the node can count who listens on them
+// (false on Redis Cluster nodes, where a Client's channel is on another
+// shard than the key: a release then hands the key to the first waiter
+// without knowing whether it is still there).
+func WakeArg(channelPrefix string, countListeners bool) string {
+	if countListeners {
+		return "1" + channelPrefix
+	}
+	return "0" + channelPrefix
+}
+
 // Member names a waiting token of a client in the queue, with the TTL a
 // release hands it the key for: "client/ttl ms/token". client must not
 // contain "/".
@@ -105,18 +117,18 @@ const (
 // older waiter is queued, or refreshes it where it already holds token —
 // unless token was released on the node (its guard key exists). A free key
 // with older waiters queued goes to the first of them whose client listens
-// on channelPrefix + client (as a release hands it over). A refused waiter
+// (as a release hands it over; wake is from WakeArg). A refused waiter
 // (w.Member set) joins the queue. It reports whether the key holds token
 // now, and, with a fence key, the node's fence counter (0 without). A key
 // of another type is an error (WRONGTYPE).
-func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, channelPrefix string) (bool, int64, error) {
-	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, channelPrefix))
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, wake string) (bool, int64, error) {
+	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, wake))
 }
 
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
-func AcquireArgs(token string, ttl time.Duration, w Waiter, channelPrefix string) []any {
-	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), channelPrefix}
+func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake}
 }
 
 // AcquireWith is Acquire with arguments from AcquireArgs.
@@ -228,7 +240,8 @@ const (
 
 // Release gives up the lock key where it holds token: it hands it to the
 // first waiter queued on the node whose client listens (for that waiter's
-// TTL; its client is told on channelPrefix + client, with the token), or
+// TTL; its client is told on its channel, with the token; wake is from
+// WakeArg), or
 // deletes it when nobody waits. Our member (r.Member) leaves
 // the queue in any case. With guard > 0 it also sets the token's guard key
 // for guard, whatever the lock key holds, so that a request of ours still in
@@ -237,8 +250,8 @@ const (
 // Yielding (yield true, a waiter with a minority of grants): the key is
 // handed over only to an older ticket than r.Ticket (else Kept), and r
 // stays queued.
-func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, channelPrefix string) (Released, error) {
-	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, channelPrefix))
+func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, wake string) (Released, error) {
+	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, wake))
 }
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
@@ -260,7 +273,7 @@ func ReleaseResult(cmd *redis.Cmd) (Released, error) {
 
 // ReleaseArgs boxes the arguments of Release once, for a lock that sends
 // them to every node (ReleaseWith, ReleaseCmd).
-func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, channelPrefix string) []any {
+func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake string) []any {
 	g := int64(0)
 	if guard > 0 {
 		g = ms(guard)
@@ -269,7 +282,7 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, channe
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, r.Member, channelPrefix, ticket, ms(r.Lapse)}
+	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse)}
 }
 
 func parseReleased(n int64, err error) (Released, error) {

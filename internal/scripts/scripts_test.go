@@ -190,15 +190,19 @@ func TestMs(t *testing.T) {
 	}
 }
 
+// wake is the wake-up argument of the tests' scripts: channels
+// "lock:wake:<client>", whose listeners the node counts.
+var wake = WakeArg("lock:wake:", true)
+
 // release1 is Release without a queue, reporting whether the key was freed.
 func release1(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration) (bool, error) {
-	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, "lock:wake:")
+	r, err := Release(ctx, c, k, token, guard, Waiter{}, false, wake)
 	return r == Deleted || r == HandedOver, err
 }
 
 // acquire1 is Acquire without fencing.
 func acquire1(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration) (bool, error) {
-	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{}, "lock:wake:")
+	ok, _, err := Acquire(ctx, c, k, token, ttl, Waiter{}, wake)
 	return ok, err
 }
 
@@ -206,7 +210,7 @@ func TestFencing(t *testing.T) {
 	ctx := t.Context()
 	m, c := newNode(t)
 	k, kb := NewKeys("lock:f", "lock:f:fence", "a"), NewKeys("lock:f", "lock:f:fence", "b")
-	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{}, "lock:wake:")
+	ok, fence, err := Acquire(ctx, c, k, "a", time.Second, Waiter{}, wake)
 	if !ok || fence != 0 || err != nil {
 		t.Fatalf("Acquire on a new resource = %v, %d, %v; want true, 0, nil", ok, fence, err)
 	}
@@ -219,7 +223,7 @@ func TestFencing(t *testing.T) {
 	if got, _ := m.Get("lock:f:fence"); got != "7" {
 		t.Errorf("counter = %q; want 7 (max, never lowered)", got)
 	}
-	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{}, "lock:wake:")
+	ok, fence, err = Acquire(ctx, c, kb, "b", time.Second, Waiter{}, wake)
 	if ok || fence != 7 || err != nil {
 		t.Errorf("Acquire by another = %v, %d, %v; want false, 7 (counter from a refusing node too)", ok, fence, err)
 	}
@@ -273,7 +277,7 @@ func TestQueue(t *testing.T) {
 		return sub
 	}
 	kh, ka, kb := NewKeys(key, "", "h"), NewKeys(key, "", "a"), NewKeys(key, "", "b")
-	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); !ok || err != nil {
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	// Two waiters queue, b with the older ticket.
@@ -282,7 +286,7 @@ func TestQueue(t *testing.T) {
 		tok string
 		w   Waiter
 	}{{ka, "a", w("ca", "a", 20)}, {kb, "b", w("cb", "b", 10)}} {
-		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w, prefix); ok || err != nil {
+		if ok, _, err := Acquire(ctx, c, x.k, x.tok, time.Second, x.w, wake); ok || err != nil {
 			t.Fatalf("Acquire by waiter %s on a held key = %v, %v; want refused", x.tok, ok, err)
 		}
 	}
@@ -292,7 +296,7 @@ func TestQueue(t *testing.T) {
 	subB := listen("cb")
 	// The holder releases: the key goes to b (oldest ticket) for b's TTL,
 	// and b's client is told.
-	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, prefix); r != HandedOver || err != nil {
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
 		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
 	}
 	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 5*time.Second {
@@ -303,18 +307,24 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("message on b's channel = %v, %v; want b's token", msg, err)
 	}
 	// The holder cannot take it back; b's attempt finds it ours.
-	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); ok {
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake); ok {
 		t.Errorf("the releaser took the handed key back")
 	}
-	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10), prefix); !ok || err != nil {
+	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10), wake); !ok || err != nil {
 		t.Fatalf("b's attempt on its handed key = %v, %v; want granted", ok, err)
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", 5*time.Second, "a") {
 		t.Errorf("queue after the handoff = %q; want a alone", got)
 	}
 	// b's Unlock: a's client does not listen, so a is dropped (its process
-	// is gone) and the key is deleted at once.
-	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, prefix); r != Deleted || err != nil {
+	// is gone) and the key is deleted at once. A pattern subscriber (a
+	// monitoring tool, say) is not a's client listening.
+	ps := c.PSubscribe(ctx, prefix+"*")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, wake); r != Deleted || err != nil {
 		t.Fatalf("b's Release with only a waiter nobody listens for = %v, %v; want Deleted", r, err)
 	}
 	if keys := m.Keys(); len(keys) != 0 {
@@ -324,52 +334,52 @@ func TestQueue(t *testing.T) {
 	// A free key with a queue goes to the head: an attempt that may not
 	// go first hands it over.
 	listen("ca")
-	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix); !ok {
+	if ok, _, _ := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake); !ok {
 		t.Fatal("Acquire on a free key, nobody queued: refused")
 	}
-	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix); ok {
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), wake); ok {
 		t.Fatal("a granted a held key")
 	}
 	m.Del(key) // the holder's key expires
-	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30), prefix); ok {
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 30), wake); ok {
 		t.Errorf("a younger waiter took a free key ahead of the queued a")
 	}
 	if v, _ := m.Get(key); v != "a" {
 		t.Errorf("free key after a younger waiter's attempt = %q; want handed to the head a", v)
 	}
-	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix); !ok {
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), wake); !ok {
 		t.Errorf("the head was refused its handed key")
 	}
 	// An older ticket goes first on a free key.
 	m.FlushAll()
-	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
-	Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), prefix)
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
+	Acquire(ctx, c, ka, "a", time.Second, w("ca", "a", 20), wake)
 	m.Del(key)
-	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 5), prefix); !ok {
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 5), wake); !ok {
 		t.Errorf("an older ticket was refused a free key queued for a younger one")
 	}
 
 	// A yield: b, older than the head c, keeps its key; c yields to b.
 	m.FlushAll()
 	kc := NewKeys(key, "", "c")
-	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50), prefix)
-	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10), prefix) // queued behind c's key
-	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, prefix); r != HandedOver || err != nil {
+	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50), wake)
+	Acquire(ctx, c, kb, "b", time.Second, w("cb", "b", 10), wake) // queued behind c's key
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, wake); r != HandedOver || err != nil {
 		t.Fatalf("c yielding to the older b = %v, %v; want HandedOver", r, err)
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", 5*time.Second, "c") {
 		t.Errorf("queue after c yielded = %q; want c queued", got)
 	}
-	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, prefix); r != Kept || err != nil {
+	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, wake); r != Kept || err != nil {
 		t.Errorf("b yielding with no older waiter = %v, %v; want Kept", r, err)
 	}
 	// Yielding to an older waiter nobody listens for: it is dropped, and
 	// the key stays ours with its TTL.
 	m.FlushAll()
-	Acquire(ctx, c, kc, "c", 3*time.Second, w("cc", "c", 50), prefix)
+	Acquire(ctx, c, kc, "c", 3*time.Second, w("cc", "c", 50), wake)
 	kd := NewKeys(key, "", "d")
-	Acquire(ctx, c, kd, "d", time.Second, w("cd", "d", 1), prefix)
-	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, prefix); r != Kept || err != nil {
+	Acquire(ctx, c, kd, "d", time.Second, w("cd", "d", 1), wake)
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, wake); r != Kept || err != nil {
 		t.Fatalf("c yielding to an older waiter nobody listens for = %v, %v; want Kept", r, err)
 	}
 	if v, _ := m.Get(key); v != "c" || m.TTL(key) <= 2*time.Second {
@@ -379,32 +389,58 @@ func TestQueue(t *testing.T) {
 		t.Errorf("queue after the yield = %q; want the dead waiter dropped", got)
 	}
 
+	// A yield that lands after the token's guarded release (the call gave
+	// up on it) does not queue the token again.
+	m.FlushAll()
+	Acquire(ctx, c, kc, "c", time.Second, w("cc", "c", 50), wake)
+	Acquire(ctx, c, kd, "d", time.Second, w("cd", "d", 1), wake)
+	listen("cd")
+	Release(ctx, c, kc, "c", time.Second, w("cc", "c", 50), false, wake) // the abandon, guarded
+	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, wake); r != NotOurs || err != nil {
+		t.Fatalf("late yield = %v, %v; want NotOurs", r, err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after a late yield of a released token = %q; want empty", got)
+	}
+
 	// A released token never queues again (a late attempt of a Lock call
 	// that is over): a release would hand the key to a dead token.
 	m.FlushAll()
-	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
 	kz := NewKeys(key, "", "z")
-	if _, err := Release(ctx, c, kz, "z", time.Second, w("cz", "z", 1), false, prefix); err != nil {
+	if _, err := Release(ctx, c, kz, "z", time.Second, w("cz", "z", 1), false, wake); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := Acquire(ctx, c, kz, "z", time.Second, w("cz", "z", 1), prefix); ok || err != nil {
+	if ok, _, err := Acquire(ctx, c, kz, "z", time.Second, w("cz", "z", 1), wake); ok || err != nil {
 		t.Fatalf("late Acquire of a released token = %v, %v; want refused", ok, err)
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
 		t.Errorf("queue after a released token's late attempt = %q; want empty", got)
 	}
 	m.Set(key, "z") // handed to it somehow: a late request still changes nothing
-	if ok, _, _ := Acquire(ctx, c, kz, "z", time.Second, Waiter{}, prefix); ok {
+	if ok, _, _ := Acquire(ctx, c, kz, "z", time.Second, Waiter{}, wake); ok {
 		t.Errorf("late Acquire of a released token over its own key = granted; want refused")
 	}
 	if got, err := Extend(ctx, c, kz, "z", time.Second, 0); got != Refused || err != nil {
 		t.Errorf("late Extend of a released token over its own key = %v, %v; want Refused", got, err)
 	}
 
+	// Where listeners cannot be counted (a Redis Cluster node), the head is
+	// handed the key without that check.
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
+	Acquire(ctx, c, ka, "a", time.Second, w("nobody", "a", 1), wake)
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, WakeArg(prefix, false)); r != HandedOver || err != nil {
+		t.Fatalf("Release without counting listeners = %v, %v; want HandedOver", r, err)
+	}
+	if v, _ := m.Get(key); v != "a" {
+		t.Errorf("key after a handoff without counting listeners = %q; want a", v)
+	}
+
 	// The queue key lives for the lifetime after its latest newcomer.
 	m.FlushAll()
-	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, prefix)
-	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", time.Second, "a"), Ticket: 1, Lapse: 700 * time.Millisecond}, prefix)
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
+	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", time.Second, "a"), Ticket: 1, Lapse: 700 * time.Millisecond}, wake)
 	if ttl := m.TTL(key + QueueSuffix); ttl != 700*time.Millisecond {
 		t.Errorf("queue TTL = %v; want the lifetime 700ms", ttl)
 	}
