@@ -307,7 +307,9 @@ func TestReal_expiredUnlockSparesNextHolder(t *testing.T) {
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
 	b := newClient(t, rc.Clients())
-	old, err := a.Lock(t.Context(), "exp", WithTTL(200*time.Millisecond), WithAutoRenew(false))
+	// The default node timeout of a 200ms TTL, 20ms, was missed under
+	// -race on a loaded machine (by all 5 nodes at once in one run).
+	old, err := a.Lock(t.Context(), "exp", WithTTL(600*time.Millisecond), WithAutoRenew(false), WithNodeTimeout(150*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +345,9 @@ func TestReal_renewedBeyondTTL(t *testing.T) {
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
 	b := newClient(t, rc.Clients())
-	l, err := a.Lock(t.Context(), "long", WithTTL(600*time.Millisecond))
+	// 1.5s: with 600ms (a 60ms node timeout, renewals every 200ms) the
+	// lock ran out after 783ms in one loaded -race run. 3s is two TTLs.
+	l, err := a.Lock(t.Context(), "long", WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
