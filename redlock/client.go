@@ -70,8 +70,9 @@ type Client struct {
 	// not contain braces, which would change the hash tag.
 	anyCluster bool
 	// wg owns every goroutine an operation leaves behind: stragglers after an
-	// early decision, background releases, OnLost callbacks.
-	wg      sync.WaitGroup
+	// early decision, background releases, OnLost callbacks. Its goroutines
+	// are reused from one request to the next (see quorum.Workers).
+	wg      quorum.Workers
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
@@ -378,6 +379,7 @@ func (c *Client) Close() error {
 	errs := c.releaseMany(ls, wait+closeGrace)
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
+	c.wg.Close()
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {
 			errs = append(errs, err)
@@ -388,7 +390,7 @@ func (c *Client) Close() error {
 
 // waitTimeout waits for wg, at most d. A request to a client built without
 // ContextTimeoutEnabled may outlive its context; Close does not hang on it.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+func waitTimeout(wg interface{ Wait() }, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
