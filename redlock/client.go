@@ -76,6 +76,7 @@ type Client struct {
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
+	chanPre string        // write-once in New: see channelPrefix
 
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
@@ -132,6 +133,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
+	c.chanPre = c.cfg.keyPrefix + "wake:"
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
 	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
@@ -272,7 +274,8 @@ func scriptRefused(err error) bool {
 
 // channelPrefix is the prefix of the Clients' wake-up channels: a
 // release tells the first waiter's Client on prefix + its ID.
-func (c *Client) channelPrefix() string { return c.cfg.keyPrefix + "wake:" }
+// It is built once: every release sends it.
+func (c *Client) channelPrefix() string { return c.chanPre }
 
 // forget removes l from the Client's locks. c.mu is held.
 func (c *Client) forget(l *Lock) {
