@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -136,4 +137,33 @@ func TestRound_done(t *testing.T) {
 		wg.Wait()
 		r.Wait()
 	}
+}
+
+// On Workers as on plain goroutines, nodes that hang hold up neither a
+// round (decided at the majority) nor the next rounds: their requests keep
+// their workers, and new ones start for the others.
+func TestCollect_onWorkersHungNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var w Workers
+		ms := time.Millisecond
+		nodes := []node{{1 * ms, Yes, false}, {2 * ms, Yes, false}, {3 * ms, Yes, false}, {0, 0, true}, {0, 0, true}}
+		for round := range 3 {
+			start := time.Now()
+			r := Start(t.Context(), len(nodes), 100*ms, &w, func(ctx context.Context, i int) (Vote, error) {
+				nd := nodes[i]
+				if nd.hang {
+					time.Sleep(time.Second) // ignores ctx, well past the node timeout
+					return Failed, errNode
+				}
+				time.Sleep(nd.delay)
+				return nd.vote, nil
+			})
+			got := r.Collect(t.Context(), func(_ int, rep Reply[Vote]) (Vote, error) { return rep.Val, rep.Err }, Majority)
+			if !got.Quorum() || got.Elapsed != 3*ms || time.Since(start) != 3*ms {
+				t.Errorf("round %d: quorum %v after %v; want a quorum after 3ms", round, got.Quorum(), got.Elapsed)
+			}
+		}
+		w.Wait()
+		w.Close()
+	})
 }
