@@ -11,8 +11,9 @@ import (
 // the client's CPU with a goroutine per request. A function handed to Go
 // never waits for a worker: when none is idle, a new one starts, so a node
 // that hangs (its requests holding their workers) delays no other request.
-// Idle workers beyond maxIdle exit, and so does one left idle for longer
-// than idleFor.
+// A worker that finds maxIdle others idle exits, and each Go lets the
+// longest-idle worker go if it has been idle for longer than idleFor (no
+// timer: a Client that stops working keeps its idle workers until Close).
 //
 // Workers counts every function until it returns, like a sync.WaitGroup:
 // Add, Done and Wait are those of a WaitGroup over the same count, so one
