@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // Vote is what one node's reply means for the decision.
@@ -66,70 +64,143 @@ type Reply[T any] struct {
 	Err error
 }
 
-// Round is one request sent to every node at once. Each node's goroutine
+// Round is one request sent to every node at once. Each node's request
 // writes only its own slot, and the notification channel is buffered to N,
 // so a node that answers after the decision never blocks: it finishes in the
 // background, bounded by the node timeout, and is waited for by whoever
-// passed the WaitGroup to Start.
+// started it (see [Spawner]).
 //
 // A Round is safe for concurrent use once started.
 type Round[T any] struct {
 	start   time.Time
 	timeout time.Duration
-	g       errgroup.Group // the zero Group: it never cancels the others on an error
-	replies []Reply[T]     // slot i written once by node i's goroutine, before done[i] is closed
-	done    []chan struct{}
-	notify  chan int // buffered to N: node i sends i once
+	call    func(ctx context.Context, node int) (T, error)
+	ctx     roundCtx           // the requests' ctx: the caller's, bounded by the node timeout
+	cancel  context.CancelFunc // releases ctx; called by the last request to return
+	left    atomic.Int32       // requests not returned yet
+	wg      sync.WaitGroup     // requests not returned yet, for Wait
+	slots   []slot[T]          // slot i written once by node i's request, before its done is set
+	notify  chan int           // buffered to N: node i sends i once
+
+	mu   sync.Mutex      // protects done
+	done []chan struct{} // per node, made by Done on demand; nil until then
+
+	// Backing arrays for rounds of up to smallN nodes, so that a round is
+	// one allocation (plus its channel and ctx) whatever it tallies.
+	slotsA [smallN]slot[T]
+	votesA [smallN]Vote
+	errsA  [smallN]error
 }
 
-// Start sends call to nodes 0..n-1 in parallel, one goroutine each, and
-// returns at once. The calls share a context bounded by timeout (only when
-// the caller's deadline is later), released when the last one returns. If wg is not nil, each goroutine is added to
-// it, so that an owner can wait for stragglers after an early decision.
-func Start[T any](ctx context.Context, n int, timeout time.Duration, wg *sync.WaitGroup, call func(ctx context.Context, node int) (T, error)) *Round[T] {
+// smallN is the largest round whose slots and tally live in the Round itself.
+const smallN = 8
+
+// slot is node i's part of a round: its reply, and whether it is in.
+type slot[T any] struct {
+	r   *Round[T]
+	i   int
+	in  atomic.Bool // Reply is set
+	rep Reply[T]
+}
+
+// run sends node i's request, records the reply and notifies the
+// collector. It is the task a Spawner runs.
+func (s *slot[T]) run() {
+	r := s.r
+	v, err := r.call(&r.ctx, s.i)
+	s.rep = Reply[T]{Val: v, Err: err}
+	r.mu.Lock() // with Done: exactly one of them closes done[i]
+	s.in.Store(true)
+	if r.done != nil && r.done[s.i] != nil {
+		close(r.done[s.i])
+	}
+	r.mu.Unlock()
+	r.notify <- s.i
+	// After the notification, so that a collector woken by the end of
+	// ctx finds every reply of a round that ended because all answered.
+	if r.left.Add(-1) == 0 {
+		r.cancel()
+	}
+	r.wg.Done()
+}
+
+// Spawner starts a round's requests, each on a goroutine, and owns them
+// until they return: a *sync.WaitGroup does, and so does [*Workers], which
+// reuses its goroutines.
+type Spawner interface {
+	Go(f func())
+}
+
+// Start sends call to nodes 0..n-1 in parallel and returns at once. The
+// calls share a context bounded by timeout (only when the caller's deadline
+// is later), released when the last one returns. sp starts them (nil: plain
+// goroutines nobody waits for but Wait), so that an owner can wait for
+// stragglers after an early decision.
+func Start[T any](ctx context.Context, n int, timeout time.Duration, sp Spawner, call func(ctx context.Context, node int) (T, error)) *Round[T] {
 	r := &Round[T]{
 		start:   time.Now(),
 		timeout: timeout,
-		replies: make([]Reply[T], n),
-		done:    make([]chan struct{}, n),
+		call:    call,
 		notify:  make(chan int, n),
 	}
-	if wg != nil {
-		wg.Add(n)
+	if n <= smallN {
+		r.slots = r.slotsA[:n]
+	} else {
+		r.slots = make([]slot[T], n)
 	}
 	// One context for the round: every request starts now with the same
-	// timeout, so one deadline serves them all. The last node to answer
-	// releases it.
-	cctx, cancel := withTimeout(ctx, timeout)
+	// timeout, so one deadline (one timer) serves them all, and the
+	// collector waits on it too. The last node to answer releases it.
+	var cctx context.Context
+	cctx, r.cancel = withTimeout(ctx, timeout)
+	r.ctx.Context = cctx
 	if dl, ok := ctx.Deadline(); timeout > 0 && (!ok || time.Until(dl) > timeout) {
 		// The node timeout, not the caller, sets the requests' deadline.
-		cctx = context.WithValue(cctx, timeoutKey{}, timeout)
+		r.ctx.timeout = timeout
 	}
-	var left atomic.Int32
-	left.Store(int32(n))
 	if n == 0 {
-		cancel()
+		r.cancel()
+		return r
 	}
-	for i := range n {
-		r.done[i] = make(chan struct{})
-		r.g.Go(func() error {
-			if wg != nil {
-				defer wg.Done()
-			}
-			v, err := call(cctx, i)
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-			r.replies[i] = Reply[T]{Val: v, Err: err}
-			close(r.done[i])
-			r.notify <- i
-			return nil
-		})
+	r.left.Store(int32(n))
+	r.wg.Add(n)
+	w, pooled := sp.(*Workers)
+	if wg, ok := sp.(*sync.WaitGroup); (ok && wg == nil) || (pooled && w == nil) {
+		sp, pooled = nil, false // a typed nil: no owner
+	}
+	for i := range r.slots {
+		s := &r.slots[i]
+		s.r, s.i = r, i
+		switch {
+		case pooled:
+			w.run(s) // the slot is the task: nothing to allocate
+		case sp != nil:
+			sp.Go(s.run)
+		default:
+			go s.run()
+		}
 	}
 	return r
 }
 
 type timeoutKey struct{}
+
+// roundCtx is a round's request context: it says the node timeout (see
+// NodeTimeout) without a context.WithValue of its own.
+type roundCtx struct {
+	context.Context
+	timeout time.Duration // 0: the caller's deadline bounds the requests
+}
+
+func (c *roundCtx) Value(key any) any {
+	if _, ok := key.(timeoutKey); ok {
+		if c.timeout > 0 {
+			return c.timeout
+		}
+		return nil
+	}
+	return c.Context.Value(key)
+}
 
 // NodeTimeout returns the node timeout of the round whose request ctx is,
 // when that timeout (not the caller's earlier deadline) bounds it, so that a
@@ -155,35 +226,45 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 func (r *Round[T]) Started() time.Time { return r.start }
 
 // N returns the number of nodes.
-func (r *Round[T]) N() int { return len(r.done) }
+func (r *Round[T]) N() int { return len(r.slots) }
 
 // Done returns a channel closed when node i has answered (or given up).
-func (r *Round[T]) Done(i int) <-chan struct{} { return r.done[i] }
+func (r *Round[T]) Done(i int) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make([]chan struct{}, len(r.slots))
+	}
+	if r.done[i] == nil {
+		r.done[i] = make(chan struct{})
+		if r.slots[i].in.Load() {
+			close(r.done[i])
+		}
+	}
+	return r.done[i]
+}
 
 // Reply returns node i's answer and true, or false if it has not answered.
 func (r *Round[T]) Reply(i int) (Reply[T], bool) {
-	select {
-	case <-r.done[i]:
-		return r.replies[i], true
-	default:
+	s := &r.slots[i]
+	if !s.in.Load() {
 		return Reply[T]{}, false
 	}
+	return s.rep, true
 }
 
 // Settled reports whether every node has answered (or given up).
 func (r *Round[T]) Settled() bool {
-	for _, d := range r.done {
-		select {
-		case <-d:
-		default:
+	for i := range r.slots {
+		if !r.slots[i].in.Load() {
 			return false
 		}
 	}
 	return true
 }
 
-// Wait waits for every node's goroutine, however late.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }
+// Wait waits for every node's request, however late.
+func (r *Round[T]) Wait() { r.wg.Wait() }
 
 // Tally is the state of a round when it was decided.
 type Tally struct {
@@ -243,44 +324,75 @@ func All(t Tally) bool { return t.Pending == 0 }
 //
 // Collect must be called at most once per Round.
 func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Reply[T]) (Vote, error), decide Decider) Tally {
-	n := len(r.done)
-	t := Tally{Pending: n, Votes: make([]Vote, n), Errs: make([]error, n)}
-	var timeout <-chan time.Time
-	if r.timeout > 0 {
-		tm := time.NewTimer(r.timeout - time.Since(r.start))
-		defer tm.Stop()
-		timeout = tm.C
+	n := len(r.slots)
+	t := Tally{Pending: n}
+	if n <= smallN {
+		t.Votes, t.Errs = r.votesA[:n:n], r.errsA[:n:n]
+	} else {
+		t.Votes, t.Errs = make([]Vote, n), make([]error, n)
 	}
-	for !decide(t) {
+	take := func(i int) {
+		v, err := classify(i, r.slots[i].rep)
+		t.Votes[i], t.Errs[i] = v, err
+		t.Pending--
+		switch v {
+		case Yes:
+			t.Yes++
+		case No:
+			t.No++
+		default:
+			t.Votes[i] = Failed
+			t.Failed++
+			if ended(ctx) && !r.timedOut() {
+				t.cut(i)
+			}
+		}
+	}
+	// The round's ctx ends at the node timeout (when it, not the caller's
+	// deadline, bounds the requests), when the caller's ctx given to Start
+	// ends, or when every node has answered: one timer serves the requests
+	// and the collector.
+	rdone := r.ctx.Done()
+	for t.Pending > 0 && !decide(t) {
 		select {
 		case i := <-r.notify:
-			v, err := classify(i, r.replies[i])
-			t.Votes[i], t.Errs[i] = v, err
-			t.Pending--
-			switch v {
-			case Yes:
-				t.Yes++
-			case No:
-				t.No++
-			default:
-				t.Votes[i] = Failed
-				t.Failed++
-				if ended(ctx) && !r.timedOut() {
-					t.cut(i)
+			take(i)
+		case <-rdone:
+			// Replies sent before the end are in the channel already.
+			for drained := false; !drained && !decide(t); {
+				select {
+				case i := <-r.notify:
+					take(i)
+				default:
+					drained = true
 				}
 			}
-		case <-timeout:
-			t.failPending(&TimeoutError{After: r.timeout}, false)
-		case <-ctx.Done():
-			var err error = &TimeoutError{After: time.Since(r.start), Caller: true}
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				err = ctx.Err() // cancelled, not timed out
+			switch {
+			case decide(t):
+			case ended(ctx):
+				r.callerEnded(ctx, &t)
+			case r.timedOut():
+				t.failPending(&TimeoutError{After: r.timeout}, false)
+			default:
+				// Start's ctx ended but not this one: the requests
+				// return with its error; wait for them.
+				rdone = nil
 			}
-			t.failPending(err, !r.timedOut())
+		case <-ctx.Done():
+			r.callerEnded(ctx, &t)
 		}
 	}
 	t.Elapsed = time.Since(r.start)
 	return t
+}
+
+// callerEnded fails the nodes still pending when the caller's ctx ended.
+func (r *Round[T]) callerEnded(ctx context.Context, t *Tally) {
+	var err error = &TimeoutError{After: time.Since(r.start), Caller: true}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
+		err = cerr // cancelled, not timed out
+	}
+	t.failPending(err, !r.timedOut())
 }
 
 // ended reports whether ctx is done or past its deadline: a request may

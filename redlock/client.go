@@ -70,11 +70,13 @@ type Client struct {
 	// not contain braces, which would change the hash tag.
 	anyCluster bool
 	// wg owns every goroutine an operation leaves behind: stragglers after an
-	// early decision, background releases, OnLost callbacks.
-	wg      sync.WaitGroup
+	// early decision, background releases, OnLost callbacks. Its goroutines
+	// are reused from one request to the next (see quorum.Workers).
+	wg      quorum.Workers
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
+	chanPre string        // write-once in New: see channelPrefix
 	// wakeArgs is the scripts' wake-up argument (see wakeArg).
 	wakeArgs string
 
@@ -133,6 +135,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
+	c.chanPre = c.cfg.keyPrefix + "wake:"
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
 	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
@@ -277,7 +280,8 @@ func scriptRefused(err error) bool {
 
 // channelPrefix is the prefix of the Clients' wake-up channels: a
 // release tells the first waiter's Client on prefix + its ID.
-func (c *Client) channelPrefix() string { return c.cfg.keyPrefix + "wake:" }
+// It is built once: every release sends it.
+func (c *Client) channelPrefix() string { return c.chanPre }
 
 // wakeArg is the scripts' wake-up argument (scripts.WakeArg, made in New).
 func (c *Client) wakeArg() string { return c.wakeArgs }
@@ -387,6 +391,7 @@ func (c *Client) Close() error {
 	errs := c.releaseMany(ls, wait+closeGrace)
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
+	c.wg.Close()
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {
 			errs = append(errs, err)
@@ -397,7 +402,7 @@ func (c *Client) Close() error {
 
 // waitTimeout waits for wg, at most d. A request to a client built without
 // ContextTimeoutEnabled may outlive its context; Close does not hang on it.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+func waitTimeout(wg interface{ Wait() }, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()

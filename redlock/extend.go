@@ -48,9 +48,10 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	}
 	defer c.end()
 	// Step 5: re-arm where ours, set where absent, on every node.
+	ext := l.extendCalls()
 	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			e, err := scripts.Extend(ctx, s, l.keys[i], l.token, l.cfg.ttl, l.fence)
+			e, err := ext[i].Extend(ctx, s)
 			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})
@@ -63,6 +64,23 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 		}
 	}
 	return l.settle(ctx, r.Started(), t, healed, due)
+}
+
+// extendCalls returns the extend script's call per node, built at the
+// lock's first extension: its keys and arguments (token, TTL, fence) stay
+// the same for the lock's life, and plain nodes share one call.
+func (l *Lock) extendCalls() []scripts.Prepared {
+	l.extOnce.Do(func() {
+		l.ext = make([]scripts.Prepared, len(l.keys))
+		for i, k := range l.keys {
+			if i > 0 && k.Lock == l.keys[i-1].Lock {
+				l.ext[i] = l.ext[i-1]
+				continue
+			}
+			l.ext[i] = scripts.PrepareExtend(k, l.token, l.cfg.ttl, l.fence)
+		}
+	})
+	return l.ext
 }
 
 // settle applies the tally of an extension round that started at started:

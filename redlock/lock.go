@@ -43,6 +43,8 @@ type Lock struct {
 	lostDone chan struct{}           // closed once lose has run its hooks
 	ctx      context.Context         // write-once before the Lock is handed out
 	cancel   context.CancelCauseFunc // write-once, with ctx
+	extOnce  sync.Once               // builds ext
+	ext      []scripts.Prepared      // per node: the extend call (see extendCalls)
 
 	mu         sync.Mutex // protects the fields below
 	state      state

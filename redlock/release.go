@@ -297,8 +297,11 @@ type inflight interface {
 // an error reply. A timeout or a connection error leaves it unknown whether
 // (and when) the request reaches the node.
 func answered(err error) bool {
+	if err == nil {
+		return true // before the errors.As target, which escapes
+	}
 	var re redis.Error
-	return err == nil || errors.As(err, &re)
+	return errors.As(err, &re)
 }
 
 // roundRef is a round of this lock alone.

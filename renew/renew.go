@@ -74,7 +74,7 @@ type Handle struct {
 	dueSince time.Time // when the renewal being retried was first due; zero when none failed
 	inflight bool
 	lastErr  error
-	bo       *backoff.ExponentialBackOff
+	bo       *backoff.ExponentialBackOff // made at the first failed renewal
 }
 
 // Stop stops renewing the lock and watching its deadline, and waits for a
@@ -90,7 +90,8 @@ func (h *Handle) Stop() {
 	if running != nil {
 		<-running
 	}
-	h.s.poke()
+	// No wake-up of the loop: a stopped handle leaves the heap when its
+	// event comes (fireDue skips it) or its renewal returns (finish).
 }
 
 // Cancel stops renewing the lock and watching its deadline, and cancels a
@@ -104,7 +105,6 @@ func (h *Handle) Cancel() {
 	if cancel != nil {
 		cancel()
 	}
-	h.s.poke()
 }
 
 // Scheduler renews many locks from one goroutine. The zero value is not
@@ -117,8 +117,9 @@ type Scheduler struct {
 	wg        sync.WaitGroup // renewals in flight
 	closeOnce sync.Once
 
-	mu     sync.Mutex // protects added, closed
+	mu     sync.Mutex // protects added, armed, closed
 	added  []*Handle  // handed to the loop on the next wake
+	armed  time.Time  // when the loop's timer fires next; zero when it is not armed
 	closed bool
 
 	h entries // owned by the loop
@@ -182,17 +183,20 @@ func (s *Scheduler) Add(t Target, opts Options) (*Handle, error) {
 		return nil, fmt.Errorf("renew: interval must be positive, got %v", opts.Interval)
 	}
 	h := &Handle{s: s, t: t, opts: opts, index: -1, renewAt: time.Now().Add(opts.Interval)}
-	if opts.AutoRenew {
-		h.bo = retryBackOff(opts.Interval)
-	}
+	first := s.next(h)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
 	s.added = append(s.added, h)
+	// The loop takes added handles whenever it wakes: it needs waking now
+	// only if h's first event comes before the one its timer waits for.
+	wake := s.armed.IsZero() || first.Before(s.armed)
 	s.mu.Unlock()
-	s.poke()
+	if wake {
+		s.poke()
+	}
 	return h, nil
 }
 
@@ -239,6 +243,18 @@ func (s *Scheduler) loop() {
 	for {
 		s.takeAdded()
 		s.fireDue(time.Now())
+		// Add wakes the loop only for an event before armed, so added
+		// must be empty when armed is set.
+		s.mu.Lock()
+		if len(s.added) > 0 {
+			s.mu.Unlock()
+			continue
+		}
+		s.armed = time.Time{}
+		if len(s.h) > 0 {
+			s.armed = s.h[0].at
+		}
+		s.mu.Unlock()
 		if len(s.h) > 0 {
 			timer.Reset(time.Until(s.h[0].at))
 		} else {
@@ -459,7 +475,9 @@ func (s *Scheduler) finish(r result) {
 	case r.err == nil:
 		h.lastErr = nil
 		h.dueSince = time.Time{}
-		h.bo.Reset()
+		if h.bo != nil {
+			h.bo.Reset()
+		}
 		h.renewAt = r.start.Add(h.opts.Interval)
 	case errors.As(r.err, &perm):
 		if h.index >= 0 {
@@ -471,6 +489,9 @@ func (s *Scheduler) finish(r result) {
 		h.lastErr = r.err
 		if h.dueSince.IsZero() {
 			h.dueSince = h.renewAt
+		}
+		if h.bo == nil {
+			h.bo = retryBackOff(h.opts.Interval) // at the first failure: most locks never need it
 		}
 		h.renewAt = time.Now().Add(h.bo.NextBackOff())
 	}

@@ -33,13 +33,91 @@ var (
 	//go:embed queue.lua
 	queueSrc string // the queue's functions, prepended to acquire and release
 
-	acquire = redis.NewScript(queueSrc + acquireSrc)
-	commit  = redis.NewScript(commitSrc)
-	extend  = redis.NewScript(extendSrc)
-	release = redis.NewScript(queueSrc + releaseSrc)
-	exists  = redis.NewScript(existsSrc)
-	fenced  = redis.NewScript(fencedSetSrc)
+	acquire = newScript(queueSrc + acquireSrc)
+	commit  = newScript(commitSrc)
+	extend  = newScript(extendSrc)
+	release = newScript(queueSrc + releaseSrc)
+	exists  = newScript(existsSrc)
+	fenced  = newScript(fencedSetSrc)
 )
+
+// script is a Lua script whose EVALSHA command head is boxed once.
+type script struct {
+	*redis.Script
+	sha any // the script's SHA1, boxed for the command's arguments
+}
+
+func newScript(src string) script {
+	s := redis.NewScript(src)
+	return script{Script: s, sha: s.Hash()}
+}
+
+// processor is the part of a node client the wrappers use: it sends a
+// command built here. Every redis.UniversalClient has it.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run runs the script with keys (boxed: numkeys first, then the keys; see
+// boxKeys) and args as given, as EVALSHA, and as EVAL when the node answers
+// NOSCRIPT (after a restart or SCRIPT FLUSH), like redis.Script.Run. Unlike
+// Script.Run it does not copy and box the keys and arguments again for each
+// request: the command is the keys and arguments of the lock, boxed once,
+// behind the script's head. A client without Process gets Script.Run.
+func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any) *redis.Cmd {
+	p, ok := c.(processor)
+	if !ok {
+		return s.Run(ctx, c, keys, args...)
+	}
+	cmd := make([]any, 0, 2+len(boxed)+len(args))
+	cmd = append(cmd, "evalsha", s.sha)
+	cmd = append(cmd, boxed...)
+	cmd = append(cmd, args...)
+	return s.process(ctx, p, c, keys, cmd)
+}
+
+// runCmd is run with the whole EVALSHA command built already (see
+// evalshaCmd): nothing is allocated for it per request.
+func (s script) runCmd(ctx context.Context, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
+	p, ok := c.(processor)
+	if !ok {
+		return s.Run(ctx, c, keys, cmd[2+1+len(keys):]...)
+	}
+	return s.process(ctx, p, c, keys, cmd)
+}
+
+func (s script) process(ctx context.Context, p processor, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
+	r := redis.NewCmd(ctx, cmd...)
+	if len(keys) > 0 {
+		r.SetFirstKeyPos(3) // as EvalSha does: Cluster routes by the first key
+	}
+	if err := p.Process(ctx, r); err != nil && IsNoScript(err) {
+		return s.Eval(ctx, c, keys, cmd[2+1+len(keys):]...)
+	}
+	return r
+}
+
+// evalshaCmd returns the whole EVALSHA command of s for boxed keys and args.
+func (s script) evalshaCmd(boxed []any, args ...any) []any {
+	cmd := make([]any, 0, 2+len(boxed)+len(args))
+	cmd = append(cmd, "evalsha", s.sha)
+	cmd = append(cmd, boxed...)
+	return append(cmd, args...)
+}
+
+// numKeys are the boxed key counts of the scripts' commands.
+var numKeys = [...]any{"0", "1", "2", "3", "4", "5", "6", "7", "8"}
+
+// boxKeys returns numkeys and keys, boxed once for every request that
+// sends them.
+func boxKeys(keys []string) []any {
+	b := make([]any, 1+len(keys))
+	b[0] = numKeys[len(keys)]
+	for i, k := range keys {
+		b[1+i] = k
+	}
+	return b
+}
 
 // Keys names the keys of one lock on one node. Build it with NewKeys, which
 // prepares the KEYS lists once for every script call of the lock.
@@ -52,6 +130,8 @@ type Keys struct {
 	ext   []string
 	rel   []string
 	com   []string
+	// The same, boxed once for the commands, each behind its count.
+	acqv, extv, relv []any
 }
 
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
@@ -72,6 +152,14 @@ func NewKeys(lock, fence, token string) Keys {
 		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Fence}
 		k.ext = []string{k.Lock, k.Guard, k.Fence}
 		k.com = []string{k.Lock, k.Fence}
+	}
+	// Lock and Guard are boxed once for all three lists.
+	k.relv = boxKeys(k.rel)
+	k.acqv, k.extv = k.relv, []any{numKeys[2], k.relv[1], k.relv[2]}
+	if fence != "" {
+		f := any(k.Fence)
+		k.acqv = []any{numKeys[4], k.relv[1], k.relv[2], k.relv[3], f}
+		k.extv = []any{numKeys[3], k.relv[1], k.relv[2], f}
 	}
 	return k
 }
@@ -133,7 +221,7 @@ func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
 
 // AcquireWith is Acquire with arguments from AcquireArgs.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (bool, int64, error) {
-	v, err := acquire.Run(ctx, c, k.acq, args...).Result()
+	v, err := acquire.run(ctx, c, k.acq, k.acqv, args).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -179,7 +267,27 @@ func Commit(ctx context.Context, c redis.Scripter, k Keys, token string, t int64
 // where it is absent (unless token was released there); with a fence key it
 // also raises the counter to t there.
 func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
-	return parseExtended(extend.Run(ctx, c, k.ext, token, ms(ttl), t).Int64())
+	return PrepareExtend(k, token, ttl, t).Extend(ctx, c)
+}
+
+// Prepared is one script call on one node, built once — keys, arguments
+// and all — for a lock that sends it again and again (Extend, on every
+// renewal). It is safe for concurrent use.
+type Prepared struct {
+	s    script
+	keys []string
+	cmd  []any // the whole EVALSHA command
+}
+
+// PrepareExtend prepares Extend(k, token, ttl, t); run it with
+// Prepared.Extend.
+func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
+	return Prepared{s: extend, keys: k.ext, cmd: extend.evalshaCmd(k.extv, token, ms(ttl), t)}
+}
+
+// Extend runs a call prepared by PrepareExtend on c, as Extend does.
+func (p Prepared) Extend(ctx context.Context, c redis.Scripter) (Extended, error) {
+	return parseExtended(p.s.runCmd(ctx, c, p.keys, p.cmd).Int64())
 }
 
 // ExtendCmd queues Extend on a pipeline, as EVALSHA: load the script on
@@ -256,7 +364,7 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard 
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
 func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	return parseReleased(release.Run(ctx, c, k.rel, args...).Int64())
+	return parseReleased(release.run(ctx, c, k.rel, k.relv, args).Int64())
 }
 
 // ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),

@@ -24,7 +24,7 @@ var paths = []struct {
 	setup func(ctx context.Context, c *redis.Client) error
 }{
 	{"evalsha", func(ctx context.Context, c *redis.Client) error {
-		for _, s := range []*redis.Script{acquire, commit, extend, release, exists} {
+		for _, s := range []script{acquire, commit, extend, release, exists} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}
