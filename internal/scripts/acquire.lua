@@ -22,28 +22,36 @@
 -- again, with its ticket, on its next attempt.
 -- Returns 1 (granted) or 0 (refused); with a fence key, {granted, the node's
 -- fence counter}, from every node, granted or not.
--- A key of another type is a node error (WRONGTYPE), never taken over: MGET
--- reads it as nil, like an absent key, so a nil is checked with EXISTS
--- before anything is set.
+-- A key of another type is a node error (WRONGTYPE), never taken over.
 -- One MGET reads the key and our guard (see release.lua).
 local kg = redis.call('MGET', KEYS[1], KEYS[2])
 local v = kg[1]
 local ok = 0
 if not kg[2] then
   local member = ARGV[3]
-  if v == false and redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
   if v == false then
-    local ticket = nil
-    if member ~= '' then
-      ticket = tonumber(ARGV[4])
-    end
-    if not serve(member, ticket, false, ARGV[6]) then
-      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    -- MGET reads a key of another type as nil: it is found before
+    -- anything is set (SET NX refuses it; EXISTS finds it).
+    if not redis.call('ZRANGE', KEYS[3], 0, 0)[1] then
+      -- Nobody queued: the key is ours.
+      if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
+        return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+      end
       ok = 1
+    else
+      if redis.call('EXISTS', KEYS[1]) == 1 then
+        return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+      end
+      local ticket = nil
       if member ~= '' then
-        redis.call('ZREM', KEYS[3], member)
+        ticket = tonumber(ARGV[4])
+      end
+      if not serve(member, ticket, false, ARGV[6]) then
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        ok = 1
+        if member ~= '' then
+          redis.call('ZREM', KEYS[3], member)
+        end
       end
     end
   elseif v == ARGV[1] then
