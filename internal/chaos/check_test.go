@@ -176,6 +176,18 @@ func TestCheck(t *testing.T) {
 			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond, ReappearedAfterNodeFault: 1},
 		},
 		{
+			name: "a key seen while the releasing client is paused (its retries wait at its gate) raced the release",
+			s: Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 400, 250)},
+				Faults: []Fault{{Kind: KindClientPause, Client: 0, Start: at(150), End: at(450)}}},
+			want: Result{Acquisitions: 1, ReleasedKeysRaced: 1, MaxRacedAge: 250 * time.Millisecond},
+		},
+		{
+			name: "another client's pause is no excuse",
+			s: Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 400, 250)},
+				Faults: []Fault{{Kind: KindClientPause, Client: 1, Start: at(150), End: at(450)}}},
+			want: Result{Acquisitions: 1, ReleasedKeysReappeared: 1, MaxReappearedAge: 250 * time.Millisecond},
+		},
+		{
 			name: "a sighting before the release returned is not one",
 			s:    Snapshot{Holds: released, Seen: []Sighting{seen(0, 1, 105, 0)}},
 			want: Result{Acquisitions: 1},
