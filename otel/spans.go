@@ -39,6 +39,7 @@ const (
 	keyAttempt   = attribute.Key("redlock.attempt")
 	keyFence     = attribute.Key("redlock.fence")
 	keyGranted   = attribute.Key("redlock.granted")
+	keyHandoff   = attribute.Key("redlock.handoff") // granted by releases, no round of its own
 	keyConfirmed = attribute.Key("redlock.confirmed")
 	keyHealed    = attribute.Key("redlock.healed")
 	keyQuorum    = attribute.Key("redlock.quorum")
@@ -172,6 +173,9 @@ func (h *Hooks) acquireSpan(ctx context.Context, i redlock.AcquireInfo) {
 		_, s := h.tracer.Start(cctx, "redlock.attempt", trace.WithTimestamp(r.start), trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(KeyResource.String(i.Resource), keyAttempt.Int(first+n), KeyOutcome.String(string(r.info.Outcome)),
 				keyGranted.Int(r.info.Granted), keyQuorum.Int(r.info.Quorum), keyNodes.Int(r.info.Nodes)))
+		if r.info.Handoff {
+			s.SetAttributes(keyHandoff.Bool(true))
+		}
 		nodeEvents(s, roundNodeErrors(r.info.NodeErrors, r.info.Err), r.end)
 		outcomeStatus(s, r.info.Outcome, r.info.Err)
 		s.End(trace.WithTimestamp(r.end))

@@ -117,8 +117,14 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// Step 9: held from the handoffs, with the validity counted
 			// from the first attempt that queued this token.
 			handoff = false
+			attempt++
+			*attempts = attempt
 			l.handed = w.handedNodes()
 			err = c.hold(ctx, l, quorum.Deadline(l.queuedAt, cfg.ttl, cfg.drift))
+			if obs := cfg.obs; obs != nil {
+				obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: w.handed(l.token), Quorum: c.quorum,
+					Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, Handoff: true})
+			}
 		} else {
 			attempt++
 			*attempts = attempt

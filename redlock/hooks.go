@@ -98,6 +98,10 @@ type AttemptInfo struct {
 	// NodeErrors lists the nodes that failed in this round (also reported
 	// one by one through NodeError).
 	NodeErrors []*NodeError
+	// Handoff is set when no round was sent: releases handed the key to
+	// this call's token on Granted nodes, a majority, which made it the
+	// holder (DESIGN step 9). Latency is then 0.
+	Handoff bool
 }
 
 // AcquireInfo describes a whole Lock or TryLock call.
