@@ -132,7 +132,12 @@ func TestReal_deadHeadWaiterCostsTheNextNothing(t *testing.T) {
 			return true
 		})
 	}
-	// An entry with the oldest ticket that nobody listens for.
+	// An entry with the oldest ticket that nobody listens for, once a's key
+	// is on every node: a's request to a node still on its way would find
+	// the entry ahead of it on a free key and drop it (nobody listens).
+	if !eventually(10*time.Second, func() bool { return holders(t, rc, "lock:dead", held.Token()) == rc.N() }) {
+		t.Fatal("a's key never reached every node")
+	}
 	for i := range rc.N() {
 		rc.Admin(i).ZAdd(t.Context(), queue, redisZ(1, scripts.Member("gone-client", ttl, "gone-token")))
 	}
