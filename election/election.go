@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -133,22 +134,12 @@ func (e *Election) fanout(ctx context.Context, fn func(ctx context.Context, i in
 			nctx, cancel := context.WithTimeout(ctx, e.cfg.nodeTimeout)
 			defer cancel()
 			if err := fn(nctx, i, n); err != nil {
-				errs[i] = &redlock.NodeError{Node: i, Addr: addrOf(n), Err: err}
+				errs[i] = &redlock.NodeError{Node: i, Addr: nodeaddr.Of(n), Err: err}
 			}
 		})
 	}
 	wg.Wait()
 	return errs
-}
-
-func addrOf(n redis.UniversalClient) string {
-	switch c := n.(type) {
-	case *redis.ClusterClient:
-		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
-	case interface{ Options() *redis.Options }:
-		return c.Options().Addr
-	}
-	return fmt.Sprintf("%T", n)
 }
 
 // noQuorum joins ErrNoQuorum, with a head saying how many answered, and the

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
@@ -131,7 +132,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 		_, cluster := n.(*redis.ClusterClient)
-		c.nodes[i] = node{c: n, addr: nodeAddr(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
+		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
@@ -162,16 +163,6 @@ func isNil(n redis.UniversalClient) bool {
 		return v.IsNil()
 	}
 	return false
-}
-
-func nodeAddr(n redis.UniversalClient) string {
-	switch c := n.(type) {
-	case *redis.ClusterClient:
-		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
-	case interface{ Options() *redis.Options }:
-		return c.Options().Addr
-	}
-	return fmt.Sprintf("%T", n)
 }
 
 // begin registers an operation, so that Close waits for it; it fails once

@@ -82,12 +82,7 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, invalid("urls: at least one URL is needed")
 	}
-	var tlsCfg *tls.Config
-	for _, o := range opts {
-		if t, ok := o.(tlsOption); ok && t.cfg != nil {
-			tlsCfg = t.cfg
-		}
-	}
+	tlsCfg := tlsConfig(opts)
 	nodes := make([]redis.UniversalClient, 0, len(urls))
 	addrs := make([]string, 0, len(urls))
 	closeAll := func() {
@@ -138,6 +133,18 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 // ignore it. It has no effect on New or on a single call, which build no
 // clients. By default TLS URLs trust the system's roots.
 func WithTLSConfig(cfg *tls.Config) Option { return tlsOption{cfg} }
+
+// tlsConfig returns the TLS configuration of the last WithTLSConfig in
+// opts, or nil.
+func tlsConfig(opts []Option) *tls.Config {
+	var cfg *tls.Config
+	for _, o := range opts {
+		if t, ok := o.(tlsOption); ok && t.cfg != nil {
+			cfg = t.cfg
+		}
+	}
+	return cfg
+}
 
 // tlsOption is read by Dial; it configures no lock.
 type tlsOption struct{ cfg *tls.Config }

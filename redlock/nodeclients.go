@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"crypto/tls"
-
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,12 +18,7 @@ func NodeClients(urls []string, opts ...Option) ([]redis.UniversalClient, error)
 	if len(urls) == 0 {
 		return nil, invalid("urls: at least one URL is needed")
 	}
-	var tlsCfg *tls.Config
-	for _, o := range opts {
-		if t, ok := o.(tlsOption); ok && t.cfg != nil {
-			tlsCfg = t.cfg
-		}
-	}
+	tlsCfg := tlsConfig(opts)
 	nodes := make([]redis.UniversalClient, 0, len(urls))
 	for i, raw := range urls {
 		n, _, err := dialURL(raw, tlsCfg)

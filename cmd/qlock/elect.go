@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,15 +13,9 @@ import (
 // on loss and campaign again; exit with its code when it exits on its own.
 func cmdElect(args []string, stdout, stderr io.Writer) int {
 	var c common
-	fs := c.flags("elect", stderr, true)
-	name, command, err := c.parse(fs, args, stdout)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case err != nil:
-		return fail(stderr, exitUsage, fmt.Errorf("elect: %w (see qlock help)", err))
-	case len(command) == 0:
-		return fail(stderr, exitUsage, errors.New("elect: missing COMMAND after NAME -- (see qlock help)"))
+	name, command, code, ok := c.parseCommand("elect", "NAME", args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)

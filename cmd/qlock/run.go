@@ -21,15 +21,9 @@ const dialTimeout = 10 * time.Second
 // cmdRun is qlock run.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var c common
-	fs := c.flags("run", stderr, true)
-	resource, command, err := c.parse(fs, args, stdout)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case err != nil:
-		return fail(stderr, exitUsage, fmt.Errorf("run: %w (see qlock help)", err))
-	case len(command) == 0:
-		return fail(stderr, exitUsage, errors.New("run: missing COMMAND after RESOURCE -- (see qlock help)"))
+	resource, command, code, ok := c.parseCommand("run", "RESOURCE", args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -48,6 +42,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	res := runChild(term, resource, command, &c, sigs, stderr)
 	s.resign(term)
 	return res.code
+}
+
+// parseCommand parses the flags of qlock run or elect (cmd), then NAME
+// (what names the resource or election) and COMMAND after "--". When it
+// returns ok false, the caller exits with code: 0 after -h, exitUsage on
+// bad usage (reported on stderr).
+func (c *common) parseCommand(cmd, what string, args []string, stdout, stderr io.Writer) (name string, command []string, code int, ok bool) {
+	fs := c.flags(cmd, stderr, true)
+	name, command, err := c.parse(fs, args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return "", nil, 0, false
+	case err != nil:
+		return "", nil, fail(stderr, exitUsage, fmt.Errorf("%s: %w (see qlock help)", cmd, err)), false
+	case len(command) == 0:
+		return "", nil, fail(stderr, exitUsage, fmt.Errorf("%s: missing COMMAND after %s -- (see qlock help)", cmd, what)), false
+	}
+	return name, command, 0, true
 }
 
 // session is the connection and election of one qlock run or elect.

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -119,7 +119,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 // resource (a hash tag on Cluster nodes), its fence counter at lock key +
 // ":fence", its waiter queue at lock key + ":queue".
 func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
-	st := nodeStatus{addr: addrOf(n), fence: "-"}
+	st := nodeStatus{addr: nodeaddr.Of(n), fence: "-"}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	lock := prefix + resource
@@ -168,16 +168,6 @@ func majorityHolder(sts []nodeStatus, q int) string {
 		}
 	}
 	return ""
-}
-
-func addrOf(n redis.UniversalClient) string {
-	switch c := n.(type) {
-	case *redis.ClusterClient:
-		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
-	case *redis.Client:
-		return c.Options().Addr
-	}
-	return strconv.Quote(fmt.Sprintf("%T", n))
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
