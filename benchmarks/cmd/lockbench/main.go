@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +79,7 @@ type config struct {
 	progress  string
 	many      int
 	count     int
+	cpuprof   string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -102,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.svg, "svg", "", "draw the latency distributions (CDF per library, one panel per scenario) to this SVG `file`")
 	fs.BoolVar(&c.markdown, "markdown", false, "print the tables as Markdown")
 	fs.IntVar(&c.many, "many", 0, "also hold this many auto-renewed quorumlock locks for -duration, batched and unbatched, and report renewal lag, CPU and round trips (0: off; see cmd/holdbench for more)")
+	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (clients of every library, and embedded miniredis nodes) to this `file`, for go tool pprof")
 	fs.StringVar(&c.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lockbench [flags]\n\nMeasures lock latency and throughput of quorumlock, redsync and redislock next to\nthe floor (one parallel round of SET NX PX / DEL). Scenarios:\n")
@@ -199,6 +202,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	selScen, err := selectScenarios(cfg.scenarios)
 	if err != nil {
 		return err
+	}
+	if cfg.cpuprof != "" {
+		f, err := os.Create(cfg.cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	// Nodes: the user's, or embedded ones that we stop on the way out,
@@ -414,6 +428,7 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	defer cancelSoft()
 	prog.start(tag+" "+lib.Name+" · "+s.name, cfg.duration, &rec.ops)
 	usecBefore, cpuBefore := serverUsec(ctx, ns), serverCPU(ctx, ns)
+	clientBefore := processCPU()
 	start := time.Now()
 	name := fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano())
 	if s.runMany != nil {
@@ -422,6 +437,7 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 		err = s.run(soft, e, lk, name, rec)
 	}
 	res.Elapsed = time.Since(start)
+	client := processCPU() - clientBefore
 	usec, cpu := serverUsec(ctx, ns)-usecBefore, serverCPU(ctx, ns)-cpuBefore
 	if cerr := lk.Close(); err == nil {
 		err = cerr
@@ -444,6 +460,9 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	}
 	if res.Ops > 0 && cpuBefore >= 0 && cpu > 0 {
 		res.ServerCPUUS = cpu / float64(res.Ops)
+	}
+	if res.Ops > 0 && clientBefore >= 0 && client > 0 {
+		res.ClientCPUUS = float64(client.Microseconds()) / float64(res.Ops)
 	}
 	d := make([]time.Duration, len(rec.samples))
 	for i, sm := range rec.samples {

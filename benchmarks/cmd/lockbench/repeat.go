@@ -32,6 +32,11 @@ type Run struct {
 	// counts anything else the nodes did meanwhile: read it on nodes that
 	// serve lockbench alone, as the embedded ones do.
 	ServerCPUUS float64 `json:"server_cpu_us_per_op,omitempty"`
+	// ClientCPUUS is lockbench's own process CPU time per operation, in
+	// µs (getrusage: user + system), before and after the run: the
+	// library's client side, network I/O included. With embedded miniredis
+	// nodes it includes the nodes too.
+	ClientCPUUS float64 `json:"client_cpu_us_per_op,omitempty"`
 }
 
 // Spread is, for one figure, (max − min) / median over the runs: 0.1 means
@@ -57,7 +62,7 @@ func merge(runs []*Result) *Result {
 	}
 	first := runs[0]
 	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
-	var rates, server, serverCPU []float64
+	var rates, server, serverCPU, clientCPU []float64
 	var p50, p90, p99, mean []time.Duration
 	for i, r := range runs {
 		m.Runs = append(m.Runs, runOf(r))
@@ -92,6 +97,7 @@ func merge(runs []*Result) *Result {
 		rates = append(rates, r.OpsPerSec)
 		server = append(server, r.ServerUS)
 		serverCPU = append(serverCPU, r.ServerCPUUS)
+		clientCPU = append(clientCPU, r.ClientCPUUS)
 		p50 = append(p50, r.Summary.P50)
 		p90 = append(p90, r.Summary.P90)
 		p99 = append(p99, r.Summary.P99)
@@ -100,6 +106,7 @@ func merge(runs []*Result) *Result {
 	m.OpsPerSec = medianFloat(rates)
 	m.ServerUS = medianFloat(server)
 	m.ServerCPUUS = medianFloat(serverCPU)
+	m.ClientCPUUS = medianFloat(clientCPU)
 	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
 	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99)}
 	return m

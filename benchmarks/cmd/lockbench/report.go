@@ -156,7 +156,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		fmt.Fprintf(w, "* ops/s, p50, p90, p99: medians over %d runs; ops and max: all runs; spread: (max − min) / median over the runs\n", rep.Count)
 	}
 	if hasFairness(rep) {
-		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call; server µs/acq: the nodes' command time per acquisition (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name); server CPU µs/acq: the node processes' CPU time per acquisition, network I/O included (INFO cpu: used_cpu_user + used_cpu_sys)")
+		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call")
 	}
 	if len(thin) > 0 {
 		fmt.Fprintf(w, "† fewer than %d samples in a run (%s): p90 and p99 are among its top few samples, close to the max; run longer (-duration)\n",
@@ -168,7 +168,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		}
 	}
 
-	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server µs/acq", "server CPU µs/acq"}}
+	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another"}}
 	for _, r := range rep.Results {
 		if r.Fair == nil {
 			continue
@@ -181,21 +181,43 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Scenario == "clients" {
 			who = fmt.Sprintf("%d instances / 1 res.", rep.Clients)
 		}
-		server, cpu := "–", "–"
-		if r.ServerUS > 0 {
-			server = strconv.FormatFloat(r.ServerUS, 'f', 0, 64)
-		}
-		if r.ServerCPUUS > 0 {
-			cpu = strconv.FormatFloat(r.ServerCPUUS, 'f', 0, 64)
-		}
 		ft.add(who, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), server, cpu)
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair))
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)
 		ft.write(w, markdown)
 	}
+	writeCost(w, rep, markdown)
 	fmt.Fprintln(w)
+}
+
+// writeCost prints what one operation cost the nodes and the client, for
+// every result that could read it.
+func writeCost(w io.Writer, rep *Report, markdown bool) {
+	ct := &table{head: []string{"scenario", "lib", "nodes", "server µs/op", "server CPU µs/op", "client CPU µs/op", "CPU µs/op"}}
+	us := func(v float64) string {
+		if v <= 0 {
+			return "–"
+		}
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	for _, r := range rep.Results {
+		if r.Summary.N == 0 || (r.ServerUS <= 0 && r.ServerCPUUS <= 0 && r.ClientCPUUS <= 0) {
+			continue
+		}
+		total := 0.0
+		if r.ServerCPUUS > 0 && r.ClientCPUUS > 0 {
+			total = r.ServerCPUUS + r.ClientCPUUS
+		}
+		ct.add(r.Scenario, r.Lib, strconv.Itoa(r.Nodes), us(r.ServerUS), us(r.ServerCPUUS), us(r.ClientCPUUS), us(total))
+	}
+	if len(ct.rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	ct.write(w, markdown)
+	fmt.Fprintln(w, "* per operation (an acquisition in contended and clients), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included); client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too); CPU µs: server CPU + client CPU, what the operation cost the machine")
 }
 
 func hasFairness(rep *Report) bool {

@@ -48,6 +48,7 @@ func testReport() *Report {
 		mk("contended", "quorumlock", 3, ms(1, 300)...),
 	}
 	rep.Results[3].Fair = &Fairness{LongestWait: 300 * time.Millisecond, Handoffs: 4, ToOther: 3}
+	rep.Results[3].ServerUS, rep.Results[3].ServerCPUUS, rep.Results[3].ClientCPUUS = 111, 222, 333
 	rep.Results = append(rep.Results, &Result{Scenario: "contended", Lib: "redsync", Nodes: 3, Note: "a note", Run: Run{Err: "boom"}})
 	ratios(rep.Results)
 	return rep
@@ -95,11 +96,23 @@ func TestWriteTables(t *testing.T) {
 	}
 	// The contended row carries the fairness columns beside its ratio.
 	for _, l := range lines {
-		if strings.HasPrefix(l, "contended") && strings.Contains(l, "quorumlock") {
+		if strings.HasPrefix(l, "contended") && strings.Contains(l, "quorumlock") && strings.Contains(l, "%") {
 			if f := strings.Fields(l); strings.Join(f[len(f)-2:], " ") != "75.0% 300ms" {
 				t.Errorf("contended row = %q; want it to end with the share to another goroutine and the longest wait", l)
 			}
 		}
+	}
+
+	// The cost table has the server and client CPU per operation and their
+	// sum, for the results that measured them only.
+	costRows := 0
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) == 7 && f[0] == "contended" && strings.Join(f[3:], " ") == "111 222 333 555" {
+			costRows++
+		}
+	}
+	if costRows != 1 || !strings.Contains(out, "client CPU µs/op") || strings.Count(out, "\nuncontended") != 3 {
+		t.Errorf("want one cost row, for contended/quorumlock: 111 222 333 555:\n%s", out)
 	}
 
 	b.Reset()
