@@ -75,12 +75,17 @@ type lockResult struct {
 	err   error
 }
 
-// lockAsync calls c.Lock on a goroutine of its own.
+// lockAsync calls c.Lock on a goroutine of its own, with the test's ctx.
 func lockAsync(t *testing.T, c *Client, resource string, opts ...Option) <-chan lockResult {
+	return lockAsyncCtx(t.Context(), c, resource, opts...)
+}
+
+// lockAsyncCtx is lockAsync with a ctx of the caller's.
+func lockAsyncCtx(ctx context.Context, c *Client, resource string, opts ...Option) <-chan lockResult {
 	got := make(chan lockResult, 1)
 	go func() {
 		start := time.Now()
-		l, err := c.Lock(t.Context(), resource, opts...)
+		l, err := c.Lock(ctx, resource, opts...)
 		got <- lockResult{l, start, time.Now(), err}
 	}()
 	return got
@@ -463,7 +468,8 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, rc.Clients())
+	rounds := &roundCounter{}
+	b := newClient(t, rc.Clients(), WithHooks(rounds))
 	c := newClient(t, rc.Clients())
 	held, err := a.Lock(t.Context(), "mid")
 	if err != nil {
@@ -471,12 +477,8 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		// Long retry delays: only the handoff and the cancellation act.
-		_, err := b.Lock(ctx, "mid", WithRetryDelay(5*time.Second, 6*time.Second))
-		got <- err
-	}()
+	// Long retry delays: only the handoff and the cancellation act.
+	got := lockAsyncCtx(ctx, b, "mid", WithRetryDelay(5*time.Second, 6*time.Second))
 	queue := "lock:mid" + scripts.QueueSuffix
 	if !eventually(10*time.Second, func() bool { return queuedOnEvery(t, rc, queue, 1) }) {
 		t.Fatal("the waiter never queued on every node")
@@ -486,12 +488,16 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 		t.Fatalf("release on node 0 = %v, %v; want HandedOver", r, err)
 	}
 	bToken := keyOn(t, rc, 0, "lock:mid")
-	time.Sleep(200 * time.Millisecond) // b is told, attempts, and waits on
+	// b is told by node 0 alone, attempts again within a node timeout (its
+	// second round), is refused by the others, and waits on.
+	if !eventually(10*time.Second, func() bool { return rounds.rounds.Load() >= 2 }) {
+		t.Fatalf("b made %d rounds; want a second one after the minority handoff", rounds.rounds.Load())
+	}
 	cancel()
 	select {
-	case err := <-got:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("b's Lock = %v; want context.Canceled", err)
+	case r := <-got:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("b's Lock = %v; want context.Canceled", r.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("b's Lock did not return after its ctx ended")
