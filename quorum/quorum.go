@@ -353,6 +353,7 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 	// ends, or when every node has answered: one timer serves the requests
 	// and the collector.
 	rdone := r.ctx.Done()
+	var late <-chan time.Time // the node timeout, once rdone no longer says it
 	for t.Pending > 0 && !decide(t) {
 		select {
 		case i := <-r.notify:
@@ -375,9 +376,17 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 				t.failPending(&TimeoutError{After: r.timeout}, false)
 			default:
 				// Start's ctx ended but not this one: the requests
-				// return with its error; wait for them.
+				// return with its error; wait for them, but not past
+				// the node timeout (a client may ignore ctx).
 				rdone = nil
+				if r.timeout > 0 {
+					tm := time.NewTimer(r.timeout - time.Since(r.start))
+					defer tm.Stop()
+					late = tm.C
+				}
 			}
+		case <-late:
+			t.failPending(&TimeoutError{After: r.timeout}, false)
 		case <-ctx.Done():
 			r.callerEnded(ctx, &t)
 		}

@@ -86,10 +86,10 @@ func (p *Workers) work(t task) {
 	var w *worker
 	for {
 		t.run()
-		p.wg.Done()
 		p.mu.Lock()
 		if p.closed || len(p.idle) >= maxIdle {
 			p.mu.Unlock()
+			p.wg.Done()
 			return
 		}
 		if w == nil {
@@ -98,6 +98,10 @@ func (p *Workers) work(t task) {
 		w.parked = time.Now()
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
+		// Done only once parked (or on the way out, above): when Wait
+		// returns, every worker is idle or gone, so a Close after Wait
+		// lets every one of them go and waits for it.
+		p.wg.Done()
 		if t = <-w.tasks; t == nil {
 			close(w.exited)
 			return

@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,5 +166,33 @@ func TestCollect_onWorkersHungNodes(t *testing.T) {
 		}
 		w.Wait()
 		w.Close()
+	})
+}
+
+// When the ctx given to Start ends before the one given to Collect, and a
+// node ignores ctx, Collect still stops waiting for it at the node timeout.
+func TestCollect_startCtxEndsFirstHungNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := time.Millisecond
+		sctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(5*ms, cancel)
+		start := time.Now()
+		r := Start(sctx, 3, 100*ms, nil, func(ctx context.Context, i int) (Vote, error) {
+			if i == 0 {
+				time.Sleep(10 * time.Second) // ignores ctx
+				return Failed, errNode
+			}
+			<-ctx.Done()
+			return Failed, ctx.Err()
+		})
+		got := r.Collect(t.Context(), func(_ int, rep Reply[Vote]) (Vote, error) { return rep.Val, rep.Err }, All)
+		if took := time.Since(start); took != 100*ms || got.Failed != 3 {
+			t.Errorf("Collect returned after %v with %d failed; want all 3 failed at the node timeout (100ms)", took, got.Failed)
+		}
+		var te *TimeoutError
+		if !errors.As(got.Errs[0], &te) {
+			t.Errorf("the hung node's error = %v; want a *TimeoutError", got.Errs[0])
+		}
+		r.Wait()
 	})
 }
