@@ -119,7 +119,6 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			handoff = false
 			attempt++
 			*attempts = attempt
-			l.handed = w.handedNodes()
 			err = c.hold(ctx, l, quorum.Deadline(l.queuedAt, cfg.ttl, cfg.drift))
 			if obs := cfg.obs; obs != nil {
 				obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: w.handed(l.token), Quorum: c.quorum,

@@ -60,10 +60,6 @@ type Lock struct {
 	// (zero: none yet): a key handed to the token was set after it, for
 	// the token's TTL. Set by the call's goroutine.
 	queuedAt time.Time
-	// handed is, per node, whether a release handed us the key there (set
-	// when Lock returns a lock held from handoffs; nil otherwise): our
-	// queue member left that node's queue with the handoff.
-	handed []bool
 	// yielded is set once settle yielded a node of this token: a handoff
 	// message from before the yield may then name a node that is no
 	// longer ours, so the call confirms with an attempt instead.

@@ -309,6 +309,17 @@ func queuedOnEvery(t *testing.T, rc *redistest.Cluster, queue string, n int64) b
 	return true
 }
 
+// heldOnEvery waits until l's key is on every node: Lock returns at a
+// majority, and its request to another node may still be on its way, where
+// a waiter's attempt can take the free key first.
+func heldOnEvery(t *testing.T, rc *redistest.Cluster, l *Lock) {
+	t.Helper()
+	key := "lock:" + l.Resource()
+	if !eventually(10*time.Second, func() bool { return holders(t, rc, key, l.Token()) == rc.N() }) {
+		t.Fatalf("%s is held on %d of %d nodes; want every node", key, holders(t, rc, key, l.Token()), rc.N())
+	}
+}
+
 // roundCounter counts the acquire rounds sent and the locks held from
 // handoffs without one.
 type roundCounter struct {
@@ -341,7 +352,8 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 	}{{"short wait: held from the handoff", 500 * time.Millisecond, false}, {"long wait: confirmed", 2 * time.Second, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newClient(t, rc.Clients(), WithTTL(ttl))
-			b := newClient(t, rc.Clients(), WithTTL(ttl))
+			rounds := &roundCounter{}
+			b := newClient(t, rc.Clients(), WithTTL(ttl), WithHooks(rounds))
 			// A waiter whose handoff messages come further apart than a
 			// node timeout (a loaded machine) confirms with a round
 			// instead: the short wait tries again, up to 5 times, until
@@ -352,6 +364,7 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				handoffs := rounds.handoffs.Load()
 				got := lockAsync(t, b, res, WithRetryDelay(10*time.Second, 11*time.Second))
 				// Queued on a majority (an attempt that missed a node's
 				// timeout is made again only after the 10s retry delay).
@@ -376,7 +389,7 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 					t.Fatalf("waiter's Lock = %v", r.err)
 				}
 				until := r.l.ValidUntil()
-				fromHandoff := r.l.handed != nil
+				fromHandoff := rounds.handoffs.Load() > handoffs
 				r.l.Unlock(context.Background())
 				t.Logf("Lock call began %v before the Unlock; ValidUntil %v after the Unlock; held from handoffs: %v",
 					unlocked.Sub(r.start).Round(time.Millisecond), until.Sub(unlocked).Round(time.Millisecond), fromHandoff)
@@ -475,6 +488,7 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnEvery(t, rc, held)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// Long retry delays: only the handoff and the cancellation act.
@@ -517,4 +531,51 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 		t.Fatalf("another client's TryLock after both are done = %v", err)
 	}
 	l.Unlock(context.Background())
+}
+
+// A lock held from handoffs releases with its queue member on every node,
+// also where a release handed it the key: an attempt of its own refused
+// there later (the handed key expired, a node restarted empty) queues the
+// member again, and a release that left it would have a later release —
+// its own, even — hand the key to the finished token for a whole TTL.
+func TestReal_releaseOfAHandedLockTakesItsMemberOutEverywhere(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	a := newClient(t, rc.Clients())
+	b := newClient(t, rc.Clients())
+	held, err := a.Lock(t.Context(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOnEvery(t, rc, held)
+	got := lockAsync(t, b, "again", WithRetryDelay(10*time.Second, 11*time.Second))
+	queue := "lock:again" + scripts.QueueSuffix
+	if !eventually(10*time.Second, func() bool { return queuedOnEvery(t, rc, queue, 1) }) {
+		for i := range rc.N() {
+			m, _ := rc.Admin(i).ZRangeWithScores(t.Context(), queue, 0, -1).Result()
+			t.Logf("node %d: %v", i, m)
+		}
+		t.Fatal("the waiter never queued on every node")
+	}
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter's Lock = %v", r.err)
+	}
+	// b's member is back in node 0's queue, as a later refused attempt of
+	// b's would leave it.
+	if err := rc.Admin(0).ZAdd(t.Context(), queue, redisZ(1, r.l.waiter.Member)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if v := keyOn(t, rc, 0, "lock:again"); v != "" {
+		t.Errorf("node 0 holds %q after b's Unlock; want no key (b's own queue entry was handed the key back)", v)
+	}
+	if !queuedOnEvery(t, rc, queue, 0) {
+		t.Errorf("a queue entry is left after b's Unlock")
+	}
 }

@@ -207,11 +207,13 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, err
 	return ok, err
 }
 
-// relArgs are a release's arguments, boxed once for every node: plain;
+// relArgs are a release's arguments, boxed once for every node: plain, and
 // with the token's guard, for nodes where a request of the lock may still
-// be in flight (guardFor); and bare (without our queue member) for nodes
-// that handed us the key, where the handoff took our member out already.
-type relArgs struct{ plain, guarded, bare []any }
+// be in flight (guardFor). Both carry our queue member, also to nodes that
+// handed us the key (the handoff took it out there): an attempt refused
+// there later may have queued it again, and a release must never leave it
+// for a later one to hand the key to a finished token.
+type relArgs struct{ plain, guarded []any }
 
 // releaseArgs boxes the release's arguments once for every node. A node's
 // need for the guard can only appear while a round is pending, so one seen
@@ -219,13 +221,9 @@ type relArgs struct{ plain, guarded, bare []any }
 func (l *Lock) releaseArgs() *relArgs {
 	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
 	for i := range l.keys {
-		switch {
-		case l.guardFor(i) > 0:
-			if args.guarded == nil {
-				args.guarded = l.guardArgs()
-			}
-		case l.handed != nil && l.handed[i] && args.bare == nil:
-			args.bare = scripts.ReleaseArgs(l.token, 0, scripts.Waiter{}, false, l.c.wakeArg())
+		if l.guardFor(i) > 0 {
+			args.guarded = l.guardArgs()
+			break
 		}
 	}
 	return args
@@ -237,18 +235,15 @@ func (l *Lock) guardArgs() []any {
 }
 
 // argsFor returns the arguments for node i: with the guard where a request of
-// the lock may still be in flight there, bare where it handed us the key.
+// the lock may still be in flight there.
 func (l *Lock) argsFor(args *relArgs, i int) []any {
-	switch {
-	case l.guardFor(i) > 0:
-		if args.guarded == nil {
-			return l.guardArgs()
-		}
-		return args.guarded
-	case l.handed != nil && l.handed[i] && args.bare != nil:
-		return args.bare
+	if l.guardFor(i) == 0 {
+		return args.plain
 	}
-	return args.plain
+	if args.guarded == nil {
+		return l.guardArgs()
+	}
+	return args.guarded
 }
 
 // releaseScript runs the release script on node i; yield is for a waiter

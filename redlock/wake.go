@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -190,15 +189,6 @@ func (wt *waiter) retoken(token string) {
 	clear(wt.nodes)
 	wt.count = 0
 	w.waiters[token] = wt
-}
-
-// handedNodes returns, per node, whether a release handed the key to the
-// waiter's current token.
-func (wt *waiter) handedNodes() []bool {
-	w := wt.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(wt.nodes)
 }
 
 // handed returns on how many nodes a release handed the key to token (0
