@@ -253,7 +253,8 @@ func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
 
 // What a wake-up tells a waiting Lock call (handedTo).
 const (
-	handedFew      = iota // fewer than a majority of nodes handed us the key yet: wait on
+	handedNone     = iota // no node handed our current token the key (a signal for an earlier token): wait on
+	handedFew             // fewer than a majority of nodes handed us the key yet: wait on
 	handedMajority        // a majority did: the lock is ours, no round needed
 	handedConfirm         // some did, but only an attempt can tell: make one now
 )
@@ -269,7 +270,7 @@ func (c *Client) handedTo(l *Lock, w *waiter) int {
 	n := w.handed(l.token)
 	switch {
 	case n == 0:
-		return handedFew
+		return handedNone
 	case l.cfg.fencing || l.yielded || l.queuedAt.IsZero():
 		return handedConfirm
 	case n < c.quorum:
