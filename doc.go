@@ -54,23 +54,24 @@
 //     ordinary attempt, so it is fenced like any other.
 //  9. Waiters queue on the nodes: a Lock call refused on a node joins that
 //     node's queue of the resource (<key>:queue, by a ticket taken once per
-//     call: its start time) in the same script. A release that finds
-//     waiters sets the key to the first one's token, for that waiter's TTL,
-//     and publishes that token on its Client's channel only (one channel
-//     per Client, subscribed once); a waiter whose Client is not listening
-//     there (PUBSUB NUMSUB, read before the key is touched: its process is
-//     gone) is dropped, and the next one is served in the same step. A waiter told by a majority
-//     holds the lock, its validity counted from its first attempt that
-//     joined the queue (the key was set after that, for its TTL); with
-//     fencing, after a split vote, or when less than half the TTL is left,
-//     it confirms with an ordinary attempt instead. On a free key the first
-//     in the queue goes first. A waiter that won only a minority in a split
-//     vote yields those nodes to older waiters queued there, so splits
-//     settle toward the oldest ticket. A waiter keeps its jittered retry
-//     delay as a fallback; the queue key expires a while after the latest
-//     attempt that queued. A failed attempt's cleanup wakes nobody. A
-//     Client's own Lock calls on one resource also take turns in arrival
-//     order.
+//     call: its start time) in the same script. A release that finds waiters
+//     sets the key to the first one's token, for that waiter's TTL, and
+//     publishes that token on its Client's channel only (one channel per
+//     Client, subscribed once); a waiter whose Client is not listening there
+//     (PUBSUB NUMSUB, read before the key is touched: its process is gone) is
+//     dropped, and the next one is served in the same step. A waiter told by a
+//     majority holds the lock, its validity counted from its first attempt
+//     that joined the queue (the key was set after that, for its TTL); with
+//     fencing, after a split vote, or when less than half the TTL is left (or
+//     too little for the first renewal), it confirms with an ordinary attempt
+//     instead. On a free key the first in the queue goes first. A waiter that
+//     won only a minority in a split vote yields those nodes to older waiters
+//     queued there, so splits settle toward the oldest ticket. A waiter keeps
+//     its jittered retry delay as a fallback; the queue key expires a while
+//     after the latest attempt that queued. A failed attempt's cleanup passes
+//     a key it got on a node to the first waiter there, as a release does, and
+//     tells nobody else. A Client's own Lock calls on one resource also take
+//     turns in arrival order.
 //
 // # What is guaranteed
 //

@@ -418,10 +418,11 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 
 // On a Redis Cluster node the release runs on the key's shard, where the
 // waiter's Client does not subscribe (its channel lives on another shard,
-// and PUBLISH reaches it through the cluster bus): the release must not
-// hand the key over and tell the waiter anyway. A message always means the
-// key holds the waiter's token; here, none is sent, and the waiter takes
-// the freed key with its fallback attempt, alone.
+// and PUBLISH reaches it through the cluster bus), so the release cannot
+// count who listens: it hands the key to the head waiter without that
+// check, and only then publishes. A message always means the key holds the
+// waiter's token: it must never be dropped as "not listening" after the
+// message went out (the waiter would count a node that deleted its key).
 func TestReal_clusterNodeNeverTellsAWaiterOfAKeyItDoesNotHold(t *testing.T) {
 	t.Parallel()
 	rcl := redistest.StartRedisCluster(t, 3)

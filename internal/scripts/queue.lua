@@ -18,8 +18,10 @@
 -- sent after the key is set, never undone: a waiter told by a node holds
 -- the key there. "0" is for Redis Cluster nodes, where a Client's channel
 -- lives on another shard than the key and cannot be counted from here: the
--- head is handed the key without that check. Returns true when the key was
--- handed over; otherwise the key is as it was.
+-- head is handed the key without that check. At most 16 heads are tried in
+-- one call (a bound on the script's time): behind 16 dead waiters the key
+-- is left to the caller, and later releases or attempts drop the rest.
+-- Returns true when the key was handed over; otherwise the key is as it was.
 local function serve(me, ticket, orequal, wake)
   local count = string.sub(wake, 1, 1) == '1'
   local prefix = string.sub(wake, 2)

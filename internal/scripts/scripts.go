@@ -2,8 +2,8 @@
 // wrappers. Every script checks ownership atomically on the node; no lock key
 // is ever deleted or re-armed by a plain command.
 //
-// The wrappers run a script with [redis.Script.Run]: EVALSHA first, EVAL when
-// the node answers NOSCRIPT (after a restart or SCRIPT FLUSH). They take only a
+// The wrappers run a script as EVALSHA, and as EVAL when the node answers
+// NOSCRIPT (after a restart or SCRIPT FLUSH), like [redis.Script.Run]. They take only a
 // [redis.Scripter], so tests can wrap a client to inject faults.
 package scripts
 
@@ -61,19 +61,11 @@ type processor interface {
 // run runs the script with keys (boxed: numkeys first, then the keys; see
 // boxKeys) and args as given, as EVALSHA, and as EVAL when the node answers
 // NOSCRIPT (after a restart or SCRIPT FLUSH), like redis.Script.Run. Unlike
-// Script.Run it does not copy and box the keys and arguments again for each
+// Script.Run it does not box the keys and arguments again for each
 // request: the command is the keys and arguments of the lock, boxed once,
 // behind the script's head. A client without Process gets Script.Run.
 func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any) *redis.Cmd {
-	p, ok := c.(processor)
-	if !ok {
-		return s.Run(ctx, c, keys, args...)
-	}
-	cmd := make([]any, 0, 2+len(boxed)+len(args))
-	cmd = append(cmd, "evalsha", s.sha)
-	cmd = append(cmd, boxed...)
-	cmd = append(cmd, args...)
-	return s.process(ctx, p, c, keys, cmd)
+	return s.runCmd(ctx, c, keys, s.evalshaCmd(boxed, args...))
 }
 
 // runCmd is run with the whole EVALSHA command built already (see
@@ -169,7 +161,7 @@ func NewKeys(lock, fence, token string) Keys {
 type Waiter struct {
 	Member string        // from Member; "" when not waiting
 	Ticket int64         // taken once per Lock call: older goes first
-	Lapse  time.Duration // the queue key lives this long after its latest newcomer
+	Lapse  time.Duration // the queue key lives this long after the latest attempt that queued (any waiter's)
 }
 
 // WakeArg is the wake-up argument of Acquire and Release: the prefix of the
