@@ -485,3 +485,55 @@ func FuzzParseReplies(f *testing.F) {
 		}
 	})
 }
+
+// A release serves the first waiter that can take the key: dead waiters
+// (nobody listens on their client's channel) and entries it cannot read
+// are dropped on the way, in the same step. A key of another type is never
+// served or taken, queue or not.
+func TestQueue_serveSkipsToALiveWaiter(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:s", "lock:wake:"
+	kh, ka := NewKeys(key, "", "h"), NewKeys(key, "", "a")
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	queue := key + QueueSuffix
+	m.ZAdd(queue, 1, Member("gone", 5*time.Second, "d")) // its client does not listen
+	m.ZAdd(queue, 2, "no-slashes-here")                  // unreadable
+	if ok, _, err := Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", 5*time.Second, "a"), Ticket: 3, Lapse: 10 * time.Second}, wake); ok || err != nil {
+		t.Fatalf("a's attempt on a held key = %v, %v; want refused and queued", ok, err)
+	}
+	sub := c.Subscribe(ctx, prefix+"ca")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
+		t.Fatalf("Release = %v, %v; want HandedOver to a", r, err)
+	}
+	if v, _ := m.Get(key); v != "a" || m.TTL(key) != 5*time.Second {
+		t.Errorf("key = %q ttl %v; want a's for its TTL 5s", v, m.TTL(key))
+	}
+	if got, _ := m.ZMembers(queue); len(got) != 0 {
+		t.Errorf("queue = %q; want the dead and unreadable entries dropped, and a served", got)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "a" {
+		t.Errorf("message on a's channel = %v, %v; want a's token", msg, err)
+	}
+
+	// A key of another type, with waiters queued: an error, and nothing
+	// is served or changed.
+	m.FlushAll()
+	m.Lpush(key, "x")
+	m.ZAdd(queue, 1, Member("ca", 5*time.Second, "a"))
+	if ok, _, err := Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake); ok || err == nil {
+		t.Errorf("Acquire on a list with waiters = %v, %v; want WRONGTYPE", ok, err)
+	}
+	if got, _ := m.ZMembers(queue); len(got) != 1 {
+		t.Errorf("queue = %q; want the waiter still queued", got)
+	}
+	if typ := m.Type(key); typ != "list" {
+		t.Errorf("key type = %q; want the list untouched", typ)
+	}
+}
