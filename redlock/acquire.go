@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
@@ -73,65 +72,30 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
 }
 
-// acquire is Lock's attempt loop (TryLock: one attempt). One token serves
-// the whole call, so that the waiter queued on the nodes (step 9) is the
-// one a release hands the key to; a token is replaced only when an attempt
-// ended with a request of ours unanswered that could still change the key
-// (see settle).
+// acquire is Lock's attempt loop (TryLock: one attempt): attempt, settle
+// what a failed attempt left, wait (waiting.go). One token serves the whole
+// call, so that the waiter queued on the nodes (step 9) is the one a
+// release hands the key to; a token is replaced only when an attempt ended
+// with a request of ours unanswered that could still change the key (see
+// settle).
 //
 // Nothing slow runs between a grant and the return (step 6): leaving the
 // wake-up registry and this Client's line only unregisters, and the lock's
 // validity is checked last, so an expired lock is never returned.
 func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
-	var delay backoff.BackOff = jitter{cfg.retryMin, cfg.retryMax}
-	var timer *time.Timer
-	var w *waiter // set once this call waits for a handoff (step 9)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if w != nil {
-			w.leave()
-		}
-	}()
-	ticket := time.Now().UnixMicro()
 	l, err := c.newLock(resource, cfg)
 	if err != nil {
 		return nil, err
 	}
-	// A Client that has waited before listens already: queue from the
-	// first attempt, which saves a refused round under contention.
-	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
-		if w, err = c.wake.join(l.token); err != nil {
-			return nil, err
-		}
-		l.waiter = c.queued(l, ticket)
+	q, err := c.startWaiting(ctx, l, cfg, once)
+	if err != nil {
+		return nil, err
 	}
+	defer q.stop()
 	var verdict error // the error of the last attempt that settled anything
-	var t quorum.Tally
-	handoff := false // the last wait ended with the key handed to us on a majority
-	for attempt := 0; ; {
-		var err error
-		settled := true
-		if handoff {
-			// Step 9: held from the handoffs, with the validity counted
-			// from the first attempt that queued this token.
-			handoff = false
-			attempt++
-			*attempts = attempt
-			err = c.hold(ctx, l, quorum.Deadline(l.queuedAt, cfg.ttl, cfg.drift))
-			if obs := cfg.obs; obs != nil {
-				obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: w.handed(l.token), Quorum: c.quorum,
-					Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, Handoff: true})
-			}
-		} else {
-			attempt++
-			*attempts = attempt
-			if l.waiter.Member != "" && l.queuedAt.IsZero() {
-				l.queuedAt = time.Now() // before the round starts: a lower bound
-			}
-			t, err, settled = c.attempt(ctx, callID, l)
-		}
+	for attempt := 1; ; attempt++ {
+		*attempts = attempt
+		t, err, settled := q.step(ctx, callID, l, attempt)
 		if err == nil {
 			if l.Valid() {
 				return l, nil
@@ -140,11 +104,9 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
 			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
-			next, nerr := c.newLockLike(l, w)
-			if nerr != nil {
-				return nil, nerr
+			if l, err = q.renew(l, err); l == nil {
+				return nil, err
 			}
-			l = next
 		}
 		if errors.Is(err, ErrClosed) {
 			c.abandon(ctx, l, t)
@@ -164,121 +126,18 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			}
 			return nil, err
 		}
-		// Between attempts: grants of a failed attempt go to older waiters
-		// (or back, without a queue), so that split votes settle.
+		// Between attempts: grants of a failed attempt go to waiters
+		// before us (or back, without a queue), so that split votes settle.
 		if !c.settle(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
-			next, nerr := c.newLockLike(l, w)
-			if nerr != nil {
-				return nil, nerr
-			}
-			l = next
-		}
-		// Step 9: after the first refusal, wait in the queue: subscribe
-		// this Client's channel (once per Client), then queue on the nodes
-		// with the next attempt, made at once.
-		if w == nil && cfg.wakeUp && errors.Is(err, ErrNotObtained) {
-			if w, err = c.wake.join(l.token); err != nil {
-				c.abandon(ctx, l, quorum.Tally{})
+			if l, err = q.renew(l, err); l == nil {
 				return nil, err
 			}
-			if c.wake.awaitReady(ctx, cfg.timeout()) {
-				l.waiter = c.queued(l, ticket)
-			}
-			continue
 		}
-		if w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
-			l.waiter = c.queued(l, ticket)
-		}
-		d := delay.NextBackOff()
-		if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
-			// A split vote without a queue: nobody holds the lock on a
-			// majority, but the others that lost it too will retry; a
-			// short random pause breaks the tie sooner than the full
-			// retry delay. (When a majority refused, someone holds it:
-			// that is contention.)
-			d = splitPause()
-		}
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		due := time.Now().Add(d)
-		var woken <-chan struct{}
-		if w != nil {
-			woken = w.c
-		}
-	wait:
-		for {
-			select {
-			case <-timer.C:
-				break wait
-			case <-woken:
-				// Releases handed us the key: on a majority of nodes, it
-				// is ours (step 9); on fewer, wait for the rest, unless
-				// only an attempt can tell.
-				switch c.handedTo(l, w) {
-				case handedMajority:
-					handoff = true
-					break wait
-				case handedConfirm:
-					break wait
-				case handedFew:
-					// The other releases land within a node timeout, or
-					// went elsewhere (heads that differ between nodes):
-					// then an attempt settles it, without waiting out the
-					// whole retry delay.
-					if wait := cfg.timeout(); time.Until(due) > wait {
-						timer.Reset(wait)
-						due = time.Now().Add(wait)
-					}
-				}
-			case <-ctx.Done():
-				c.abandon(ctx, l, quorum.Tally{})
-				return nil, errors.Join(err, ctx.Err())
-			case <-c.closing:
-				c.abandon(ctx, l, quorum.Tally{})
-				return nil, ErrClosed
-			}
+		if err := q.wait(ctx, l, t, err); err != nil {
+			return nil, err
 		}
 	}
-}
-
-// queued is how l's Lock call, with its ticket, waits in the queue on the
-// nodes (step 9).
-func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
-	return scripts.Waiter{Member: scripts.Member(c.id, l.cfg.ttl, l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
-}
-
-// What a wake-up tells a waiting Lock call (handedTo).
-const (
-	handedNone     = iota // no node handed our current token the key (a signal for an earlier token): wait on
-	handedFew             // fewer than a majority of nodes handed us the key yet: wait on
-	handedMajority        // a majority did: the lock is ours, no round needed
-	handedConfirm         // some did, but only an attempt can tell: make one now
-)
-
-// handedTo says what the releases that handed l's token the key add up to.
-// A majority holds the lock from the first attempt that queued the token
-// (each node set the key, for our TTL, after that attempt reached it), as
-// long as that leaves enough validity (handoffMin). A confirming attempt
-// is needed instead with fencing (its counters come with an attempt), once
-// the token yielded a node (a message from before the yield may name a node
-// no longer ours), or when little validity is left.
-func (c *Client) handedTo(l *Lock, w *waiter) int {
-	n := w.handed(l.token)
-	switch {
-	case n == 0:
-		return handedNone
-	case l.cfg.fencing || l.yielded || l.queuedAt.IsZero():
-		return handedConfirm
-	case n < c.quorum:
-		return handedFew
-	case time.Until(quorum.Deadline(l.queuedAt, l.cfg.ttl, l.cfg.drift)) < l.cfg.handoffMin():
-		return handedConfirm
-	}
-	return handedMajority
 }
 
 // newLock returns a lock for one Lock or TryLock call on resource, with a
@@ -306,22 +165,6 @@ func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
 			continue
 		}
 		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
-	}
-	return l, nil
-}
-
-// newLockLike replaces the call's lock with one of a fresh token, queued
-// with the same ticket; the waiter follows the new token.
-func (c *Client) newLockLike(old *Lock, w *waiter) (*Lock, error) {
-	l, err := c.newLock(old.resource, old.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if old.waiter.Member != "" {
-		l.waiter = c.queued(l, old.waiter.Ticket)
-	}
-	if w != nil {
-		w.retoken(l.token)
 	}
 	return l, nil
 }
@@ -369,17 +212,18 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 		})
 	})
 	l.track(roundRef{r})
+	l.noteStart(r.Started())
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
 	// Step 3: validity, from before the first request was sent.
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
-			return t, c.hold(ctx, l, deadline), true
+			return t, c.hold(ctx, l, deadline, 0), true
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
-			return t, c.hold(ctx, l, deadline), true
+			return t, c.hold(ctx, l, deadline, 0), true
 		}
 		err, settled := c.attemptError(t2, cfg, l.resource)
 		return t, err, settled
@@ -440,8 +284,9 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 }
 
 // hold turns a granted attempt into a held Lock: registered with the Client
-// (so Close releases it) and with the renewal scheduler.
-func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error {
+// (so Close releases it) and with the renewal scheduler, which renews it
+// first after first (0: the renew interval).
+func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first time.Duration) error {
 	l.mu.Lock()
 	l.state = stateHeld
 	l.validUntil = validUntil
@@ -458,7 +303,7 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error 
 	c.locks[l] = struct{}{}
 	c.held[l.resource]++
 	c.mu.Unlock()
-	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
+	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: first})
 	if err != nil { // closed meanwhile; Close will release it
 		return ErrClosed
 	}

@@ -73,13 +73,16 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	}
 	defer c.end()
 	var live []int
+	var pend []*pendingRound // per live lock: registered before the round is sent (see extend)
 	timeout := time.Duration(0)
 	for j, l := range locks {
-		if err := l.usable(); err != nil {
+		p, err := l.beginRound()
+		if err != nil {
 			errs[j] = err
 			continue
 		}
 		live = append(live, j)
+		pend = append(pend, p)
 		if d := l.cfg.timeout(); timeout == 0 || d < timeout {
 			timeout = d
 		}
@@ -93,8 +96,8 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 			return c.extendPipeline(ctx, i, locks, live)
 		})
 	})
-	for kk, j := range live {
-		locks[j].track(batchRef{r, kk})
+	for kk := range live {
+		pend[kk].attach(batchRef{r, kk})
 	}
 
 	// Per lock and node: the vote and the error, in one flat slice each.

@@ -202,8 +202,8 @@ func (c *Client) checkResource(resource string) error {
 		return invalid("resource must not be empty")
 	case strings.HasSuffix(resource, fenceSuffix):
 		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
-	case strings.HasSuffix(resource, scripts.QueueSuffix):
-		return invalid("resource %q: the suffix %q is reserved for waiter queues", resource, scripts.QueueSuffix)
+	case strings.HasSuffix(resource, scripts.QueueSuffix), strings.HasSuffix(resource, scripts.LapseSuffix):
+		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.LapseSuffix)
 	case strings.Contains(resource, scripts.GuardSuffix):
 		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
 	case c.anyCluster && strings.ContainsAny(resource, "{}"):

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
@@ -39,14 +40,19 @@ func (l *Lock) Extend(ctx context.Context) error {
 // extend runs one extension round; due is set for a renewal (when it was
 // due), zero for an Extend call.
 func (l *Lock) extend(ctx context.Context, due time.Time) error {
-	if err := l.usable(); err != nil {
-		return err
-	}
 	c := l.c
 	if err := c.begin(); err != nil {
 		return err
 	}
 	defer c.end()
+	// Registered before anything is sent, in the same step as the check
+	// that the lock is held: an Unlock either finds the round pending (and
+	// guards the nodes against it) or is seen here, and nothing is sent.
+	p, err := l.beginRound()
+	if err != nil {
+		return err
+	}
+	testhooks.BeforeExtendSend()
 	// Step 5: re-arm where ours, set where absent, on every node.
 	ext := l.extendCalls()
 	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
@@ -55,7 +61,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})
-	l.track(roundRef{r})
+	p.attach(roundRef{r})
 	t := r.Collect(ctx, classify, quorum.Majority)
 	healed := 0
 	for i, v := range t.Votes {

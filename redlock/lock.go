@@ -64,6 +64,16 @@ type Lock struct {
 	// message from before the yield may then name a node that is no
 	// longer ours, so the call confirms with an attempt instead.
 	yielded bool
+	// starts are when this token's latest attempts began, by attempt
+	// number (a ring): a handoff that names an attempt was set after it
+	// began (see handedUntil). Set by the call's goroutine.
+	starts [8]attemptStart
+}
+
+// attemptStart is when attempt n of a Lock call began.
+type attemptStart struct {
+	n  int64
+	at time.Time
 }
 
 // Resource returns the name of the locked resource.

@@ -84,25 +84,35 @@ func (c *config) interval() time.Duration {
 	return c.ttl / 3
 }
 
-// queueLife is how long a resource's waiter queue stays on a node after
-// the latest attempt that queued there: every waiter attempts again at
-// least every retry delay, a quarter of this at most, so the queue goes
-// only when nobody waits any more (an entry whose waiter went away is
-// dropped when it comes first). One that finds it gone joins again with
-// its ticket.
+// queueLife is how long a waiter's queue entry lasts on a node after its
+// latest attempt there (DESIGN step 9: each entry lapses on its own): a
+// waiting Lock call attempts again at least every retry delay plus two
+// node timeouts (a round, and the settling of a split), so twice the
+// longest retry delay and three node timeouts keep a live waiter's entry,
+// and a waiter that went away (frozen, partitioned, crashed) drops out by
+// itself that long after its last attempt. One that finds its entry gone
+// joins again, with its ticket, so its place in the order is kept.
 func (c *config) queueLife() time.Duration {
-	return max(10*time.Second, 4*c.retryMax+2*c.timeout())
+	return 2*c.retryMax + 3*c.timeout()
+}
+
+// reservation is how long a release that hands the key to a waiter sets
+// it for (DESIGN step 9): long enough for the waiter to learn of it and
+// renew it to its TTL (a node timeout, and a retry delay for a waiter whose
+// last attempt was that long before the handoff), far below the TTL: two
+// node timeouts, or two retry delays and a node timeout when that is more,
+// at most half the TTL. A frozen, partitioned or dead grantee so holds up
+// the next waiter by one reservation at most: 2s at the default options.
+func (c *config) reservation() time.Duration {
+	return min(max(2*c.timeout(), 2*c.retryMax+c.timeout()), c.ttl/2)
 }
 
 // handoffMin is the least validity a lock handed over by a majority of
 // releases may have left for Lock to return it without a confirming round:
-// half the TTL, and, with auto-renewal, enough for its first renewal.
+// time for its first renewal, due halfway to the last node timeout (see
+// firstRenewal), to land: one and a half node timeouts.
 func (c *config) handoffMin() time.Duration {
-	d := c.ttl / 2
-	if c.autoRenew {
-		d = max(d, c.interval()+c.timeout())
-	}
-	return d
+	return c.timeout() + c.timeout()/2
 }
 
 // timeout returns the effective per-node request timeout.

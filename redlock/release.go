@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -378,6 +379,48 @@ func (l *Lock) markUnsureLocked(i int) {
 func (l *Lock) track(r inflight) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.trackLocked(r)
+}
+
+// beginRound registers a round of a held lock before its requests go out,
+// in one step with the check that the lock is held and valid (under l.mu,
+// as Unlock's finish changes the state): a release that comes later sees
+// the round pending — every node unanswered, so it leaves the guard — and
+// a round that would come after the release is never sent. It returns
+// the error of usable otherwise.
+func (l *Lock) beginRound() (*pendingRound, error) {
+	for {
+		l.mu.Lock()
+		if l.state == stateHeld && time.Now().Before(l.validUntil) {
+			p := &pendingRound{}
+			l.trackLocked(p)
+			l.mu.Unlock()
+			return p, nil
+		}
+		l.mu.Unlock()
+		if err := l.usable(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pendingRound is a round registered before it is sent (beginRound):
+// unanswered everywhere until attach gives it its requests.
+type pendingRound struct{ r atomic.Pointer[inflight] }
+
+func (p *pendingRound) attach(r inflight) { p.r.Store(&r) }
+
+func (p *pendingRound) answered(i int) bool {
+	r := p.r.Load()
+	return r != nil && (*r).answered(i)
+}
+
+func (p *pendingRound) settled() bool {
+	r := p.r.Load()
+	return r != nil && (*r).settled()
+}
+
+func (l *Lock) trackLocked(r inflight) {
 	keep := l.rounds[:0]
 	for _, old := range l.rounds {
 		if !old.settled() {

@@ -3,10 +3,13 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // wakeups tells waiting Lock calls that a release handed them the key
@@ -41,8 +44,11 @@ type waiter struct {
 	w     *wakeups
 	token string
 	c     chan struct{} // buffered 1: a release handed us the key somewhere
-	nodes []bool        // per node: a message named token (under w.mu)
-	count int           // of nodes (under w.mu)
+	// Per node, under w.mu: the highest attempt number a message for token
+	// named (the attempt that queued or last refreshed the entry the
+	// release served: it was sent before the key was set), -1 for none.
+	att   []int64
+	count int // nodes with a message (under w.mu)
 }
 
 func newWakeups(c *Client, channel string) *wakeups {
@@ -67,7 +73,8 @@ func (w *wakeups) join(token string) (*waiter, error) {
 			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
-	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1), nodes: make([]bool, len(w.c.nodes))}
+	wt := &waiter{w: w, token: token, c: make(chan struct{}, 1), att: make([]int64, len(w.c.nodes))}
+	wt.reset()
 	w.waiters[token] = wt
 	return wt, nil
 }
@@ -113,16 +120,17 @@ func (w *wakeups) read(i int, ps *redis.PubSub) {
 	}
 }
 
-// notify records that node i handed the key to token, and wakes its
-// waiter.
-func (w *wakeups) notify(i int, token string) {
+// notify records that node i handed the key to the token a message
+// names, and wakes its waiter.
+func (w *wakeups) notify(i int, payload string) {
+	token, attempt := scripts.ParseHandoff(payload)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if wt := w.waiters[token]; wt != nil {
-		if !wt.nodes[i] {
-			wt.nodes[i] = true
+		if wt.att[i] < 0 {
 			wt.count++
 		}
+		wt.att[i] = max(wt.att[i], attempt)
 		select {
 		case wt.c <- struct{}{}:
 		default:
@@ -186,9 +194,16 @@ func (wt *waiter) retoken(token string) {
 		delete(w.waiters, wt.token)
 	}
 	wt.token = token
-	clear(wt.nodes)
-	wt.count = 0
+	wt.reset()
 	w.waiters[token] = wt
+}
+
+// reset forgets every message (under w.mu, or before wt is shared).
+func (wt *waiter) reset() {
+	for i := range wt.att {
+		wt.att[i] = -1
+	}
+	wt.count = 0
 }
 
 // handed returns on how many nodes a release handed the key to token (0
@@ -201,6 +216,19 @@ func (wt *waiter) handed(token string) int {
 		return 0
 	}
 	return wt.count
+}
+
+// handedAttempts returns, per node, the attempt number the latest message
+// for token named (-1: none), or nil when token is not the waiter's
+// current one.
+func (wt *waiter) handedAttempts(token string) []int64 {
+	w := wt.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.token != token {
+		return nil
+	}
+	return slices.Clone(wt.att)
 }
 
 // close closes every subscription without waiting: closing one may wait

@@ -54,6 +54,10 @@ type Options struct {
 	// Interval is the time from the start of one successful renewal to the
 	// next one.
 	Interval time.Duration
+	// First, when positive and shorter than Interval, is the time from Add
+	// to the first renewal: a lock held for less than its TTL so far (a
+	// short reservation handed over by a release) renews that soon.
+	First time.Duration
 }
 
 // Handle is one lock's registration. Its methods are safe for concurrent use.
@@ -176,13 +180,18 @@ func NewBatched(b Batcher, bs Batching) *Scheduler {
 // ErrClosed is returned by Add after Close.
 var ErrClosed = errors.New("renew: scheduler closed")
 
-// Add registers t. Its first renewal is due one interval from now; its
+// Add registers t. Its first renewal is due one interval from now (or
+// opts.First, when shorter); its
 // deadline is t.ValidUntil().
 func (s *Scheduler) Add(t Target, opts Options) (*Handle, error) {
 	if opts.AutoRenew && opts.Interval <= 0 {
 		return nil, fmt.Errorf("renew: interval must be positive, got %v", opts.Interval)
 	}
-	h := &Handle{s: s, t: t, opts: opts, index: -1, renewAt: time.Now().Add(opts.Interval)}
+	delay := opts.Interval
+	if opts.First > 0 && opts.First < delay {
+		delay = opts.First
+	}
+	h := &Handle{s: s, t: t, opts: opts, index: -1, renewAt: time.Now().Add(delay)}
 	first := s.next(h)
 	s.mu.Lock()
 	if s.closed {

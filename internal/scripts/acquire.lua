@@ -1,7 +1,8 @@
--- acquire.lua: KEYS => [lock key, guard key, queue, fence key (only with
---                       fencing)]
+-- acquire.lua: KEYS => [lock key, guard key, queue, queue lapse hash, fence
+--                       key (only with fencing)]
 --              ARGV => [token, ttl in ms, member ("" when not waiting),
---                       ticket, queue lifetime in ms, wake-up argument (see serve)]
+--                       ticket, entry lapse in ms, wake-up argument (see serve),
+--                       attempt number (see enqueue)]
 -- Sets the lock key to our token for ttl where it is absent and the queue
 -- lets us go first, or refreshes it where it already holds our token (a
 -- retried attempt is idempotent, and a key handed to us by a release is
@@ -14,12 +15,12 @@
 -- queue (a release would otherwise hand the key to it).
 --
 -- Waiters queue (DESIGN step 9): a free key goes to the first waiter in the
--- queue (see serve), unless we go first. A waiter refused here joins the
--- queue in the same step (or stays: its ticket does not change); the queue
--- key lives for the queue lifetime after the latest attempt that queued,
--- so that it goes away when nobody waits any more. A waiter that was
--- dropped (the queue expired, or its client was not listening) joins
--- again, with its ticket, on its next attempt.
+-- queue (see serve), unless we go first in the order (ticket, member). A
+-- waiter refused here joins the queue in the same step (or stays: its
+-- ticket does not change), and its entry's lapse deadline moves to the
+-- entry lapse from now (see enqueue). A waiter that was dropped (its entry
+-- lapsed, or its client was not listening) joins again, with its ticket,
+-- on its next attempt.
 -- Returns 1 (granted) or 0 (refused); with a fence key, {granted, the node's
 -- fence counter}, from every node, granted or not.
 -- A key of another type is a node error (WRONGTYPE), never taken over.
@@ -46,11 +47,11 @@ if not kg[2] then
       if member ~= '' then
         ticket = tonumber(ARGV[4])
       end
-      if not serve(member, ticket, false, ARGV[6]) then
+      if not serve(member, ticket, ARGV[6]) then
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
         ok = 1
         if member ~= '' then
-          redis.call('ZREM', KEYS[3], member)
+          dequeue(member)
         end
       end
     end
@@ -60,11 +61,10 @@ if not kg[2] then
     ok = 1
   end
   if ok == 0 and member ~= '' then
-    redis.call('ZADD', KEYS[3], ARGV[4], member)
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
+    enqueue(member, tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[7])
   end
 end
-if KEYS[4] then
-  return {ok, tonumber(redis.call('GET', KEYS[4]) or '0')}
+if KEYS[5] then
+  return {ok, tonumber(redis.call('GET', KEYS[5]) or '0')}
 end
 return ok

@@ -12,6 +12,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,6 +118,7 @@ type Keys struct {
 	Lock  string // holds the owner's token, with a TTL
 	Guard string // set by our release: requests of ours landing later set nothing
 	Queue string // waiting members by ticket
+	Lapse string // each waiting member's lapse deadline, on the node's clock
 	Fence string // the fence counter; "" when fencing is off
 	acq   []string
 	ext   []string
@@ -132,16 +134,17 @@ type Keys struct {
 const (
 	GuardSuffix = ":released:"
 	QueueSuffix = ":queue"
+	LapseSuffix = ":queue:lapse"
 )
 
 // NewKeys returns the keys of the lock held by token: fence is "" when
 // fencing is off.
 func NewKeys(lock, fence, token string) Keys {
-	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Fence: fence}
-	k.rel = []string{k.Lock, k.Guard, k.Queue}
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence}
+	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Lapse}
 	k.acq, k.ext = k.rel, k.rel[:2]
 	if fence != "" {
-		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Fence}
+		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Lapse, k.Fence}
 		k.ext = []string{k.Lock, k.Guard, k.Fence}
 		k.com = []string{k.Lock, k.Fence}
 	}
@@ -150,7 +153,7 @@ func NewKeys(lock, fence, token string) Keys {
 	k.acqv, k.extv = k.relv, []any{numKeys[2], k.relv[1], k.relv[2]}
 	if fence != "" {
 		f := any(k.Fence)
-		k.acqv = []any{numKeys[4], k.relv[1], k.relv[2], k.relv[3], f}
+		k.acqv = []any{numKeys[5], k.relv[1], k.relv[2], k.relv[3], k.relv[4], f}
 		k.extv = []any{numKeys[3], k.relv[1], k.relv[2], f}
 	}
 	return k
@@ -160,8 +163,28 @@ func NewKeys(lock, fence, token string) Keys {
 // release yields to the queue. The zero Waiter does not queue.
 type Waiter struct {
 	Member string        // from Member; "" when not waiting
-	Ticket int64         // taken once per Lock call: older goes first
-	Lapse  time.Duration // the queue key lives this long after the latest attempt that queued (any waiter's)
+	Ticket int64         // taken once per Lock call: (Ticket, Member) orders the queue
+	Lapse  time.Duration // the entry lapses this long after its latest attempt, unless a later one refreshes it
+	// Attempt numbers the waiter's attempts (and yields): the node keeps
+	// the number of the latest one that queued or refreshed the entry,
+	// and a handoff names it (see ParseHandoff).
+	Attempt int64
+}
+
+// ParseHandoff reads a handoff message: the token the key was handed to on
+// the node, and the number of that waiter's attempt that queued or last
+// refreshed its entry there; the key was set after that attempt was sent.
+// A message without a number (an older release) gives attempt 0.
+func ParseHandoff(payload string) (token string, attempt int64) {
+	i := strings.LastIndexByte(payload, ' ')
+	if i < 0 {
+		return payload, 0
+	}
+	n, err := strconv.ParseInt(payload[i+1:], 10, 64)
+	if err != nil {
+		return payload, 0
+	}
+	return payload[:i], n
 }
 
 // WakeArg is the wake-up argument of Acquire and Release: the prefix of the
@@ -176,11 +199,12 @@ func WakeArg(channelPrefix string, countListeners bool) string {
 	return "0" + channelPrefix
 }
 
-// Member names a waiting token of a client in the queue, with the TTL a
-// release hands it the key for: "client/ttl ms/token". client must not
-// contain "/".
-func Member(client string, ttl time.Duration, token string) string {
-	return client + "/" + strconv.FormatInt(ms(ttl), 10) + "/" + token
+// Member names a waiting token of a client in the queue, with the
+// reservation a release hands it the key for (a short time the waiter's own
+// renewal extends to its TTL): "client/reservation ms/token". client must
+// not contain "/".
+func Member(client string, reservation time.Duration, token string) string {
+	return client + "/" + strconv.FormatInt(ms(reservation), 10) + "/" + token
 }
 
 // Extended is the outcome of Extend on one node.
@@ -194,13 +218,13 @@ const (
 )
 
 // Acquire sets the lock key to token for ttl where it is absent and no
-// older waiter is queued, or refreshes it where it already holds token —
-// unless token was released on the node (its guard key exists). A free key
-// with older waiters queued goes to the first of them whose client listens
-// (as a release hands it over; wake is from WakeArg). A refused waiter
-// (w.Member set) joins the queue. It reports whether the key holds token
-// now, and, with a fence key, the node's fence counter (0 without). A key
-// of another type is an error (WRONGTYPE).
+// waiter that comes first is queued, or refreshes it where it already holds
+// token — unless token was released on the node (its guard key exists). A
+// free key with waiters queued before us goes to the first live one (as a
+// release hands it over; wake is from WakeArg). A refused waiter (w.Member
+// set) joins the queue, or refreshes its entry's lapse deadline. It reports
+// whether the key holds token now, and, with a fence key, the node's fence
+// counter (0 without). A key of another type is an error (WRONGTYPE).
 func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, wake string) (bool, int64, error) {
 	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, wake))
 }
@@ -208,7 +232,7 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl ti
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
 func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
-	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake}
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, w.Attempt}
 }
 
 // AcquireWith is Acquire with arguments from AcquireArgs.
@@ -335,21 +359,21 @@ const (
 	NotOurs    Released = iota // the key did not hold our token
 	Deleted                    // deleted: nobody was queued
 	HandedOver                 // set to the first waiter's token, who was told
-	Kept                       // yielding: no older waiter, the key stays ours
+	Kept                       // yielding: nobody before us in the queue, the key stays ours
 )
 
 // Release gives up the lock key where it holds token: it hands it to the
-// first waiter queued on the node whose client listens (for that waiter's
-// TTL; its client is told on its channel, with the token; wake is from
-// WakeArg), or
-// deletes it when nobody waits. Our member (r.Member) leaves
-// the queue in any case. With guard > 0 it also sets the token's guard key
-// for guard, whatever the lock key holds, so that a request of ours still in
-// flight cannot set the key again when it lands (see Acquire, Extend).
+// first live waiter queued on the node (for that waiter's reservation; its
+// client is told on its channel, with the token; wake is from WakeArg), or
+// deletes it when nobody waits. A key already gone goes to the first live
+// waiter too. Our member (r.Member) leaves the queue in any case. With
+// guard > 0 it also sets the token's guard key for guard, whatever the lock
+// key holds, so that a request of ours still in flight cannot set the key
+// again when it lands (see Acquire, Extend).
 //
 // Yielding (yield true, a waiter with a minority of grants): the key is
-// handed over only to an older ticket than r.Ticket (else Kept), and r
-// stays queued.
+// handed over only to a waiter before (r.Ticket, r.Member) in the order
+// (else Kept), and r stays queued.
 func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard time.Duration, r Waiter, yield bool, wake string) (Released, error) {
 	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, wake))
 }
@@ -382,7 +406,7 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake s
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse)}
+	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), r.Attempt}
 }
 
 func parseReleased(n int64, err error) (Released, error) {

@@ -300,10 +300,10 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
 	}
 	if v, _ := m.Get(key); v != "b" || m.TTL(key) != 5*time.Second {
-		t.Errorf("key after the handoff = %q ttl %v; want b for its TTL 5s", v, m.TTL(key))
+		t.Errorf("key after the handoff = %q ttl %v; want b for its reservation 5s", v, m.TTL(key))
 	}
 	msg, err := subB.ReceiveMessage(ctx)
-	if err != nil || msg.Payload != "b" {
+	if tok, _ := ParseHandoff(msg.Payload); err != nil || tok != "b" {
 		t.Fatalf("message on b's channel = %v, %v; want b's token", msg, err)
 	}
 	// The holder cannot take it back; b's attempt finds it ours.
@@ -513,12 +513,12 @@ func TestQueue_serveSkipsToALiveWaiter(t *testing.T) {
 		t.Fatalf("Release = %v, %v; want HandedOver to a", r, err)
 	}
 	if v, _ := m.Get(key); v != "a" || m.TTL(key) != 5*time.Second {
-		t.Errorf("key = %q ttl %v; want a's for its TTL 5s", v, m.TTL(key))
+		t.Errorf("key = %q ttl %v; want a's for its reservation 5s", v, m.TTL(key))
 	}
 	if got, _ := m.ZMembers(queue); len(got) != 0 {
 		t.Errorf("queue = %q; want the dead and unreadable entries dropped, and a served", got)
 	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "a" {
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "a 0" {
 		t.Errorf("message on a's channel = %v, %v; want a's token", msg, err)
 	}
 

@@ -9,3 +9,15 @@ import "sync/atomic"
 // SkipReleaseGuard makes releases leave no guard key: a request of ours
 // that lands after the release can then set the key again.
 var SkipReleaseGuard atomic.Bool
+
+// ExtendPause, when set, is called by an extension of a held lock after it
+// was registered and before its requests are sent: a test holds it there
+// to race an Unlock against it.
+var ExtendPause atomic.Pointer[func()]
+
+// BeforeExtendSend runs ExtendPause, if set.
+func BeforeExtendSend() {
+	if f := ExtendPause.Load(); f != nil {
+		(*f)()
+	}
+}

@@ -1,0 +1,267 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// waiting is how one Lock call waits between its attempts (DESIGN step 9):
+// its place in the queue on the nodes (the ticket, and this Client's
+// wake-up registration), the retry delay, and what the last wait brought —
+// a key handed over by a majority of releases, which makes the lock ours
+// without a round.
+type waiting struct {
+	c      *Client
+	cfg    config
+	once   bool  // TryLock: never waits
+	ticket int64 // taken once per call: (ticket, member) orders the queue
+	w      *waiter
+	delay  backoff.BackOff
+	timer  *time.Timer
+	// handedUntil is set when the last wait ended with the key handed to
+	// us on a majority: how long that majority's reservations last.
+	handedUntil time.Time
+}
+
+// startWaiting takes the call's ticket. A Client that has waited before
+// listens already: the call then queues from its first attempt, which
+// saves a refused round under contention.
+func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once bool) (*waiting, error) {
+	q := &waiting{c: c, cfg: cfg, once: once, ticket: time.Now().UnixMicro(), delay: jitter{cfg.retryMin, cfg.retryMax}}
+	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
+		w, err := c.wake.join(l.token)
+		if err != nil {
+			return nil, err
+		}
+		q.w = w
+		l.waiter = c.queued(l, q.ticket)
+	}
+	return q, nil
+}
+
+// stop ends the call's waiting: its timer, and its wake-up registration.
+func (q *waiting) stop() {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	if q.w != nil {
+		q.w.leave()
+	}
+}
+
+// queued is how l's Lock call, with its ticket, waits in the queue on the
+// nodes (step 9): a release hands its token the key for the reservation.
+func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
+	return scripts.Waiter{Member: scripts.Member(c.id, l.cfg.reservation(), l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
+}
+
+// step is the call's next attempt: a round on the nodes, or, when the last
+// wait ended with the key handed to us on a majority, holding it from the
+// handoffs (validity: their reservations, see handedUntil).
+func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int) (quorum.Tally, error, bool) {
+	c := q.c
+	if until := q.handedUntil; !until.IsZero() {
+		q.handedUntil = time.Time{}
+		err := c.hold(ctx, l, until, firstRenewal(q.cfg, until))
+		if obs := q.cfg.obs; obs != nil {
+			obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: q.w.handed(l.token), Quorum: c.quorum,
+				Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, Handoff: true})
+		}
+		return quorum.Tally{}, err, true
+	}
+	if l.waiter.Member != "" {
+		l.waiter.Attempt = int64(attempt)
+		if l.queuedAt.IsZero() {
+			l.queuedAt = time.Now() // before the round starts: a lower bound
+		}
+	}
+	return c.attempt(ctx, callID, l)
+}
+
+// firstRenewal is when a lock held from handoffs renews first: halfway to
+// the last node timeout of its validity, so that the renewal, which sets
+// the key to its TTL, lands within the reservations (step 9). A lock held
+// for its TTL renews at the interval.
+func firstRenewal(cfg config, until time.Time) time.Duration {
+	return max((time.Until(until)-cfg.timeout())/2, time.Millisecond)
+}
+
+// renew replaces the call's lock with one of a fresh token, queued with
+// the same ticket; the waiter follows the new token. err is returned
+// (with a nil lock) only if no token could be made.
+func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
+	l, nerr := q.c.newLock(old.resource, old.cfg)
+	if nerr != nil {
+		return nil, nerr
+	}
+	if old.waiter.Member != "" {
+		l.waiter = q.c.queued(l, q.ticket)
+	}
+	if q.w != nil {
+		q.w.retoken(l.token)
+	}
+	return l, err
+}
+
+// wait is what a Lock call does after a failed attempt whose error is
+// err: after its first refusal it starts waiting in the queue (subscribe
+// this Client's channel, once per Client; queue on the nodes with the next
+// attempt, made at once); otherwise it sleeps the retry delay, cut short
+// when releases hand it the key. It returns an error only when the call
+// ends (ctx done, Client closed), after abandoning l.
+func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) error {
+	c := q.c
+	if q.w == nil && q.cfg.wakeUp && errors.Is(err, ErrNotObtained) {
+		w, jerr := c.wake.join(l.token)
+		if jerr != nil {
+			c.abandon(ctx, l, quorum.Tally{})
+			return jerr
+		}
+		q.w = w
+		if c.wake.awaitReady(ctx, q.cfg.timeout()) {
+			l.waiter = c.queued(l, q.ticket)
+		}
+		return nil
+	}
+	if q.w != nil && l.waiter.Member == "" && c.wake.awaitReady(ctx, 0) {
+		l.waiter = c.queued(l, q.ticket)
+	}
+	d := q.delay.NextBackOff()
+	if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+		// A split vote without a queue: nobody holds the lock on a
+		// majority, but the others that lost it too will retry; a short
+		// random pause breaks the tie sooner than the full retry delay.
+		// (When a majority refused, someone holds it: that is contention.)
+		d = splitPause()
+	}
+	if q.timer == nil {
+		q.timer = time.NewTimer(d)
+	} else {
+		q.timer.Reset(d)
+	}
+	due := time.Now().Add(d)
+	var woken <-chan struct{}
+	if q.w != nil {
+		woken = q.w.c
+	}
+	for {
+		select {
+		case <-q.timer.C:
+			return nil
+		case <-woken:
+			// Releases handed us the key: on a majority of nodes, it is
+			// ours (step 9); on fewer, wait for the rest, unless only an
+			// attempt can tell.
+			switch verdict, until := c.handedTo(l, q.w); verdict {
+			case handedMajority:
+				q.handedUntil = until
+				return nil
+			case handedConfirm:
+				return nil
+			case handedFew:
+				// The other releases land within a node timeout, or went
+				// elsewhere (heads that differ between nodes): then an
+				// attempt settles it, without waiting out the whole retry
+				// delay.
+				if wait := q.cfg.timeout(); time.Until(due) > wait {
+					q.timer.Reset(wait)
+					due = time.Now().Add(wait)
+				}
+			}
+		case <-ctx.Done():
+			c.abandon(ctx, l, quorum.Tally{})
+			return errors.Join(err, ctx.Err())
+		case <-c.closing:
+			c.abandon(ctx, l, quorum.Tally{})
+			return ErrClosed
+		}
+	}
+}
+
+// What a wake-up tells a waiting Lock call (handedTo).
+const (
+	handedNone     = iota // no node handed our current token the key (a signal for an earlier token): wait on
+	handedFew             // fewer than a majority of nodes handed us the key yet: wait on
+	handedMajority        // a majority did: the lock is ours, no round needed
+	handedConfirm         // some did, but only an attempt can tell: make one now
+)
+
+// handedTo says what the releases that handed l's token the key add up to,
+// and, for a majority, until when the lock may be trusted (handedUntil). A
+// confirming attempt (which re-arms a key that holds our token to the
+// TTL) is needed instead with fencing (its counters come with an attempt),
+// for a fixed lease (no renewal would extend the reservations), once the
+// token yielded a node (a message from before the yield may name a node
+// no longer ours), or when too little validity is left for the first
+// renewal (handoffMin): a waiter frozen past its reservation, say.
+func (c *Client) handedTo(l *Lock, w *waiter) (int, time.Time) {
+	att := w.handedAttempts(l.token)
+	n := 0
+	for _, a := range att {
+		if a >= 0 {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return handedNone, time.Time{}
+	case l.cfg.fencing || !l.cfg.autoRenew || l.yielded || l.queuedAt.IsZero():
+		return handedConfirm, time.Time{}
+	case n < c.quorum:
+		return handedFew, time.Time{}
+	}
+	until := l.handedUntil(att, c.quorum)
+	if time.Until(until) < l.cfg.handoffMin() {
+		return handedConfirm, time.Time{}
+	}
+	return handedMajority, until
+}
+
+// handedUntil is the validity that the handoffs att (per node, the attempt
+// a message named; -1 none) give l's token: the q-th latest of their
+// nodes' deadlines. Node i set the key, for the reservation on its own
+// clock, after the request of the attempt its message names was sent (the
+// entry it served was queued or last refreshed by that request: a release
+// names the attempt recorded with the entry), so it holds our token at
+// least until that attempt's start plus the reservation, less the drift
+// allowance (step 3) — however late the message arrived, since an entry
+// queued again after a lapse carries a later attempt. An attempt not
+// recorded any more counts from the first attempt that queued the token,
+// which every entry of the token followed.
+func (l *Lock) handedUntil(att []int64, q int) time.Time {
+	var ds []time.Time
+	for _, a := range att {
+		if a >= 0 {
+			ds = append(ds, quorum.Deadline(l.startOf(a), l.cfg.reservation(), l.cfg.drift))
+		}
+	}
+	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
+	return ds[q-1]
+}
+
+// noteStart records when the attempt l.waiter.Attempt began (see
+// handedUntil).
+func (l *Lock) noteStart(at time.Time) {
+	if n := l.waiter.Attempt; n > 0 {
+		l.starts[n%int64(len(l.starts))] = attemptStart{n: n, at: at}
+	}
+}
+
+// startOf is when attempt n of l began, or, when that is no longer
+// recorded, when the first attempt that queued l's token did: a lower
+// bound either way.
+func (l *Lock) startOf(n int64) time.Time {
+	if n > 0 {
+		if s := l.starts[n%int64(len(l.starts))]; s.n == n {
+			return s.at
+		}
+	}
+	return l.queuedAt
+}
