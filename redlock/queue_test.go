@@ -95,18 +95,30 @@ func lockAsyncCtx(ctx context.Context, c *Client, resource string, opts ...Optio
 // on (see TestMain): it calls Lock on "dead" and blocks until killed.
 const childWaiterEnv = "QUORUMLOCK_TEST_CHILD_WAITER"
 
+// childResourceEnv, when set, makes the child waiter a Client with the
+// default options (TTL 30s) that waits in Lock on that resource with the
+// default retry delay.
+const childResourceEnv = "QUORUMLOCK_TEST_CHILD_RESOURCE"
+
 // runChildWaiter is the child process: a Client that waits in Lock.
 func runChildWaiter(addrs string) {
 	var nodes []redis.UniversalClient
 	for _, a := range strings.Split(addrs, ",") {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: a}))
 	}
-	c, err := New(nodes, WithTTL(3*time.Second))
+	resource := os.Getenv(childResourceEnv)
+	var opts, lockOpts []Option
+	if resource == "" {
+		resource = "dead"
+		opts = []Option{WithTTL(3 * time.Second)}
+		lockOpts = []Option{WithRetryDelay(2*time.Second, 3*time.Second)}
+	}
+	c, err := New(nodes, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	_, err = c.Lock(context.Background(), "dead", WithRetryDelay(2*time.Second, 3*time.Second))
+	_, err = c.Lock(context.Background(), resource, lockOpts...)
 	fmt.Fprintln(os.Stderr, "child waiter: Lock returned", err)
 	os.Exit(3)
 }

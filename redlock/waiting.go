@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -30,11 +31,18 @@ type waiting struct {
 	handedUntil time.Time
 }
 
+// testTicket, set by tests only, replaces the clock as the source of
+// tickets (to make two calls take the same one).
+var testTicket atomic.Pointer[func() int64]
+
 // startWaiting takes the call's ticket. A Client that has waited before
 // listens already: the call then queues from its first attempt, which
 // saves a refused round under contention.
 func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once bool) (*waiting, error) {
 	q := &waiting{c: c, cfg: cfg, once: once, ticket: time.Now().UnixMicro(), delay: jitter{cfg.retryMin, cfg.retryMax}}
+	if f := testTicket.Load(); f != nil {
+		q.ticket = (*f)()
+	}
 	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
 		w, err := c.wake.join(l.token)
 		if err != nil {
