@@ -537,3 +537,132 @@ func TestQueue_serveSkipsToALiveWaiter(t *testing.T) {
 		t.Errorf("key type = %q; want the list untouched", typ)
 	}
 }
+
+// Each queue entry lapses on its own deadline (DESIGN step 9): a waiter
+// that stopped attempting is passed over once its lapse is past, while one
+// whose attempts refresh it is served; a waiter with a short lapse does not
+// shorten the queue keys' life for the others.
+func TestQueue_entriesLapseOnTheirOwn(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:lapse", "lock:wake:"
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	for _, client := range []string{"cold", "warm"} {
+		sub := c.Subscribe(ctx, prefix+client)
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kh, kc, kw := NewKeys(key, "", "h"), NewKeys(key, "", "c"), NewKeys(key, "", "w")
+	Acquire(ctx, c, kh, "h", time.Minute, Waiter{}, wake)
+	cold := Waiter{Member: Member("cold", time.Second, "c"), Ticket: 1, Lapse: 3 * time.Second, Attempt: 1}
+	warm := Waiter{Member: Member("warm", time.Second, "w"), Ticket: 2, Lapse: 10 * time.Second, Attempt: 1}
+	Acquire(ctx, c, kc, "c", time.Minute, cold, wake)
+	Acquire(ctx, c, kw, "w", time.Minute, warm, wake)
+	// The short lapse of a later attempt does not shorten the keys' life.
+	Acquire(ctx, c, kc, "c", time.Minute, cold, wake)
+	if ttl := m.TTL(key + QueueSuffix); ttl != 10*time.Second {
+		t.Errorf("queue TTL after a short-lapse attempt = %v; want the longest lapse, 10s", ttl)
+	}
+	// 5s later: cold's entry lapsed (3s), warm's attempt refreshed its own.
+	m.SetTime(now.Add(5 * time.Second))
+	warm.Attempt = 7
+	Acquire(ctx, c, kw, "w", time.Minute, warm, wake)
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
+		t.Fatalf("Release = %v, %v; want HandedOver", r, err)
+	}
+	if v, _ := m.Get(key); v != "w" {
+		t.Errorf("key after the release = %q; want the live waiter w, past the lapsed entry of c", v)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue = %q; want the lapsed entry dropped and w served", got)
+	}
+}
+
+// Equal tickets are ordered by member, the same way wherever the order is
+// read: the caller that comes first in (ticket, member) goes first on a
+// free key, and keeps a key it yields; the other hands over.
+func TestQueue_equalTicketsFollowOneOrder(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:tie", "lock:wake:"
+	for _, client := range []string{"ca", "cb"} {
+		sub := c.Subscribe(ctx, prefix+client)
+		t.Cleanup(func() { sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ka, kb := NewKeys(key, "", "a"), NewKeys(key, "", "b")
+	wa := Waiter{Member: Member("ca", time.Second, "a"), Ticket: 5, Lapse: 10 * time.Second, Attempt: 1}
+	wb := Waiter{Member: Member("cb", time.Second, "b"), Ticket: 5, Lapse: 10 * time.Second, Attempt: 1}
+	// a holds the key, b is queued with the same ticket.
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Minute, wa, wake); !ok {
+		t.Fatal("a refused on a free key")
+	}
+	Acquire(ctx, c, kb, "b", time.Minute, wb, wake)
+	// a (member "ca/…" < "cb/…") comes first: its yield keeps the key.
+	if r, err := Release(ctx, c, ka, "a", 0, wa, true, wake); r != Kept || err != nil {
+		t.Fatalf("yield of the first in the order = %v, %v; want Kept", r, err)
+	}
+	// b holding, a queued: b's yield hands the key to a.
+	m.FlushAll()
+	Acquire(ctx, c, kb, "b", time.Minute, wb, wake)
+	Acquire(ctx, c, ka, "a", time.Minute, wa, wake)
+	if r, err := Release(ctx, c, kb, "b", 0, wb, true, wake); r != HandedOver || err != nil {
+		t.Fatalf("yield of the second in the order = %v, %v; want HandedOver", r, err)
+	}
+	if v, _ := m.Get(key); v != "a" {
+		t.Errorf("key after b's yield = %q; want a", v)
+	}
+	// A free key with b queued: a goes first; with a queued, b does not.
+	m.FlushAll()
+	Acquire(ctx, c, NewKeys(key, "", "h"), "h", time.Minute, Waiter{}, wake)
+	Acquire(ctx, c, kb, "b", time.Minute, wb, wake)
+	m.Del(key)
+	if ok, _, _ := Acquire(ctx, c, ka, "a", time.Minute, wa, wake); !ok {
+		t.Errorf("a, first in the order, refused on a free key with b queued")
+	}
+	m.FlushAll()
+	Acquire(ctx, c, NewKeys(key, "", "h"), "h", time.Minute, Waiter{}, wake)
+	Acquire(ctx, c, ka, "a", time.Minute, wa, wake)
+	m.Del(key)
+	if ok, _, _ := Acquire(ctx, c, kb, "b", time.Minute, wb, wake); ok {
+		t.Errorf("b, second in the order, took a free key with a queued")
+	}
+	if v, _ := m.Get(key); v != "a" {
+		t.Errorf("key = %q; want it handed to a", v)
+	}
+}
+
+// A release that finds its key gone (expired) hands the free key to the
+// first live waiter, and names the waiter's attempt in the message.
+func TestQueue_releaseOfAGoneKeyServes(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:gone", "lock:wake:"
+	sub := c.Subscribe(ctx, prefix+"cw")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kh, kw := NewKeys(key, "", "h"), NewKeys(key, "", "w")
+	Acquire(ctx, c, kh, "h", time.Minute, Waiter{}, wake)
+	Acquire(ctx, c, kw, "w", time.Minute, Waiter{Member: Member("cw", 2*time.Second, "w"), Ticket: 1, Lapse: 10 * time.Second, Attempt: 4}, wake)
+	m.Del(key) // h's lease ran out
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != NotOurs || err != nil {
+		t.Fatalf("Release of a gone key = %v, %v; want NotOurs", r, err)
+	}
+	if v, _ := m.Get(key); v != "w" || m.TTL(key) != 2*time.Second {
+		t.Errorf("key = %q ttl %v; want w for its reservation 2s", v, m.TTL(key))
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, n := ParseHandoff(msg.Payload); tok != "w" || n != 4 {
+		t.Errorf("handoff message = %q (token %q, attempt %d); want w's token and attempt 4", msg.Payload, tok, n)
+	}
+}
