@@ -54,24 +54,34 @@
 //     ordinary attempt, so it is fenced like any other.
 //  9. Waiters queue on the nodes: a Lock call refused on a node joins that
 //     node's queue of the resource (<key>:queue, by a ticket taken once per
-//     call: its start time) in the same script. A release that finds waiters
-//     sets the key to the first one's token, for that waiter's TTL, and
-//     publishes that token on its Client's channel only (one channel per
-//     Client, subscribed once); a waiter whose Client is not listening there
-//     (PUBSUB NUMSUB, read before the key is touched: its process is gone) is
-//     dropped, and the next one is served in the same step. A waiter told by a
-//     majority holds the lock, its validity counted from its first attempt
-//     that joined the queue (the key was set after that, for its TTL); with
-//     fencing, after a split vote, or when less than half the TTL is left (or
-//     too little for the first renewal), it confirms with an ordinary attempt
-//     instead. On a free key the first in the queue goes first. A waiter that
-//     won only a minority in a split vote yields those nodes to older waiters
-//     queued there, so splits settle toward the oldest ticket. A waiter keeps
-//     its jittered retry delay as a fallback; the queue key expires a while
-//     after the latest attempt that queued. A failed attempt's cleanup passes
-//     a key it got on a node to the first waiter there, as a release does, and
-//     tells nobody else. A Client's own Lock calls on one resource also take
-//     turns in arrival order.
+//     call: its start time) in the same script, and refreshes its entry's
+//     own lapse deadline (<key>:queue:lapse, on the node's clock: two retry
+//     delays and three node timeouts) with every attempt; an entry whose
+//     waiter stopped attempting is passed over once it lapses. One order
+//     serves everywhere: (ticket, member), so no tie of tickets can keep
+//     two waiters apart. A release that finds waiters sets the key to the
+//     first live one's token for a short reservation (two node timeouts, or
+//     two retry delays and a node timeout when that is more, at most half
+//     the TTL), and publishes that token, with the number of the waiter's
+//     attempt that queued or last refreshed the entry, on its Client's
+//     channel only (one channel per Client, subscribed once); a waiter
+//     whose Client is not listening there (PUBSUB NUMSUB, read before the
+//     key is touched: its process is gone) is dropped, and the next one is
+//     served in the same step. A release that finds its key gone (expired)
+//     serves the queue the same way. A waiter told by a majority holds the
+//     lock until the reservations end (see "What is guaranteed"), and its
+//     first renewal, due halfway to the last node timeout of that validity,
+//     extends the key to its TTL; with fencing, for a fixed lease, after a
+//     split vote, or when less than one and a half node timeouts is left,
+//     it confirms with an ordinary attempt instead (which re-arms a key
+//     that holds its token to the TTL). On a free key the first in the
+//     order goes first. A waiter that won only a minority in a split vote
+//     yields those nodes to waiters before it in the order, so splits
+//     settle toward the first. A waiter keeps its jittered retry delay as a
+//     fallback. A failed attempt's cleanup passes a key it got on a node to
+//     the first waiter there, as a release does, and tells nobody else. A
+//     Client's own Lock calls on one resource also take turns in arrival
+//     order.
 //
 // # What is guaranteed
 //
@@ -84,11 +94,23 @@
 // and (c) a node that crashes either persists its keys (appendfsync always)
 // or stays down longer than the longest TTL before it rejoins (the Redlock
 // spec's delayed restart). Validity counts from before the first request was
-// sent, so the time the grant took to travel back is not counted as held. A
-// lock handed over by releases (step 9) counts from before the first
-// request that queued the waiter: each node set the key for the waiter's
-// TTL only after that request had reached it, and the message that tells
-// the waiter is sent after the key is set.
+// sent, so the time the grant took to travel back is not counted as held.
+//
+// A lock handed over by releases (step 9) is valid until the q-th latest of
+// start(a_i) + R − (R·drift + 2ms) over the nodes i whose messages it got,
+// where R is the reservation, a_i the attempt number node i's message
+// names, and start(a) when attempt a began (or the call's first queued
+// attempt, when a is no longer recorded). Why: node i recorded a_i with
+// the entry it served, and an entry is recorded only by a request of that
+// attempt reaching the node, so the key was set after start(a_i), for R
+// on the node's clock. A message that arrives late cannot stretch this:
+// if the reservation lapsed and the waiter queued again, the new entry
+// carries a later attempt, and the old message names the old one. The key
+// holds our token on those nodes until then (only our token's requests or
+// release change it), and q of them are a majority. The message is sent
+// after the key is set. The lock's first renewal re-arms the key to the
+// TTL within that validity; if it fails, the lock is lost at that
+// validity, as any lock is at its ValidUntil.
 //
 // Any two majorities of the same N nodes intersect, and a node holds at most
 // one token per key; so two clients cannot both have a majority of
@@ -140,9 +162,15 @@
 // a waiter whose process died costs the next one nothing. A waiter whose
 // process is alive but frozen (SIGSTOP, a long stall), or whose host
 // vanished without closing its connections, is handed the key like any
-// other and keeps it, as a holder would, until its TTL ends; so is a dead
-// waiter on Redis Cluster nodes, which cannot see who listens (a Client's
-// channel lives on another shard than the key).
+// other, and holds up the next waiter for one reservation (2s at the
+// default options: TestReal_frozenWaiterDelaysTheNextByOneReservation
+// measures 2.1s with a 30s TTL); so is a dead waiter on Redis Cluster
+// nodes, which cannot see who listens (a Client's channel lives on another
+// shard than the key), until its entry lapses. Callers outside the queue
+// (TryLock, WithWakeUp(false), other libraries' clients) get the key only
+// when no live waiter is queued. "In order" means in the order of the
+// callers' wall clocks: a host whose clock lags goes ahead of calls that
+// started within its lag.
 //
 // A node that restarts empty within one TTL can break exclusion: a lock may
 // sit on a bare majority (the other nodes were down when it was taken, and

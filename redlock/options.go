@@ -217,11 +217,27 @@ func WithFencing(on bool) Option {
 	return optionFunc(func(c *config) { c.fencing = on })
 }
 
-// WithWakeUp turns wake-up on release on or off. On by default: a Lock call
-// that finds the lock held subscribes (one connection per node, shared by
-// the Client's waiters) to the resource's release channel, and attempts
-// again as soon as a release is published; the jittered retry delay is then
-// only a fallback for a lost message. Off, it polls with the retry delay.
+// WithWakeUp turns the waiter queue on or off (DESIGN step 9). On by
+// default: a Lock call that finds the lock held subscribes its Client's
+// channel on every node (once per Client, one connection per node shared
+// by all its waiters) and joins the resource's queue on the nodes with its
+// ticket. A release then hands the key to the first live waiter in the
+// order (ticket, member) for a short reservation (two node timeouts, or
+// two retry delays and a node timeout when that is more, at most TTL/2:
+// 2s at the defaults), tells that waiter's Client alone, and the waiter's
+// first renewal extends the key to its TTL; the retry delay is only a
+// fallback for a lost message. A frozen or cut-off grantee so delays the
+// next waiter by one reservation at most. Tickets are the Lock call's start
+// on its host's wall clock: "in order" assumes the hosts' clocks agree, and
+// a host whose clock lags by Δ goes ahead of calls that started within Δ.
+//
+// Off, Lock polls with the retry delay and never queues. A caller outside
+// the queue (WithWakeUp(false), TryLock, another library's client on the
+// key) is served only when the key is free and no live waiter is queued: under
+// sustained queued contention its share is near zero (benchmarks
+// TestMixedCallersShares). In a rolling migration from redsync, turn it
+// off on every quorumlock Client until the last redsync process is gone
+// (docs/migrating-from-redsync.md).
 func WithWakeUp(on bool) Option {
 	return optionFunc(func(c *config) { c.wakeUp = on })
 }
