@@ -93,6 +93,14 @@ type Result struct {
 	// killed) when Unlock returned, so that the release could not reach it.
 	ReappearedAfterNodeFault int `json:"released_keys_reappeared_after_node_fault"`
 
+	// Liveness (with CheckOptions.WaitBound): releases (an Unlock that
+	// returned) after which no hold of the resource began within the
+	// bound although a client was waiting in Lock on it the whole time (a
+	// violation), and the longest time from a release to the next hold
+	// while someone waited.
+	SlowHandovers int           `json:"slow_handovers"`
+	MaxHandover   time.Duration `json:"max_handover_ns"`
+
 	Examples []string `json:"examples,omitempty"`
 }
 
@@ -103,7 +111,7 @@ type Result struct {
 // ValidUntil, expiries never reported), and locks returned not valid.
 func (r Result) Violations() int {
 	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes +
-		r.LateReports + r.SilentExpiries + r.InvalidReturns + r.ReleasedKeysReappeared
+		r.LateReports + r.SilentExpiries + r.InvalidReturns + r.ReleasedKeysReappeared + r.SlowHandovers
 }
 
 // CheckOptions tune the checker.
@@ -126,6 +134,11 @@ type CheckOptions struct {
 	// ours it held may set the key again when it comes back, for one TTL at
 	// most. Run uses the TTL. Default: Persist.
 	Unreachable time.Duration
+	// WaitBound, when positive, is the longest a release may be followed
+	// by no new hold of its resource while a client waited in Lock on it
+	// from before the release until the bound (DESIGN step 9: a frozen
+	// waiter delays the next by one reservation). Zero: not checked.
+	WaitBound time.Duration
 }
 
 // Check checks a history:
@@ -325,6 +338,10 @@ func Check(s Snapshot, o CheckOptions) Result {
 		r.ExpiryReportP99 = afterExpiry[(len(afterExpiry)*99)/100]
 	}
 
+	if o.WaitBound > 0 {
+		r.checkHandovers(s, o, byRes, rel, example)
+	}
+
 	// Majority loss: holds alive at the event.
 	for _, m := range s.Majority {
 		r.MajorityEvents++
@@ -457,4 +474,46 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// checkHandovers measures, for every release (an Unlock that returned) of a
+// resource while a client waited in Lock on it, the time to the next hold
+// of it; more than o.WaitBound, with a client still waiting then, is a
+// slow handover.
+func (r *Result) checkHandovers(s Snapshot, o CheckOptions, byRes map[string][]Hold, rel func(time.Time) string, example func(string, ...any)) {
+	waits := make(map[string][]Wait)
+	for _, w := range s.Waits {
+		waits[w.Resource] = append(waits[w.Resource], w)
+	}
+	for res, hs := range byRes { // sorted by Start above
+		for _, h := range hs {
+			u := h.Released
+			if u.IsZero() || !h.Reported().IsZero() {
+				continue // never released, or lost: its key expired by itself
+			}
+			waiting, stayed := false, false // a client waited at u; one still waited at u + bound
+			for _, w := range waits[res] {
+				if w.Start.Before(u) && w.End.After(u) {
+					waiting = true
+					stayed = stayed || !w.End.Before(u.Add(o.WaitBound))
+				}
+			}
+			if !waiting {
+				continue
+			}
+			i, _ := slices.BinarySearchFunc(hs, u, func(a Hold, t time.Time) int { return a.Start.Compare(t) })
+			next := time.Duration(-1)
+			if i < len(hs) {
+				next = hs[i].Start.Sub(u)
+			}
+			if next >= 0 {
+				r.MaxHandover = max(r.MaxHandover, next)
+			}
+			if stayed && (next < 0 || next > o.WaitBound) {
+				r.SlowHandovers++
+				example("slow handover: %s released by hold %d at %s, next hold %v later (bound %v) while a client waited in Lock",
+					res, h.ID, rel(u), next, o.WaitBound)
+			}
+		}
+	}
 }

@@ -20,7 +20,12 @@
 // that they land after their caller gave up and can be overtaken by a later
 // release; raw subscribers on every Client's wake-up channel, so that
 // every handoff finds a listener; and nodes killed while clients wait in Lock and restarted empty
-// after the TTL (sometimes paused at once). Each [Profile] picks the faults and says whether it
+// after the TTL (sometimes paused at once). The frozen-waiter profile puts
+// every client on one resource and freezes (SIGSTOP) a child process of
+// the test binary while it waits in Lock, for longer than the TTL: the
+// checker's WaitBound then requires the next hold after every release to
+// begin within one reservation, a retry delay and two node timeouts (plus
+// the slack) while a client waits. Each [Profile] picks the faults and says whether it
 // must show 0 violations (safe) or at least one (a negative control, which
 // proves the checker sees).
 //
@@ -54,6 +59,10 @@
 //     in flight behind it, which deleted it. The negative control
 //     release-unguarded turns the release guard off
 //     (testhooks.SkipReleaseGuard) and must show a key come back.
+//   - With a WaitBound (frozen-waiter), after each release of a resource
+//     that a client waits for in Lock, the next hold must begin within the
+//     bound; a handover that a frozen grantee held for its whole TTL (the
+//     library before the short reservation) fails it.
 //
 // After a run, every client is closed and every fault undone, and the
 // nodes are scanned for lock keys left behind. The package's tests check

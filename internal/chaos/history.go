@@ -113,7 +113,14 @@ type History struct {
 	faults   []Fault
 	majority []MajorityLoss
 	seen     []Sighting
+	waits    []Wait
 	failed   map[string]int // failed Lock calls by outcome
+}
+
+// Wait is one Lock call (not TryLock): from its start to its return.
+type Wait struct {
+	Resource   string
+	Start, End time.Time
 }
 
 // NewHistory returns an empty history whose clock starts now.
@@ -199,6 +206,12 @@ func (h *History) sighting(s Sighting) {
 	h.seen = append(h.seen, s)
 }
 
+func (h *History) wait(w Wait) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waits = append(h.waits, w)
+}
+
 func (h *History) failedLock(outcome string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -213,6 +226,7 @@ type Snapshot struct {
 	Faults   []Fault
 	Majority []MajorityLoss
 	Seen     []Sighting
+	Waits    []Wait
 	Failed   map[string]int
 }
 
@@ -226,6 +240,7 @@ func (h *History) Snapshot() Snapshot {
 		Faults:   slices.Clone(h.faults),
 		Majority: slices.Clone(h.majority),
 		Seen:     slices.Clone(h.seen),
+		Waits:    slices.Clone(h.waits),
 		Failed:   make(map[string]int, len(h.failed)),
 	}
 	for _, hd := range h.holds {

@@ -27,6 +27,7 @@ const (
 	KindMajorityCut    = "majority-cut"     // cut a majority of nodes at once
 	KindMajorityKill   = "majority-kill"    // kill a majority at once, restart them empty after more than the TTL
 	KindRestartNoDelay = "restart-no-delay" // restart a node empty at once (negative profile)
+	KindFrozenWaiter   = "frozen-waiter"    // SIGSTOP a child process waiting in Lock for longer than the TTL
 	KindSpike          = "latency-spike"    // hold what one node's proxy reads in a short burst for 1.5–4× the node timeout
 	KindRestartWaiting = "restart-waiting"  // kill a node while clients wait in Lock, restart it empty after more than the TTL, sometimes paused at once
 )

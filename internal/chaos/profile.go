@@ -23,8 +23,12 @@ type Config struct {
 	// HoldMin and HoldMax bound a critical section; defaults 0 and 1.5×TTL.
 	HoldMin, HoldMax time.Duration
 	// Fenced makes the register refuse stale tokens; profiles set it.
-	Fenced  bool
-	Weights Weights // minority nemesis; default DefaultWeights
+	Fenced bool
+	// WaitBound, when set, is the longest a release may be followed by no
+	// hold of its resource while a client waits in Lock on it (see
+	// CheckOptions.WaitBound); profiles set it.
+	WaitBound time.Duration
+	Weights   Weights // minority nemesis; default DefaultWeights
 	// Logf receives the harness's diagnostics; default none.
 	Logf func(format string, args ...any)
 }
@@ -100,6 +104,7 @@ func Profiles() []Profile {
 				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.late(ctx, true) })
 			},
 		},
+		frozenProfile(),
 		{
 			Name: "pause-fenced", Safe: true, Share: 0.05,
 			About:  "a holder pauses past its TTL, another client takes the lock and writes, the first wakes and writes with its old token: the fenced register must refuse it",
@@ -150,6 +155,9 @@ type Outcome struct {
 	Clients   int           `json:"clients"`
 	Resources int           `json:"resources"`
 	TTL       time.Duration `json:"ttl_ns"`
+	// WaitBound is the liveness bound the handovers were checked against
+	// (CheckOptions.WaitBound, with the slack); zero when not checked.
+	WaitBound time.Duration `json:"wait_bound_ns,omitempty"`
 	Elapsed   time.Duration `json:"elapsed_ns"`
 	Result    Result        `json:"result"`
 	// KeysLeft are the lock keys still on the nodes after every client
@@ -188,6 +196,9 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	cfg.Duration = max(cfg.Duration, time.Duration(p.MinTTLs)*cfg.TTL)
 	out := Outcome{Profile: p.Name, Safe: p.Safe, About: p.About, Seed: cfg.Seed,
 		Nodes: cfg.Nodes, Clients: cfg.Clients, Resources: cfg.Resources, TTL: cfg.TTL}
+	if p.adjust != nil {
+		out.Resources, out.TTL = cfg.Resources, cfg.TTL
+	}
 	start := time.Now()
 	cluster, err := redistest.StartCluster(cfg.Nodes, redistest.WithLogf(cfg.Logf))
 	if err != nil {
@@ -215,7 +226,13 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	if err := errors.Join(errs...); err != nil {
 		out.HarnessErrors = append(out.HarnessErrors, err.Error())
 	}
-	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: max(100*time.Millisecond, cfg.TTL/3), Persist: cfg.TTL / 2, Unreachable: cfg.TTL})
+	slack := max(100*time.Millisecond, cfg.TTL/3)
+	wait := time.Duration(0)
+	if cfg.WaitBound > 0 {
+		wait = cfg.WaitBound + slack
+	}
+	out.WaitBound = wait
+	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: slack, Persist: cfg.TTL / 2, Unreachable: cfg.TTL, WaitBound: wait})
 	out.Elapsed = time.Since(start)
 	return out, nil
 }

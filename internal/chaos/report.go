@@ -66,6 +66,10 @@ func WriteOutcome(w io.Writer, o Outcome) {
 	line("released keys seen", "%d reappeared%s; %d raced a release in flight%s, %d left by a release not yet landed",
 		r.ReleasedKeysReappeared, ifPos(r.ReleasedKeysReappeared, " (%d on a node under a fault when Unlock returned), oldest %v", r.ReappearedAfterNodeFault, ms(r.MaxReappearedAge)),
 		r.ReleasedKeysRaced, ifPos(r.ReleasedKeysRaced, " (oldest %v)", ms(r.MaxRacedAge)), r.ReleasedKeysLeft)
+	if o.WaitBound > 0 {
+		line("handovers", "%d slow; longest from a release to the next hold while a client waited %v (bound %v)",
+			r.SlowHandovers, ms(r.MaxHandover), ms(o.WaitBound))
+	}
 	line("sampler", "every %v: %d reads of a node, %d failed (node down or paused); %d wake-up messages to raw subscribers",
 		o.Sampler.Period, o.Sampler.Reads, o.Sampler.Failed, o.WakeUps)
 	k := o.KeysLeft

@@ -68,7 +68,9 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 		l, err = w.cl.TryLock(ctx, resource)
 	} else {
 		w.e.waiting.Add(1)
+		start := time.Now()
 		l, err = w.cl.Lock(ctx, resource)
+		w.e.hist.wait(Wait{Resource: resource, Start: start, End: time.Now()})
 		w.e.waiting.Add(-1)
 	}
 	now := time.Now()

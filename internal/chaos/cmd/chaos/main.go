@@ -36,6 +36,7 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func main() {
+	chaos.RunChildIfAsked() // the frozen-waiter profile's child process
 	var (
 		duration  = flag.Duration("duration", time.Minute, "total run time, split among the profiles")
 		clients   = flag.Int("clients", 8, "lock clients, each with its own redlock.Client")
