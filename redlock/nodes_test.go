@@ -26,7 +26,7 @@ import (
 // channel, PUBLISH to a waiter's, both &lock:*), PING for Dial, keys ~lock:*.
 const minimalACL = "resetkeys ~lock:* resetchannels &lock:* -@all " +
 	"+eval +evalsha +script|load +script|exists " +
-	"+get +mget +set +pexpire +pubsub|numsub +del +exists +zadd +zrem +zrange +hset +hget +hdel +pttl +time " +
+	"+get +mget +set +pexpire +pubsub|numsub +del +exists +zadd +zrem +zrange +zpopmin +hset +hget +hdel +pttl +time " +
 	"+publish +subscribe +unsubscribe +ping"
 
 // dialT dials urls and closes the Client in a cleanup.

@@ -26,23 +26,25 @@ end
 -- from now: each entry lapses on its own unless its waiter's attempts
 -- refresh it. attempt is the number of the waiter's attempt that sent this
 -- request: a handoff names it, so that the waiter knows the key was set
--- after that attempt began (DESIGN step 9, the grantee's validity). The
--- keys live as long as their latest deadline (a PEXPIRE only ever
--- lengthens them), so they go once nobody waits.
+-- after that attempt began (DESIGN step 9, the grantee's validity). The two
+-- keys are written together and share one TTL, which only collects them
+-- once nobody waits: it is raised to twice the lapse whenever less than
+-- the lapse is left (never lowered), so it outlives every live entry while
+-- most attempts leave it alone.
 local function enqueue(member, ticket, lapse, attempt)
   redis.call('ZADD', KEYS[3], ticket, member)
   redis.call('HSET', KEYS[4], member, (now() + lapse) .. ' ' .. attempt)
-  for k = 3, 4 do
-    if redis.call('PTTL', KEYS[k]) < lapse then
-      redis.call('PEXPIRE', KEYS[k], lapse)
-    end
+  if redis.call('PTTL', KEYS[3]) < lapse then
+    redis.call('PEXPIRE', KEYS[3], 2 * lapse)
+    redis.call('PEXPIRE', KEYS[4], 2 * lapse)
   end
 end
 
 -- dequeue takes member out of the queue.
 local function dequeue(member)
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('HDEL', KEYS[4], member)
+  if redis.call('ZREM', KEYS[3], member) == 1 then
+    redis.call('HDEL', KEYS[4], member)
+  end
 end
 
 -- serve hands the lock key, which the caller may give away (it is free, or
@@ -76,16 +78,26 @@ local function serve(me, ticket, wake)
   local prefix = string.sub(wake, 2)
   local t0 = nil
   for _ = 1, 16 do
-    local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    local head = h[1]
-    if not head or head == me then
-      break
-    end
-    if ticket and before(ticket, me, tonumber(h[2]), head) then
-      break
+    local head
+    if not ticket and (me == nil or me == '') then
+      -- No condition on the head: take it out as it is read.
+      head = redis.call('ZPOPMIN', KEYS[3])[1]
+      if not head then
+        break
+      end
+    else
+      local h = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+      head = h[1]
+      if not head or head == me then
+        break
+      end
+      if ticket and before(ticket, me, tonumber(h[2]), head) then
+        break
+      end
+      redis.call('ZREM', KEYS[3], head)
     end
     local dl, attempt = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+) (%d+)$')
-    dequeue(head)
+    redis.call('HDEL', KEYS[4], head)
     t0 = t0 or now()
     local client, reserve, token = string.match(head, '^([^/]*)/(%d+)/(.+)$')
     if client and dl and tonumber(dl) > t0 then
