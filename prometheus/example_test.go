@@ -61,8 +61,8 @@ func Example() {
 	nodes, stop := nodes(3)
 	defer stop()
 
-	// One series per kind of resource ("invoice"), not per invoice.
-	hooks := redlockprom.New(redlockprom.WithResourceLabel(redlockprom.ResourcePrefix(":")))
+	// By default one series per kind of resource ("invoice"), not per invoice.
+	hooks := redlockprom.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(hooks)
 	mux := http.NewServeMux()

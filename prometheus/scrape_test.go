@@ -108,7 +108,7 @@ type labels = map[string]string
 // step.
 func TestScrape(t *testing.T) {
 	rc := redistest.Start(t, 5)
-	h := redlockprom.New()
+	h := redlockprom.New(redlockprom.WithFullResourceLabel()) // two resources, told apart
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
