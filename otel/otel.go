@@ -33,9 +33,12 @@
 //	redlock.release  an Unlock, or a release by Close; an event per failed node
 //	redlock.lost     the moment a lock was lost, child of the span in the ctx given to Lock
 //
-// The redlock.resource attribute of metrics is the resource name by default;
-// bound it with [WithResourceAttribute] and [ResourcePrefix], or drop it with
-// [WithoutResourceAttribute]. Spans always carry the full name.
+// The redlock.resource attribute of metrics is bounded by default: the part
+// of the resource name before the first ":" ("invoice:1234" → "invoice"),
+// so names that embed an id do not make one series per id. Choose another
+// mapping with [WithResourceAttribute], drop it with
+// [WithoutResourceAttribute], or opt in to full names with
+// [WithFullResourceAttribute]. Spans always carry the full name.
 package redlockotel
 
 import (
@@ -101,10 +104,22 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithResourceAttribute sets the value of the redlock.resource attribute of
 // the metrics of a lock on resource: f(resource). f must return few
 // distinct values, since each makes its own series, and be safe for
-// concurrent use. The default is the resource name itself. Spans keep the
-// full name.
+// concurrent use. The default is [ResourcePrefix](":"): "invoice:1234" →
+// "invoice". Spans keep the full name.
 func WithResourceAttribute(f func(resource string) string) Option {
 	return optionFunc(func(c *config) { c.resource = f })
+}
+
+// WithFullResourceAttribute makes the redlock.resource attribute of the
+// metrics the full resource name.
+//
+// Warning: every distinct resource name then makes its own series of
+// redlock.expired and redlock.held, kept for the life of the process and in
+// the backend the metrics are exported to. Names that embed an id
+// ("invoice:1234") grow them without bound. Use it only when resource names
+// come from a small fixed set.
+func WithFullResourceAttribute() Option {
+	return optionFunc(func(c *config) { c.resource = func(r string) string { return r } })
 }
 
 // WithoutResourceAttribute drops the redlock.resource attribute from the
@@ -123,7 +138,8 @@ func WithRenewalSpans(on bool) Option {
 
 // ResourcePrefix returns a mapping for WithResourceAttribute that keeps the
 // part of a resource name before the first sep: with ":", "invoice:1234"
-// becomes "invoice". A name without sep is kept whole.
+// becomes "invoice". A name without sep is kept whole. ResourcePrefix(":")
+// is the default mapping.
 func ResourcePrefix(sep string) func(string) string {
 	return func(resource string) string {
 		prefix, _, _ := strings.Cut(resource, sep)
@@ -181,7 +197,7 @@ func exponential(start, factor float64, n int) []float64 {
 // New returns Hooks whose instruments are made on the configured meter. It
 // returns the errors of the instruments that could not be made.
 func New(opts ...Option) (*Hooks, error) {
-	cfg := config{resource: func(r string) string { return r }}
+	cfg := config{resource: ResourcePrefix(":")}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)

@@ -154,7 +154,7 @@ func TestHooks(t *testing.T) {
 	ms, nodes := miniNodes(t, 3)
 	tel := newTelemetry(t)
 	h, err := redlockotel.New(redlockotel.WithMeterProvider(tel.mp), redlockotel.WithTracerProvider(tel.tp),
-		redlockotel.WithRenewalSpans(true))
+		redlockotel.WithRenewalSpans(true), redlockotel.WithFullResourceAttribute()) // job:1 and job:2 told apart
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +363,9 @@ func TestResourceAttribute(t *testing.T) {
 		opt  redlockotel.Option
 		want map[string]int64 // redlock.expired by resource attribute ("-": none)
 	}{
-		{"full", nil, map[string]int64{"invoice:1": 0, "invoice:2": 1}},
-		{"prefix", redlockotel.WithResourceAttribute(redlockotel.ResourcePrefix(":")), map[string]int64{"invoice": 1}},
+		{"default: prefix", nil, map[string]int64{"invoice": 1}},
+		{"full", redlockotel.WithFullResourceAttribute(), map[string]int64{"invoice:1": 0, "invoice:2": 1}},
+		{"custom", redlockotel.WithResourceAttribute(func(string) string { return "all" }), map[string]int64{"all": 1}},
 		{"none", redlockotel.WithoutResourceAttribute(), map[string]int64{"-": 1}},
 	}
 	for _, tc := range cases {

@@ -52,6 +52,14 @@ func newElectionMetrics(cl prometheus.Labels) *electionMetrics {
 	}
 }
 
+// start makes the series of the named election at zero (WithElections).
+func (m *electionMetrics) start(name string) {
+	m.leader.WithLabelValues(name)
+	for _, e := range []election.Event{election.EventAcquired, election.EventLost, election.EventResigned} {
+		m.changes.WithLabelValues(name, string(e))
+	}
+}
+
 func (m *electionMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.leader, m.changes, m.term, m.campaign}
 }

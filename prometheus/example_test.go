@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,8 +62,8 @@ func Example() {
 	nodes, stop := nodes(3)
 	defer stop()
 
-	// One series per kind of resource ("invoice"), not per invoice.
-	hooks := redlockprom.New(redlockprom.WithResourceLabel(redlockprom.ResourcePrefix(":")))
+	// By default one series per kind of resource ("invoice"), not per invoice.
+	hooks := redlockprom.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(hooks)
 	mux := http.NewServeMux()
@@ -90,4 +91,25 @@ func Example() {
 	// redis_lock_expired_total{resource="invoice"} 0
 	// redis_lock_held{resource="invoice"} 1
 	// redis_lock_held{resource="invoice"} 0
+}
+
+func ExampleRenderRules() {
+	// Rules() is the shipped file; render it for locks renewed every 5s
+	// (WithRenewInterval) and calls that should not wait 2s.
+	cfg := redlockprom.DefaultRules()
+	cfg.RenewInterval = 5 * time.Second
+	cfg.WaitP99 = 2 * time.Second
+	rules, err := redlockprom.RenderRules(cfg)
+	if err != nil {
+		panic(err)
+	}
+	// A program would write it out: os.WriteFile("quorumlock.yml", rules, 0o644).
+	for line := range strings.Lines(string(rules)) {
+		if strings.Contains(line, "expr:") && (strings.Contains(line, "renewal_lag") || strings.Contains(line, "wait_duration")) {
+			fmt.Print(strings.TrimSpace(line), "\n")
+		}
+	}
+	// Output:
+	// expr: histogram_quantile(0.99, rate(redis_lock_renewal_lag_seconds_bucket[5m])) > 1.25
+	// expr: histogram_quantile(0.99, sum without (outcome) (rate(redis_lock_wait_duration_seconds_bucket[5m]))) > 2
 }

@@ -59,9 +59,10 @@ func TestResourceLabel(t *testing.T) {
 		wantLabels []string          // label names of the resource series
 		wantSeries map[string]string // resource label value → "" (only with a label)
 	}{
-		{"full", nil, []string{"resource"}, map[string]string{"invoice:1": "", "invoice:2": ""}},
-		{"prefix", []redlockprom.Option{redlockprom.WithResourceLabel(redlockprom.ResourcePrefix(":"))},
-			[]string{"resource"}, map[string]string{"invoice": ""}},
+		{"default: prefix", nil, []string{"resource"}, map[string]string{"invoice": ""}},
+		{"full", []redlockprom.Option{redlockprom.WithFullResourceLabel()}, []string{"resource"}, map[string]string{"invoice:1": "", "invoice:2": ""}},
+		{"custom", []redlockprom.Option{redlockprom.WithResourceLabel(func(string) string { return "all" })},
+			[]string{"resource"}, map[string]string{"all": ""}},
 		{"none", []redlockprom.Option{redlockprom.WithoutResourceLabel()}, nil, nil},
 		{"const labels", []redlockprom.Option{redlockprom.WithoutResourceLabel(), redlockprom.WithConstLabels(prometheus.Labels{"client": "billing"})},
 			[]string{"client"}, nil},

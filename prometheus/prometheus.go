@@ -20,6 +20,8 @@
 //	redis_lock_renewal_failures_total{reason}        counter    failed extension rounds: lost, no_quorum, error
 //	redis_lock_quorum_margin{op}                     histogram  nodes that granted (acquire) or confirmed (extend), minus the quorum
 //	redis_lock_node_errors_total{node,addr,op,kind}  counter    failed requests to one node
+//	redis_lock_nodes_failing                         gauge      nodes with a failed request in the last minute (see NodeFailureWindow)
+//	redis_lock_quorum_headroom                       gauge      nodes − quorum − nodes failing: 0 means one more failing node is an outage
 //
 // It implements election.Hooks as well: pass the same Hooks to
 // election.WithHooks for the leadership series (see election.go):
@@ -31,17 +33,23 @@
 // redis_lock_held once, though a lost lock is reported both by Lost and by
 // its later release (redlock reports Lost exactly once, before the release).
 //
-// The resource label is the resource name by default. Names that embed an id
-// ("invoice:1234") make one series per id: map them to a bounded set with
-// [WithResourceLabel] and [ResourcePrefix], or drop the label with
-// [WithoutResourceLabel].
+// The resource label is bounded by default: the part of the resource name
+// before the first ":" ("invoice:1234" → "invoice"), and at most
+// [ResourceLabelLimit] distinct values per Hooks (later ones are counted
+// under [OtherResource]), so names that embed an id do not make one series
+// per id. Choose another mapping with [WithResourceLabel], drop the label
+// with [WithoutResourceLabel], or opt in to full names with
+// [WithFullResourceLabel].
+//
+// Alerting rules over these series ship with the package ([Rules],
+// [RenderRules]; rules/quorumlock.yml), and so does a Grafana dashboard
+// ([Dashboard]; dashboards/quorumlock.json).
 package redlockprom
 
 import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -57,15 +65,33 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	resource    func(string) string // nil: the resource label is dropped
+	limit       int                 // distinct resource label values at most; 0: no bound
 	constLabels prometheus.Labels
+	elections   []string
 }
 
 // WithResourceLabel sets the value of the resource label of a lock on
-// resource: f(resource). f must return few distinct values, since each makes
-// its own series, and be safe for concurrent use. The default is the
-// resource name itself.
+// resource: f(resource). f should return few distinct values, since each
+// makes its own series, and must be safe for concurrent use. The first
+// [ResourceLabelLimit] distinct values keep their own series; later ones
+// are counted under [OtherResource]. The default is [ResourcePrefix](":"):
+// "invoice:1234" → "invoice". A nil f drops the label, as
+// [WithoutResourceLabel] does.
 func WithResourceLabel(f func(resource string) string) Option {
-	return optionFunc(func(c *config) { c.resource = f })
+	return optionFunc(func(c *config) { c.resource, c.limit = f, ResourceLabelLimit })
+}
+
+// WithFullResourceLabel makes the resource label the full resource name,
+// with no bound on its distinct values.
+//
+// Warning: every distinct resource name then makes its own series of
+// redis_lock_expired_total and redis_lock_held, kept for the life of the
+// process. Names that embed an id ("invoice:1234", "user:42") grow the
+// series without bound: memory in this process, and in the Prometheus
+// server that scrapes it, until it falls over. Use it only when resource
+// names come from a small fixed set.
+func WithFullResourceLabel() Option {
+	return optionFunc(func(c *config) { c.resource, c.limit = func(r string) string { return r }, 0 })
 }
 
 // WithoutResourceLabel drops the resource label: redis_lock_expired_total
@@ -74,20 +100,20 @@ func WithoutResourceLabel() Option {
 	return optionFunc(func(c *config) { c.resource = nil })
 }
 
+// WithElections starts redis_election_leader of each named election at 0
+// and its redis_election_changes_total at 0, so that a process whose
+// candidate never led still reports the election (the shipped
+// RedisElectionNoLeader alert then sees an election nobody ever won).
+// Without it, an election's series appear when this process first leads
+// it. None by default.
+func WithElections(names ...string) Option {
+	return optionFunc(func(c *config) { c.elections = append(c.elections, names...) })
+}
+
 // WithConstLabels adds labels with fixed values to every series, e.g. to
 // tell two Clients in one process apart. None by default.
 func WithConstLabels(l prometheus.Labels) Option {
 	return optionFunc(func(c *config) { c.constLabels = l })
-}
-
-// ResourcePrefix returns a mapping for WithResourceLabel that keeps the part
-// of a resource name before the first sep: with ":", "invoice:1234" becomes
-// "invoice". A name without sep is kept whole.
-func ResourcePrefix(sep string) func(string) string {
-	return func(resource string) string {
-		prefix, _, _ := strings.Cut(resource, sep)
-		return prefix
-	}
 }
 
 // Hooks turns the events of a redlock.Client into Prometheus metrics. It
@@ -98,7 +124,7 @@ func ResourcePrefix(sep string) func(string) string {
 type Hooks struct {
 	redlock.NoHooks // methods added to redlock.Hooks later do nothing here
 
-	resource func(string) string // nil: no resource label
+	resource *labeler // nil: no resource label
 
 	expired  *prometheus.CounterVec
 	held     *prometheus.GaugeVec
@@ -109,6 +135,7 @@ type Hooks struct {
 	failures *prometheus.CounterVec
 	margin   *prometheus.HistogramVec
 	nodeErrs *prometheus.CounterVec
+	nodes    *nodeHealth
 
 	elections *electionMetrics // election.Hooks (election.go)
 }
@@ -127,19 +154,21 @@ const (
 
 // New returns Hooks with their series not yet registered.
 func New(opts ...Option) *Hooks {
-	cfg := config{resource: func(r string) string { return r }}
+	cfg := config{resource: ResourcePrefix(":"), limit: ResourceLabelLimit}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
 	var resource []string
+	var lab *labeler
 	if cfg.resource != nil {
 		resource = []string{"resource"}
+		lab = newLabeler(cfg.resource, cfg.limit)
 	}
 	cl := cfg.constLabels
 	h := &Hooks{
-		resource: cfg.resource,
+		resource: lab,
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redis_lock_expired_total",
 			Help:        "Locks lost or expired before their holder released them: the TTL is too short for the work, or the holder paused.",
@@ -171,7 +200,7 @@ func New(opts ...Option) *Hooks {
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "redis_lock_renewal_lag_seconds",
 			Help:        "Time from when a renewal was due to its confirmation by a majority; retries included.",
-			Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms to 4s
+			Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 17), // 0.5ms to 33s: above the default renew interval (10s)
 			ConstLabels: cl,
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -190,6 +219,7 @@ func New(opts ...Option) *Hooks {
 			Help:        "Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy).",
 			ConstLabels: cl,
 		}, []string{"node", "addr", "op", "kind"}),
+		nodes:     newNodeHealth(cl),
 		elections: newElectionMetrics(cl),
 	}
 	// Start the counters whose label values are known at zero, so that
@@ -201,11 +231,14 @@ func New(opts ...Option) *Hooks {
 		h.expired.WithLabelValues()
 		h.held.WithLabelValues()
 	}
+	for _, e := range cfg.elections {
+		h.elections.start(e)
+	}
 	return h
 }
 
 func (h *Hooks) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs},
+	return append([]prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs, h.nodes},
 		h.elections.collectors()...)
 }
 
@@ -228,13 +261,14 @@ func (h *Hooks) labels(resource string) []string {
 	if h.resource == nil {
 		return nil
 	}
-	return []string{h.resource(resource)}
+	return []string{h.resource.value(resource)}
 }
 
 // Attempt observes the round's duration and quorum margin. The margin of a
 // round cut short by ctx is not observed: its silent nodes were not
 // waited for.
 func (h *Hooks) Attempt(ctx context.Context, i redlock.AttemptInfo) {
+	h.nodes.round(i.Nodes, i.Quorum)
 	h.acquire.WithLabelValues(string(i.Outcome)).Observe(i.Latency.Seconds())
 	if ctx.Err() == nil && i.Outcome != redlock.OutcomeClosed {
 		h.margin.WithLabelValues("acquire").Observe(float64(i.Granted - i.Quorum))
@@ -260,6 +294,7 @@ func (h *Hooks) Acquire(_ context.Context, i redlock.AcquireInfo) {
 // failure nor a margin: its ctx is done and its error does not match
 // ErrLockLost.
 func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
+	h.nodes.round(i.Nodes, i.Quorum)
 	if ctx.Err() != nil && !errors.Is(i.Err, redlock.ErrLockLost) {
 		return
 	}
@@ -307,7 +342,10 @@ func (h *Hooks) count(resource string, heldDelta int, expired bool) {
 	}
 }
 
-// NodeError counts the failed request.
+// NodeError counts the failed request, and the node as failing for
+// [NodeFailureWindow] unless the error says nothing about the node
+// (canceled, WRONGTYPE).
 func (h *Hooks) NodeError(_ context.Context, i redlock.NodeErrorInfo) {
+	h.nodes.nodeError(i)
 	h.nodeErrs.WithLabelValues(strconv.Itoa(i.Node), i.Addr, i.Op, i.Kind).Inc()
 }

@@ -108,7 +108,7 @@ type labels = map[string]string
 // step.
 func TestScrape(t *testing.T) {
 	rc := redistest.Start(t, 5)
-	h := redlockprom.New()
+	h := redlockprom.New(redlockprom.WithFullResourceLabel()) // two resources, told apart
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -150,6 +150,13 @@ func TestScrape(t *testing.T) {
 		if got := m.value(tc.name, tc.labels); got != tc.want {
 			t.Errorf("step 1: %s%v = %v; want %v", tc.name, tc.labels, got, tc.want)
 		}
+	}
+	// 5 nodes, quorum 3: a headroom of 2 less the nodes that failed a
+	// request (none, unless a healthy node missed the 150ms node timeout
+	// on a busy machine).
+	failing := m.value("redis_lock_nodes_failing", nil)
+	if got := m.value("redis_lock_quorum_headroom", nil); failing < 0 || got != 2-failing {
+		t.Errorf("step 1: redis_lock_quorum_headroom = %v with %v nodes failing; want 2 − failing", got, failing)
 	}
 	// The refused attempt: 5 nodes answered "held by another", margin −3.
 	if got := m.bucket("redis_lock_quorum_margin", labels{"op": "acquire"}, -3); got != 1 {
@@ -227,6 +234,13 @@ func TestScrape(t *testing.T) {
 	}
 	if got := m.bucket("redis_lock_quorum_margin", labels{"op": "extend"}, -1); got < 1 {
 		t.Errorf("step 3: extend rounds with margin ≤ −1 = %v; want ≥ 1 (2 of 5 confirm, quorum 3)", got)
+	}
+	// The paused nodes count as failing: no quorum now.
+	if got := m.value("redis_lock_nodes_failing", nil); got < 3 {
+		t.Errorf("step 3: redis_lock_nodes_failing = %v; want ≥ 3 (nodes %v paused)", got, paused)
+	}
+	if got := m.value("redis_lock_quorum_headroom", nil); got > -1 {
+		t.Errorf("step 3: redis_lock_quorum_headroom = %v; want ≤ −1 (3 of 5 nodes paused, quorum 3)", got)
 	}
 	for _, i := range paused {
 		node := labels{"node": itoa(i), "addr": rc.Addr(i), "op": "extend", "kind": "timeout"}
