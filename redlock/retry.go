@@ -63,8 +63,9 @@ func (c *Client) line(ctx context.Context, resource string) (leave func(), err e
 
 // settle is what a failed attempt leaves between two attempts of a Lock
 // call. The nodes that granted keep our key or pass it on: a queued call
-// yields each to an older waiter queued there (who is told), so that split
-// votes settle toward the oldest ticket; a call not queued gives them back.
+// yields each to a waiter queued there before it (who is told), so that split
+// votes settle toward the first in the order (ticket, member); a call not
+// queued gives them back.
 // Requests of ours still unanswered may grant later; that is harmless, as
 // the next attempt carries the same token. settle waits for its requests,
 // each bounded by the node timeout, and reports whether every one

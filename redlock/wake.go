@@ -14,13 +14,15 @@ import (
 
 // wakeups tells waiting Lock calls that a release handed them the key
 // (DESIGN step 9). A release that finds waiters queued on a node sets the
-// key to the first one's token and publishes that token on its client's
-// channel only: one channel per Client, subscribed once on every node (one
-// connection per node, shared by all its waiters) when the Client first
-// waits, and kept until Close. A release sets the key before it tells, so
-// a message means the key holds the token on that node (until the token
-// releases it, or its TTL ends); a majority of them make the waiter the
-// holder. Its fallback attempts cover a message lost.
+// key to the first one's token for its reservation and publishes that
+// token, with the waiter's attempt the node recorded (see
+// scripts.ParseHandoff), on its client's channel only: one channel per
+// Client, subscribed once on every node (one connection per node, shared
+// by all its waiters) when the Client first waits, and kept until Close. A
+// release sets the key before it tells, so a message means the key holds
+// the token on that node (until the token releases it, or the reservation
+// ends); a majority of them make the waiter the holder (see handedTo). Its
+// fallback attempts cover a message lost.
 //
 // Nothing that waits on a node runs in a Lock call or under mu: each node's
 // subscription is made and read on a goroutine of its own. A node whose

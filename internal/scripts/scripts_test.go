@@ -257,7 +257,7 @@ func TestFencing(t *testing.T) {
 }
 
 // The queue: a refused waiter queues; a release hands the key to the
-// oldest ticket, for that waiter's TTL, and tells its client alone; a
+// oldest ticket, for that waiter's reservation, and tells its client alone; a
 // waiter whose client does not listen is dropped; a free key goes to the
 // head; a yield settles a split toward the older ticket; the queue key
 // expires after its latest newcomer.
@@ -294,7 +294,7 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("queue = %q; want both waiters", got)
 	}
 	subB := listen("cb")
-	// The holder releases: the key goes to b (oldest ticket) for b's TTL,
+	// The holder releases: the key goes to b (oldest ticket) for b's reservation,
 	// and b's client is told.
 	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
 		t.Fatalf("Release with waiters = %v, %v; want HandedOver", r, err)
