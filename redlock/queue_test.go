@@ -350,10 +350,12 @@ func (h *roundCounter) Attempt(_ context.Context, i AttemptInfo) {
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
 
 // A waiter handed the key by a majority holds the lock without a round of
-// its own, its validity counted from its first attempt that queued it (the
-// nodes set the key after that, for its TTL); when that leaves less than
-// half the TTL, it confirms with an attempt and counts from there.
-func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
+// its own, valid until the reservation the nodes set ends, counted from the
+// attempt their messages name (here its one queued attempt: the retry delay
+// is 10s); its first renewal then extends it to its TTL. When too little of
+// the reservation is left, it confirms with an attempt and counts from
+// there, for the TTL.
+func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
 	const ttl = 3 * time.Second
@@ -402,6 +404,14 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 				}
 				until := r.l.ValidUntil()
 				fromHandoff := rounds.handoffs.Load() > handoffs
+				if fromHandoff {
+					// The first renewal, due well inside the reservation,
+					// extends the lock to its TTL.
+					if !eventually(5*time.Second, func() bool { return r.l.ValidUntil().After(until.Add(ttl / 2)) }) || !r.l.Valid() {
+						t.Errorf("held from handoffs: ValidUntil still %v after the Unlock, valid %v; want the first renewal to extend it to the TTL",
+							r.l.ValidUntil().Sub(unlocked), r.l.Valid())
+					}
+				}
 				r.l.Unlock(context.Background())
 				t.Logf("Lock call began %v before the Unlock; ValidUntil %v after the Unlock; held from handoffs: %v",
 					unlocked.Sub(r.start).Round(time.Millisecond), until.Sub(unlocked).Round(time.Millisecond), fromHandoff)
@@ -409,11 +419,11 @@ func TestReal_handedLockValidityCountsFromQueueing(t *testing.T) {
 					if !fromHandoff {
 						continue
 					}
-					// Never beyond its first queued attempt + TTL (which may
-					// come a little after the call began: its first attempt
-					// queues only once the Client listens).
-					if q := r.l.queuedAt; q.IsZero() || !until.Before(q.Add(ttl)) {
-						t.Errorf("ValidUntil %v after the first queued attempt (%v after the call began); want before it + TTL %v", until.Sub(q), q.Sub(r.start), ttl)
+					// Never beyond its queued attempt + the reservation (the
+					// attempt may come a little after the call began: its
+					// first attempt queues only once the Client listens).
+					if q, res := r.l.queuedAt, r.l.cfg.reservation(); q.IsZero() || !until.Before(q.Add(res)) {
+						t.Errorf("ValidUntil %v after the queued attempt (%v after the call began); want before it + the reservation %v", until.Sub(q), q.Sub(r.start), res)
 					}
 					return
 				}
