@@ -61,7 +61,8 @@ type Election struct {
 //
 // New returns an error matching redlock.ErrInvalidArgument when client is
 // nil, nodes is empty or holds a nil client, name is empty or ends with
-// LeaderSuffix, or an option is invalid.
+// LeaderSuffix, or an option is invalid (the options of WithLockOptions
+// included: client.Lock would refuse them).
 func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
 	cfg := buildConfig(opts)
 	switch {

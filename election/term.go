@@ -91,7 +91,10 @@ func (t *Term) Lost() <-chan struct{} {
 // Resign ends the term: the identity is withdrawn from the nodes, the lock
 // is released — which wakes a candidate waiting in Campaign, so it takes
 // office within a round trip or two, not a poll — and the change is
-// announced to observers. ctx bounds the release. It waits for the term's
+// announced to observers. The withdrawal and the announcement are decided
+// at a majority, so a node that is slow or down delays them by nothing; the
+// release is redlock.Lock.Unlock, which waits for every node's answer, at
+// most its node timeout. ctx bounds the release. It waits for the term's
 // goroutine to return. Calling it again returns the first call's result.
 //
 // It returns nil once resigned, an error matching ErrNotLeader (joined with
@@ -137,10 +140,12 @@ func (t *Term) watch() {
 	// node timeout minus a renewal's round trip (redlock refuses a renew
 	// interval that leaves less), so the term looks at the lease's
 	// validity every quarter of the lock's node timeout (at most a
-	// sixteenth of the lease) and writes the identity as soon as the
-	// validity has changed.
-	every := min(t.e.lockTimeout/4, time.Until(t.lock.ValidUntil())/16)
-	tick := time.NewTicker(max(every, time.Millisecond))
+	// sixteenth of what is left of the lease, at least 1ms) and writes the
+	// identity as soon as the validity has changed.
+	every := func() time.Duration {
+		return max(min(t.e.lockTimeout/4, time.Until(t.lock.ValidUntil())/16), time.Millisecond)
+	}
+	tick := time.NewTimer(every())
 	defer tick.Stop()
 	refreshing := true
 	stopRefresh := t.stopRefresh
@@ -167,6 +172,7 @@ func (t *Term) watch() {
 				continue
 			}
 			vu := t.lock.ValidUntil()
+			tick.Reset(every())
 			if vu.Equal(t.written) {
 				continue
 			}
