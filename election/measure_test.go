@@ -66,35 +66,47 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
+// handovers runs n handovers between the candidates cs, which campaign for
+// one election, and returns, sorted, the time from each Resign to the
+// return of the waiting candidate's Campaign, and how long each Resign
+// took. pause, if not nil, runs once the first candidate leads.
+func handovers(t *testing.T, cs []*candidate, n int, pause func()) (handover, resign []time.Duration) {
+	t.Helper()
+	term, err := cs[0].e.Campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pause != nil {
+		pause()
+	}
+	for i := range n {
+		ch := campaign(t.Context(), cs[(i+1)%len(cs)])
+		time.Sleep(100 * time.Millisecond) // the candidate is waiting in line
+		start := time.Now()
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		resign = append(resign, time.Since(start))
+		r := waitResult(t, ch, 10*time.Second, "Campaign after Resign")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		handover = append(handover, r.at.Sub(start))
+		term = r.t
+	}
+	_ = term.Resign(t.Context())
+	slices.Sort(handover)
+	slices.Sort(resign)
+	return handover, resign
+}
+
 // TestMeasure_handover measures the time from a leader's Resign to the
 // return of the Campaign call of the candidate waiting for it, on 3 local
 // nodes.
 func TestMeasure_handover(t *testing.T) {
 	n := trials(t, "QUORUMLOCK_ELECTION_TRIALS")
 	rc := redistest.Start(t, 3)
-	cs := []*candidate{directCandidate(t, rc, "handover", "a"), directCandidate(t, rc, "handover", "b")}
-	term, err := cs[0].e.Campaign(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds []time.Duration
-	for i := range n {
-		next := cs[(i+1)%2]
-		ch := campaign(t.Context(), next)
-		time.Sleep(100 * time.Millisecond) // the candidate is waiting in line
-		start := time.Now()
-		if err := term.Resign(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		r := waitResult(t, ch, 10*time.Second, "Campaign after Resign")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		ds = append(ds, r.at.Sub(start))
-		term = r.t
-	}
-	_ = term.Resign(t.Context())
-	slices.Sort(ds)
+	ds, _ := handovers(t, []*candidate{directCandidate(t, rc, "handover", "a"), directCandidate(t, rc, "handover", "b")}, n, nil)
 	t.Logf("handover after Resign, %d trials, 3 nodes: p50 %v, p99 %v, min %v, max %v",
 		n, quantile(ds, 0.5), quantile(ds, 0.99), ds[0], ds[len(ds)-1])
 }
@@ -110,32 +122,10 @@ func TestMeasure_handoverNodePaused(t *testing.T) {
 		t.Run(map[bool]string{true: "ContextTimeoutEnabled", false: "go-redis defaults"}[ctxTimeout], func(t *testing.T) {
 			rc := redistest.Start(t, 3)
 			cs := []*candidate{directCandidateWith(t, rc, ctxTimeout, "handover", "a"), directCandidateWith(t, rc, ctxTimeout, "handover", "b")}
-			term, err := cs[0].e.Campaign(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			rc.Pause(0)
-			t.Cleanup(func() { rc.Resume(0) }) // before the clients close
-			var ds, rs []time.Duration
-			for i := range n {
-				next := cs[(i+1)%2]
-				ch := campaign(t.Context(), next)
-				time.Sleep(100 * time.Millisecond) // the candidate is waiting in line
-				start := time.Now()
-				if err := term.Resign(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				rs = append(rs, time.Since(start))
-				r := waitResult(t, ch, 10*time.Second, "Campaign after Resign")
-				if r.err != nil {
-					t.Fatal(r.err)
-				}
-				ds = append(ds, r.at.Sub(start))
-				term = r.t
-			}
-			_ = term.Resign(t.Context())
-			slices.Sort(ds)
-			slices.Sort(rs)
+			ds, rs := handovers(t, cs, n, func() {
+				rc.Pause(0)
+				t.Cleanup(func() { rc.Resume(0) }) // before the clients close
+			})
 			t.Logf("handover after Resign, %d trials, 3 nodes, node 0 paused: p50 %v, p99 %v, min %v, max %v",
 				n, quantile(ds, 0.5), quantile(ds, 0.99), ds[0], ds[len(ds)-1])
 			t.Logf("Resign itself (redlock's Unlock waits for the paused node): p50 %v, max %v", quantile(rs, 0.5), rs[len(rs)-1])
