@@ -6,8 +6,9 @@
 // cancelled), and, with redlock.WithFencing, a fencing token that strictly
 // increases from term to term.
 //
-// Start with [New] over a [redlock.Client] and the same node clients, then
-// [Election.Run] for the common case:
+// Start with [New] over a [redlock.Client] and clients of its nodes (the
+// same ones, or redlock.NodeClients for a Client made with redlock.Dial),
+// then [Election.Run] for the common case:
 //
 //	e, err := election.New(client, nodes, "scheduler")
 //	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
@@ -49,10 +50,12 @@
 // ignore context deadlines and end at the 3s read timeout) hold up no step
 // either. The node timeout is the lock's by default (see
 // [WithNodeTimeout]): the election's requests share the node clients'
-// connection pools with the lock's, and go-redis closes a connection whose
-// request timed out, so an election request times out only where a lock
-// request would. Each request is one round trip (the scripts go out with
-// EVAL, never a NOSCRIPT retry).
+// connection pools with the lock's when New is given the very clients of
+// redlock.New, and go-redis closes a connection whose request timed out, so
+// an election request times out only where a lock request would. Each
+// request is one round trip (the scripts go out with EVAL, never a
+// NOSCRIPT retry). With redlock.Dial and redlock.NodeClients, as above, the
+// election has connections of its own.
 //
 // The identity is not proof of leadership: only the lock is. A deposed
 // leader whose process was paused past its lease learns it when it runs

@@ -55,9 +55,15 @@ type Election struct {
 }
 
 // New returns an election named name over client, whose locks it uses, and
-// nodes, the same node clients in the same order as the client's: the
-// election reads and writes the leader's identity on them directly (a
-// redlock.Client does not hand out its node clients). New does no I/O.
+// nodes, clients of the client's nodes in the same order: the election
+// reads and writes the leader's identity on them directly (a
+// redlock.Client does not hand out its node clients). They may be the very
+// clients given to redlock.New: the election's requests then share their
+// connection pools with the lock's, which is safe because they time out
+// where the lock's would (see WithNodeTimeout). Or they are clients of
+// their own — redlock.NodeClients for a Client made with redlock.Dial — and
+// an election request that times out (go-redis then closes its connection)
+// can cost the lock nothing. New does no I/O.
 //
 // New returns an error matching redlock.ErrInvalidArgument when client is
 // nil, nodes is empty or holds a nil client, name is empty or ends with

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/election"
@@ -214,5 +215,33 @@ func TestTerm_identityFollowsRenewals(t *testing.T) {
 	}
 	if lapses > 0 {
 		t.Errorf("%d of %d Leader() polls over 6s answered ErrNoLeader while the term was valid; want 0", lapses, polls)
+	}
+}
+
+// TestElection_afterClose checks that the election's steps send nothing
+// once the redlock Client is closed: their requests run on the Client's
+// goroutines, which it no longer starts.
+func TestElection_afterClose(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	n := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { n.Close() })
+	c := candidateOn(t, []redis.UniversalClient{n}, "closed", "a", nil)
+	if err := c.client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.e.Leader(t.Context())
+	if !errors.Is(err, election.ErrNoQuorum) || !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("Leader() after Close = %v; want ErrNoQuorum and redlock.ErrClosed", err)
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Errorf("Leader() after Close = %v; want a *redlock.NodeError", err)
+	}
+	if _, err := c.e.Campaign(t.Context()); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("Campaign() after Close = %v; want redlock.ErrClosed", err)
+	}
+	if got := m.CommandCount(); got != 0 {
+		t.Errorf("%d commands reached the node after Close; want 0", got)
 	}
 }
