@@ -299,7 +299,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value)
 	if ok < e.quorum {
 		e.withdraw(ctx, value)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.nodeTimeout)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.nodeTimeout)
 		_ = l.Unlock(uctx)
 		cancel()
 		return nil, noQuorum(fmt.Sprintf("leader identity written on %d of %d nodes, %d needed", ok, len(e.nodes), e.quorum), errs)

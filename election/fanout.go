@@ -41,9 +41,14 @@ func (o *owner) Go(f func()) {
 // a node then), not only through the request's ctx: a node client built
 // without ContextTimeoutEnabled (go-redis's default) ignores ctx deadlines
 // on reads, and would hold a step for its read timeout (3s by default).
+//
+// The requests do not end with ctx, only at the node timeout: go-redis
+// closes the connection of a request cut short, and the lock may share the
+// pool (see New). The caller stops waiting for them when ctx ends, by
+// giving ctx to Collect.
 func start[T any](e *Election, ctx context.Context, call func(ctx context.Context, i int, n redis.UniversalClient) (T, error)) *quorum.Round[T] {
 	o := &owner{c: e.client, timeout: e.nodeTimeout}
-	return quorum.Start(ctx, len(e.nodes), e.nodeTimeout, o, func(ctx context.Context, i int) (T, error) {
+	return quorum.Start(context.WithoutCancel(ctx), len(e.nodes), e.nodeTimeout, o, func(ctx context.Context, i int) (T, error) {
 		if o.closed.Load() {
 			var zero T
 			return zero, redlock.ErrClosed

@@ -176,9 +176,9 @@ func (t *Term) watch() {
 			if vu.Equal(t.written) {
 				continue
 			}
-			ctx, cancel := context.WithCancel(lctx)
-			ok, errs := t.e.proclaim(ctx, t.lock.Token(), t.value)
-			cancel()
+			// Waits until the term ends at the latest; the writes go on
+			// to the node timeout (see start).
+			ok, errs := t.e.proclaim(lctx, t.lock.Token(), t.value)
 			switch {
 			case ok >= t.e.quorum:
 				t.written = vu
