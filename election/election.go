@@ -160,8 +160,10 @@ func noQuorum(head string, errs []error) error {
 // identity that a majority of nodes hold for this election. It reads every
 // node in parallel and returns as soon as the answer is known — a majority
 // holds one identity, or none can any more — without waiting for a node
-// that is slow or down; each read is bounded by ctx and the node timeout
-// (WithNodeTimeout), whatever the node clients' options.
+// that is slow or down. It waits at most until ctx ends or the node timeout
+// (WithNodeTimeout) passes, whatever the node clients' options; a read it
+// stops waiting for runs on in the background, to the node timeout at the
+// most (a request cut short would cost its pooled connection).
 //
 // It returns an error matching ErrNoLeader when a majority answered but
 // holds no common leader (none was elected, or it resigned, or its lease
