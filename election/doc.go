@@ -6,8 +6,9 @@
 // cancelled), and, with redlock.WithFencing, a fencing token that strictly
 // increases from term to term.
 //
-// Start with [New] over a [redlock.Client] and the same node clients, then
-// [Election.Run] for the common case:
+// Start with [New] over a [redlock.Client] and clients of its nodes (the
+// same ones, or redlock.NodeClients for a Client made with redlock.Dial),
+// then [Election.Run] for the common case:
 //
 //	e, err := election.New(client, nodes, "scheduler")
 //	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
@@ -28,12 +29,33 @@
 // [LeaderSuffix], on every node — with a script that writes only where the
 // lock key holds the winner's token, and gives the identity the lock key's
 // remaining TTL, so that it can never outlive the lease. The term's
-// goroutine writes it again every quarter of the lease while the lease is
-// kept; Resign deletes it (only where it is still ours) before the release.
+// goroutine writes it again as soon as a renewal has moved the lease's
+// validity on (it looks every quarter of the lock's node timeout), before
+// the TTL it copied runs out, so the identity does not lapse while the
+// term lasts; Resign deletes it (only where it is still ours) before the
+// release.
 // [Election.Leader] reads it on every node and answers with what a majority
 // holds. Candidates PUBLISH on [Election.Channel] when they take or leave
 // office, which is what drives Observe; a slow poll covers a leader that
 // died and whose lease simply expired.
+//
+// Every step — Leader's read, the identity's writes and deletes, the
+// announcements — goes to every node at once and is decided at a majority,
+// as the lock is: a node that is slow or down holds up no step. The
+// requests it leaves behind finish in the background on goroutines the
+// redlock Client owns (its Close waits for them, at most the node timeout
+// plus a short grace). The fan-out stops waiting for a node at the node
+// timeout itself, not only through the request's context, so node clients
+// with go-redis's default options (no ContextTimeoutEnabled, whose reads
+// ignore context deadlines and end at the 3s read timeout) hold up no step
+// either. The node timeout is the lock's by default (see
+// [WithNodeTimeout]): the election's requests share the node clients'
+// connection pools with the lock's when New is given the very clients of
+// redlock.New, and go-redis closes a connection whose request timed out, so
+// an election request times out only where a lock request would. Each
+// request is one round trip (the scripts go out with EVAL, never a
+// NOSCRIPT retry). With redlock.Dial and redlock.NodeClients, as above, the
+// election has connections of its own.
 //
 // The identity is not proof of leadership: only the lock is. A deposed
 // leader whose process was paused past its lease learns it when it runs

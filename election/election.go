@@ -10,12 +10,11 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -46,16 +45,30 @@ type Election struct {
 	cfg     config
 	quorum  int
 	cluster []bool // per node: a Cluster client (keys carry a hash tag)
+	// nodeTimeout bounds each of the election's own requests to a node:
+	// WithNodeTimeout, or by default lockTimeout.
+	nodeTimeout time.Duration
+	// lockTimeout is the node timeout of the campaigns' lock (the Client's
+	// defaults with WithLockOptions): the identity refresh follows the
+	// lease's renewals within a fraction of it.
+	lockTimeout time.Duration
 }
 
 // New returns an election named name over client, whose locks it uses, and
-// nodes, the same node clients in the same order as the client's: the
-// election reads and writes the leader's identity on them directly (a
-// redlock.Client does not hand out its node clients). New does no I/O.
+// nodes, clients of the client's nodes in the same order: the election
+// reads and writes the leader's identity on them directly (a
+// redlock.Client does not hand out its node clients). They may be the very
+// clients given to redlock.New: the election's requests then share their
+// connection pools with the lock's, which is safe because they time out
+// where the lock's would (see WithNodeTimeout). Or they are clients of
+// their own — redlock.NodeClients for a Client made with redlock.Dial — and
+// an election request that times out (go-redis then closes its connection)
+// can cost the lock nothing. New does no I/O.
 //
 // New returns an error matching redlock.ErrInvalidArgument when client is
 // nil, nodes is empty or holds a nil client, name is empty or ends with
-// LeaderSuffix, or an option is invalid.
+// LeaderSuffix, or an option is invalid (the options of WithLockOptions
+// included: client.Lock would refuse them).
 func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
 	cfg := buildConfig(opts)
 	switch {
@@ -71,7 +84,15 @@ func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opt
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1}
+	lt, err := client.NodeTimeout(cfg.lockOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
+	}
+	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
+		nodeTimeout: lt, lockTimeout: lt}
+	if cfg.nodeTimeoutSet {
+		e.nodeTimeout = cfg.nodeTimeout
+	}
 	for i, n := range nodes {
 		if n == nil || reflect.ValueOf(n).Kind() == reflect.Pointer && reflect.ValueOf(n).IsNil() {
 			return nil, invalid("nodes[%d] is nil", i)
@@ -123,25 +144,6 @@ func newTermID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// fanout runs fn on every node in parallel, each bounded by the node
-// timeout, and waits for all of them. Node clients built with
-// ContextTimeoutEnabled (as redlock.Dial builds them) return at the timeout.
-func (e *Election) fanout(ctx context.Context, fn func(ctx context.Context, i int, n redis.UniversalClient) error) []error {
-	errs := make([]error, len(e.nodes))
-	var wg sync.WaitGroup
-	for i, n := range e.nodes {
-		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, e.cfg.nodeTimeout)
-			defer cancel()
-			if err := fn(nctx, i, n); err != nil {
-				errs[i] = &redlock.NodeError{Node: i, Addr: nodeaddr.Of(n), Err: err}
-			}
-		})
-	}
-	wg.Wait()
-	return errs
-}
-
 // noQuorum joins ErrNoQuorum, with a head saying how many answered, and the
 // node errors.
 func noQuorum(head string, errs []error) error {
@@ -156,88 +158,112 @@ func noQuorum(head string, errs []error) error {
 
 // Leader returns the current leader as a majority of nodes sees it: the
 // identity that a majority of nodes hold for this election. It reads every
-// node in parallel, each bounded by ctx and the node timeout.
+// node in parallel and returns as soon as the answer is known — a majority
+// holds one identity, or none can any more — without waiting for a node
+// that is slow or down. It waits at most until ctx ends or the node timeout
+// (WithNodeTimeout) passes, whatever the node clients' options; a read it
+// stops waiting for runs on in the background, to the node timeout at the
+// most (a request cut short would cost its pooled connection).
 //
 // It returns an error matching ErrNoLeader when a majority answered but
 // holds no common leader (none was elected, or it resigned, or its lease
 // ran out), and ErrNoQuorum, joined with one *redlock.NodeError per failed
-// node, when too few nodes answered to tell.
+// node, when too few nodes answered to tell (after Close of the redlock
+// Client, the node errors match redlock.ErrClosed).
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	vals := make([]string, len(e.nodes))
-	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
+	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (string, error) {
 		v, err := n.Get(ctx, e.identityKey(i)).Result()
 		if errors.Is(err, redis.Nil) {
-			return nil
+			return "", nil
 		}
-		vals[i] = v
-		return err
+		return v, err
 	})
-	answered := 0
-	count := make(map[string]int)
-	for i, v := range vals {
-		if errs[i] != nil {
-			continue
+	// classify and decide run on this goroutine: no lock needed.
+	count := make(map[string]int) // per identity value, the nodes holding it
+	best, bestValue := 0, ""      // the value most nodes hold
+	t := r.Collect(ctx, func(i int, rep quorum.Reply[string]) (quorum.Vote, error) {
+		if rep.Err != nil {
+			return quorum.Failed, rep.Err
 		}
-		answered++
-		if v != "" {
-			count[v]++
+		if v := rep.Val; v != "" {
+			if count[v]++; count[v] > best {
+				best, bestValue = count[v], v
+			}
 		}
-	}
-	if answered < e.quorum {
-		return Leader{}, noQuorum(fmt.Sprintf("%d of %d nodes answered, %d needed", answered, len(e.nodes), e.quorum), errs)
-	}
-	for v, c := range count {
-		if c < e.quorum {
-			continue
+		return quorum.Yes, nil
+	}, func(t quorum.Tally) bool {
+		switch {
+		case best >= e.quorum: // a leader
+			return true
+		case t.Yes+t.Pending < e.quorum: // too few can answer
+			return true
+		case best+t.Pending >= e.quorum: // a leader is still possible
+			return false
 		}
+		return t.Yes >= e.quorum // no leader, as a majority says
+	})
+	switch {
+	case best >= e.quorum:
 		var l Leader
-		if err := json.Unmarshal([]byte(v), &l); err != nil || l.Term == "" {
-			return Leader{}, fmt.Errorf("election: identity key %s holds a value this package did not write: %q", e.identityKey(0), v)
+		if err := json.Unmarshal([]byte(bestValue), &l); err != nil || l.Term == "" {
+			return Leader{}, fmt.Errorf("election: identity key %s holds a value this package did not write: %q", e.identityKey(0), bestValue)
 		}
 		return l, nil
+	case t.Yes < e.quorum:
+		return Leader{}, noQuorum(fmt.Sprintf("%d of %d nodes answered, %d needed", t.Yes, len(e.nodes), e.quorum), e.nodeErrors(t))
 	}
 	return Leader{}, ErrNoLeader
 }
 
 // announce publishes a leadership change on every node, best effort: the
 // message only prompts observers to read the leader again, and Observe
-// also polls.
+// also polls. It returns once a majority has it (or cannot).
 func (e *Election) announce(ctx context.Context, what string) {
 	ctx = context.WithoutCancel(ctx)
-	errs := e.fanout(ctx, func(ctx context.Context, _ int, n redis.UniversalClient) error {
-		return n.Publish(ctx, e.Channel(), what).Err()
+	r := start(e, ctx, func(ctx context.Context, _ int, n redis.UniversalClient) (int64, error) {
+		return n.Publish(ctx, e.Channel(), what).Result()
 	})
-	if err := errors.Join(errs...); err != nil {
-		e.warn(ctx, "announcement not published on every node", err)
+	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
+		e.warn(ctx, "announcement published on too few nodes", errors.Join(e.nodeErrors(t)...))
 	}
 }
 
 // proclaim writes value as the leader's identity on every node where the
-// lock key holds token, and returns how many nodes took it.
+// lock key holds token, and returns, as soon as a majority took it or can
+// no longer take it, how many nodes took it and the node errors.
 func (e *Election) proclaim(ctx context.Context, token, value string) (int, []error) {
-	var mu sync.Mutex
-	ok := 0
-	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
-		r, err := proclaimScript.Run(ctx, n, []string{e.lockKey(i), e.identityKey(i)}, token, value).Int()
-		if err == nil && r == 1 {
-			mu.Lock()
-			ok++
-			mu.Unlock()
-		}
-		return err
+	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (int64, error) {
+		// EVAL, not EVALSHA: one round trip always. A NOSCRIPT fallback
+		// takes two, which at a round trip past half the node timeout
+		// fails every first write on a fresh node (and with
+		// ContextTimeoutEnabled costs the pooled connection).
+		return proclaimScript.Eval(ctx, n, []string{e.lockKey(i), e.identityKey(i)}, token, value).Int64()
 	})
-	return ok, errs
+	t := r.Collect(ctx, func(_ int, rep quorum.Reply[int64]) (quorum.Vote, error) {
+		switch {
+		case rep.Err != nil:
+			return quorum.Failed, rep.Err
+		case rep.Val == 1:
+			return quorum.Yes, nil
+		}
+		return quorum.No, nil
+	}, quorum.Majority)
+	return t.Yes, e.nodeErrors(t)
 }
 
 // withdraw deletes the identity key on every node where it still holds
-// value, on a detached ctx bounded by the node timeout.
+// value, on a detached ctx bounded by the node timeout. It returns once a
+// majority has answered (or cannot): then no majority read can return
+// value any more. A node that answers later is left to finish in the
+// background; where the delete does not land, the identity expires with
+// the lease.
 func (e *Election) withdraw(ctx context.Context, value string) {
 	ctx = context.WithoutCancel(ctx)
-	errs := e.fanout(ctx, func(ctx context.Context, i int, n redis.UniversalClient) error {
-		return withdrawScript.Run(ctx, n, []string{e.identityKey(i)}, value).Err()
+	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (any, error) {
+		return withdrawScript.Eval(ctx, n, []string{e.identityKey(i)}, value).Result()
 	})
-	if err := errors.Join(errs...); err != nil {
-		e.warn(ctx, "identity not withdrawn from every node (it expires with the lease)", err)
+	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
+		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))
 	}
 }
 
@@ -267,17 +293,20 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		return nil, err
 	}
 	value := string(b)
+	// The identity written now lasts at least until the lease's current
+	// validity: the lock key's TTL, which it copies, is longer there.
+	written := l.ValidUntil()
 	// The lock is ours: finish taking office even if ctx ends now (each
 	// write is bounded by the node timeout), rather than give it up.
 	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value)
 	if ok < e.quorum {
 		e.withdraw(ctx, value)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.nodeTimeout)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.nodeTimeout)
 		_ = l.Unlock(uctx)
 		cancel()
 		return nil, noQuorum(fmt.Sprintf("leader identity written on %d of %d nodes, %d needed", ok, len(e.nodes), e.quorum), errs)
 	}
-	t := newTerm(e, l, me, value)
+	t := newTerm(e, l, me, value, written)
 	e.announce(ctx, "elected")
 	e.report(ctx, LeadershipInfo{Election: e.name, Identity: me.Identity, Event: EventAcquired, Fence: me.Fence, Wait: time.Since(start)})
 	go t.watch()

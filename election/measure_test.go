@@ -18,6 +18,7 @@ import (
 // environment variable sets the number of trials:
 //
 //	QUORUMLOCK_ELECTION_TRIALS=50 go test -count=1 -v -run TestMeasure_handover ./election
+//	QUORUMLOCK_ELECTION_TRIALS=20 go test -count=1 -v -run TestMeasure_handoverNodePaused ./election
 //	QUORUMLOCK_TAKEOVER_TRIALS=10 go test -count=1 -v -run TestMeasure_takeover ./election
 
 func trials(t *testing.T, env string) int {
@@ -34,9 +35,16 @@ func trials(t *testing.T, env string) int {
 // connections.
 func directCandidate(t *testing.T, rc *redistest.Cluster, name, id string, lockOpts ...redlock.Option) *candidate {
 	t.Helper()
+	return directCandidateWith(t, rc, true, name, id, lockOpts...)
+}
+
+// directCandidateWith is directCandidate with node clients that set
+// ContextTimeoutEnabled as ctxTimeout says (false: go-redis's defaults).
+func directCandidateWith(t *testing.T, rc *redistest.Cluster, ctxTimeout bool, name, id string, lockOpts ...redlock.Option) *candidate {
+	t.Helper()
 	var nodes []redis.UniversalClient
 	for i := range rc.N() {
-		n := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: true})
+		n := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: ctxTimeout})
 		t.Cleanup(func() { n.Close() })
 		nodes = append(nodes, n)
 	}
@@ -58,37 +66,71 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
+// handovers runs n handovers between the candidates cs, which campaign for
+// one election, and returns, sorted, the time from each Resign to the
+// return of the waiting candidate's Campaign, and how long each Resign
+// took. pause, if not nil, runs once the first candidate leads.
+func handovers(t *testing.T, cs []*candidate, n int, pause func()) (handover, resign []time.Duration) {
+	t.Helper()
+	term, err := cs[0].e.Campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pause != nil {
+		pause()
+	}
+	for i := range n {
+		ch := campaign(t.Context(), cs[(i+1)%len(cs)])
+		time.Sleep(100 * time.Millisecond) // the candidate is waiting in line
+		start := time.Now()
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		resign = append(resign, time.Since(start))
+		r := waitResult(t, ch, 10*time.Second, "Campaign after Resign")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		handover = append(handover, r.at.Sub(start))
+		term = r.t
+	}
+	_ = term.Resign(t.Context())
+	slices.Sort(handover)
+	slices.Sort(resign)
+	return handover, resign
+}
+
 // TestMeasure_handover measures the time from a leader's Resign to the
 // return of the Campaign call of the candidate waiting for it, on 3 local
 // nodes.
 func TestMeasure_handover(t *testing.T) {
 	n := trials(t, "QUORUMLOCK_ELECTION_TRIALS")
 	rc := redistest.Start(t, 3)
-	cs := []*candidate{directCandidate(t, rc, "handover", "a"), directCandidate(t, rc, "handover", "b")}
-	term, err := cs[0].e.Campaign(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds []time.Duration
-	for i := range n {
-		next := cs[(i+1)%2]
-		ch := campaign(t.Context(), next)
-		time.Sleep(100 * time.Millisecond) // the candidate is waiting in line
-		start := time.Now()
-		if err := term.Resign(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		r := waitResult(t, ch, 10*time.Second, "Campaign after Resign")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		ds = append(ds, r.at.Sub(start))
-		term = r.t
-	}
-	_ = term.Resign(t.Context())
-	slices.Sort(ds)
+	ds, _ := handovers(t, []*candidate{directCandidate(t, rc, "handover", "a"), directCandidate(t, rc, "handover", "b")}, n, nil)
 	t.Logf("handover after Resign, %d trials, 3 nodes: p50 %v, p99 %v, min %v, max %v",
 		n, quantile(ds, 0.5), quantile(ds, 0.99), ds[0], ds[len(ds)-1])
+}
+
+// TestMeasure_handoverNodePaused is TestMeasure_handover with node 0 of 3
+// paused (SIGSTOP) for the whole run, with node clients built with
+// ContextTimeoutEnabled and with go-redis's defaults. It also reports how
+// long Resign took: it returns after redlock's Unlock, which waits for
+// every node's answer, so for the lock's node timeout (1s, TTL 30s).
+func TestMeasure_handoverNodePaused(t *testing.T) {
+	n := trials(t, "QUORUMLOCK_ELECTION_TRIALS")
+	for _, ctxTimeout := range []bool{true, false} {
+		t.Run(map[bool]string{true: "ContextTimeoutEnabled", false: "go-redis defaults"}[ctxTimeout], func(t *testing.T) {
+			rc := redistest.Start(t, 3)
+			cs := []*candidate{directCandidateWith(t, rc, ctxTimeout, "handover", "a"), directCandidateWith(t, rc, ctxTimeout, "handover", "b")}
+			ds, rs := handovers(t, cs, n, func() {
+				rc.Pause(0)
+				t.Cleanup(func() { rc.Resume(0) }) // before the clients close
+			})
+			t.Logf("handover after Resign, %d trials, 3 nodes, node 0 paused: p50 %v, p99 %v, min %v, max %v",
+				n, quantile(ds, 0.5), quantile(ds, 0.99), ds[0], ds[len(ds)-1])
+			t.Logf("Resign itself (redlock's Unlock waits for the paused node): p50 %v, max %v", quantile(rs, 0.5), rs[len(rs)-1])
+		})
+	}
 }
 
 // TestMeasure_takeover measures the time from SIGSTOP of a leader process to

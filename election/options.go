@@ -11,9 +11,8 @@ import (
 
 // Defaults.
 const (
-	DefaultNodeTimeout  = 500 * time.Millisecond // per-node request timeout of the election's own reads and writes
-	DefaultPollInterval = 2 * time.Second        // Observe's fallback poll, for a leader whose lease ran out unannounced
-	DefaultRetryDelay   = time.Second            // Run's pause after a failed campaign before the next one
+	DefaultPollInterval = 2 * time.Second // Observe's fallback poll, for a leader whose lease ran out unannounced
+	DefaultRetryDelay   = time.Second     // Run's pause after a failed campaign before the next one
 )
 
 // Option configures New.
@@ -24,21 +23,21 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	identity     string
-	keyPrefix    string
-	lockOpts     []redlock.Option
-	hooks        Hooks
-	logger       *slog.Logger
-	nodeTimeout  time.Duration
-	pollInterval time.Duration
-	retryDelay   time.Duration
+	identity       string
+	keyPrefix      string
+	lockOpts       []redlock.Option
+	hooks          Hooks
+	logger         *slog.Logger
+	nodeTimeout    time.Duration // valid if nodeTimeoutSet; else the lock's
+	nodeTimeoutSet bool
+	pollInterval   time.Duration
+	retryDelay     time.Duration
 }
 
 func defaultConfig() config {
 	return config{
 		identity:     DefaultIdentity(),
 		keyPrefix:    redlock.DefaultKeyPrefix,
-		nodeTimeout:  DefaultNodeTimeout,
 		pollInterval: DefaultPollInterval,
 		retryDelay:   DefaultRetryDelay,
 	}
@@ -60,7 +59,7 @@ func (c *config) validate() error {
 		return invalid("WithIdentity: identity must not be empty")
 	case c.keyPrefix == "":
 		return invalid("WithKeyPrefix: prefix must not be empty")
-	case c.nodeTimeout <= 0:
+	case c.nodeTimeoutSet && c.nodeTimeout <= 0:
 		return invalid("WithNodeTimeout: timeout must be positive, got %v", c.nodeTimeout)
 	case c.pollInterval <= 0:
 		return invalid("WithPollInterval: interval must be positive, got %v", c.pollInterval)
@@ -123,9 +122,14 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithNodeTimeout sets how long one of the election's own requests to one
 // node may take (identity reads and writes, announcements). The default is
-// 500ms. It must be positive.
+// the node timeout of the campaigns' lock, as the redlock Client gives it
+// (redlock.Client.NodeTimeout with WithLockOptions: by default a tenth of
+// the TTL, at most 1s), so that an election request times out only where
+// the lock's would: the two share the node clients' connection pools, and
+// go-redis closes a connection whose request timed out. It must be
+// positive.
 func WithNodeTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.nodeTimeout = d })
+	return optionFunc(func(c *config) { c.nodeTimeout, c.nodeTimeoutSet = d, true })
 }
 
 // WithPollInterval sets how often Observe reads the leader even when no

@@ -21,6 +21,10 @@ type Term struct {
 	lock  *redlock.Lock
 	me    Leader // write-once
 	value string // write-once: the identity value on the nodes
+	// written is the lease's ValidUntil as of the last identity write that
+	// a majority took: the identity lasts at least until then. Only watch
+	// uses it after newTerm.
+	written time.Time
 
 	stopRefresh chan struct{} // closed by Resign: stop writing the identity
 	refreshed   chan struct{} // closed by watch once it no longer writes it
@@ -30,8 +34,8 @@ type Term struct {
 	resignErr  error // set once by resignOnce
 }
 
-func newTerm(e *Election, l *redlock.Lock, me Leader, value string) *Term {
-	return &Term{e: e, lock: l, me: me, value: value,
+func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time) *Term {
+	return &Term{e: e, lock: l, me: me, value: value, written: written,
 		stopRefresh: make(chan struct{}), refreshed: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -87,7 +91,10 @@ func (t *Term) Lost() <-chan struct{} {
 // Resign ends the term: the identity is withdrawn from the nodes, the lock
 // is released — which wakes a candidate waiting in Campaign, so it takes
 // office within a round trip or two, not a poll — and the change is
-// announced to observers. ctx bounds the release. It waits for the term's
+// announced to observers. The withdrawal and the announcement are decided
+// at a majority, so a node that is slow or down delays them by nothing; the
+// release is redlock.Lock.Unlock, which waits for every node's answer, at
+// most its node timeout. ctx bounds the release. It waits for the term's
 // goroutine to return. Calling it again returns the first call's result.
 //
 // It returns nil once resigned, an error matching ErrNotLeader (joined with
@@ -126,11 +133,19 @@ func (t *Term) resign(ctx context.Context) error {
 func (t *Term) watch() {
 	defer close(t.done)
 	lctx := t.lock.Context()
-	// The identity's TTL is copied from the lock key's at each write; write
-	// it again well within a renewal interval, so that it never lapses
-	// while the lease is kept.
-	every := max(time.Until(t.lock.ValidUntil())/4, 10*time.Millisecond)
-	tick := time.NewTicker(every)
+	// The identity's TTL is copied from the lock key's at each write, so it
+	// lasts until the lease's validity as of that write. A renewal moves
+	// the validity on; the identity must be written again after it and
+	// before the validity it had ends. That window is at least the lock's
+	// node timeout minus a renewal's round trip (redlock refuses a renew
+	// interval that leaves less), so the term looks at the lease's
+	// validity every quarter of the lock's node timeout (at most a
+	// sixteenth of what is left of the lease, at least 1ms) and writes the
+	// identity as soon as the validity has changed.
+	every := func() time.Duration {
+		return max(min(t.e.lockTimeout/4, time.Until(t.lock.ValidUntil())/16), time.Millisecond)
+	}
+	tick := time.NewTimer(every())
 	defer tick.Stop()
 	refreshing := true
 	stopRefresh := t.stopRefresh
@@ -156,10 +171,19 @@ func (t *Term) watch() {
 			if !refreshing {
 				continue
 			}
-			ctx, cancel := context.WithCancel(lctx)
-			ok, errs := t.e.proclaim(ctx, t.lock.Token(), t.value)
-			cancel()
-			if ok < t.e.quorum && lctx.Err() == nil {
+			vu := t.lock.ValidUntil()
+			tick.Reset(every())
+			if vu.Equal(t.written) {
+				continue
+			}
+			// Waits until the term ends at the latest; the writes go on
+			// to the node timeout (see start).
+			ok, errs := t.e.proclaim(lctx, t.lock.Token(), t.value)
+			switch {
+			case ok >= t.e.quorum:
+				t.written = vu
+			case lctx.Err() == nil:
+				// Tried again at the next tick.
 				t.e.warn(lctx, "identity refreshed on too few nodes", noQuorum("identity refresh", errs))
 			}
 		}

@@ -1,0 +1,74 @@
+package redlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestClient_NodeTimeout(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	n := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { n.Close() })
+	c, err := New([]redis.UniversalClient{n}, WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cases := []struct {
+		name string
+		opts []Option
+		want time.Duration
+	}{
+		{"client default: TTL/10", nil, 500 * time.Millisecond},
+		{"per-call TTL", []Option{WithTTL(2 * time.Second)}, 200 * time.Millisecond},
+		{"capped", []Option{WithTTL(time.Hour)}, MaxNodeTimeout},
+		{"per-call node timeout", []Option{WithNodeTimeout(300 * time.Millisecond)}, 300 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := c.NodeTimeout(tc.opts...)
+			if err != nil || got != tc.want {
+				t.Errorf("NodeTimeout() = %v, %v; want %v, nil", got, err, tc.want)
+			}
+		})
+	}
+	for _, opts := range [][]Option{{WithKeyPrefix("x:")}, {WithRenewBatch(2)}, {WithTTL(-time.Second)}} {
+		if got, err := c.NodeTimeout(opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("NodeTimeout(invalid) = %v, %v; want ErrInvalidArgument", got, err)
+		}
+	}
+}
+
+func TestClient_Go(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	n := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { n.Close() })
+	c, err := New([]redis.UniversalClient{n}, WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close waits for f, up to the timeout given (longer than the
+	// Client's own 100ms node timeout).
+	const run = 400 * time.Millisecond
+	done := make(chan struct{})
+	if err := c.Go(2*time.Second, func() { time.Sleep(run); close(done) }); err != nil {
+		t.Fatalf("Go() = %v; want nil", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Errorf("Close returned before the function given to Go")
+	}
+	if err := c.Go(time.Second, func() { t.Error("f ran after Close") }); !errors.Is(err, ErrClosed) {
+		t.Errorf("Go() after Close = %v; want ErrClosed", err)
+	}
+}
