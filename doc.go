@@ -56,7 +56,7 @@
 //     node's queue of the resource (<key>:queue, by a ticket taken once per
 //     call: its start time) in the same script, and refreshes its entry's
 //     own lapse deadline (<key>:queue:lapse, on the node's clock: two retry
-//     delays and three node timeouts) with every attempt; an entry whose
+//     delays and four node timeouts) with every attempt; an entry whose
 //     waiter stopped attempting is passed over once it lapses. One order
 //     serves everywhere: (ticket, member), so no tie of tickets can keep
 //     two waiters apart. A release that finds waiters sets the key to the
@@ -67,8 +67,9 @@
 //     channel only (one channel per Client, subscribed once); a waiter
 //     whose Client is not listening there (PUBSUB NUMSUB, read before the
 //     key is touched: its process is gone) is dropped, and the next one is
-//     served in the same step. A release that finds its key gone (expired)
-//     serves the queue the same way. A waiter told by a majority holds the
+//     served in the same step. A release that finds the key free (its own
+//     lease ran out, or it never held that node) serves the queue the same
+//     way. A waiter told by a majority holds the
 //     lock until the reservations end (see "What is guaranteed"), and its
 //     first renewal, due halfway to the last node timeout of that validity,
 //     extends the key to its TTL; with fencing, for a fixed lease, after a
@@ -102,7 +103,9 @@
 // names, and start(a) when attempt a began (or the call's first queued
 // attempt, when a is no longer recorded). Why: node i recorded a_i with
 // the entry it served, and an entry is recorded only by a request of that
-// attempt reaching the node, so the key was set after start(a_i), for R
+// attempt reaching the node (a yield records one too, but a waiter that
+// yielded confirms with a round instead), so the key was set after
+// start(a_i), for R
 // on the node's clock. A message that arrives late cannot stretch this:
 // if the reservation lapsed and the waiter queued again, the new entry
 // carries a later attempt, and the old message names the old one. The key

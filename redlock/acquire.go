@@ -107,6 +107,8 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			if l, err = q.renew(l, err); l == nil {
 				return nil, err
 			}
+			t = quorum.Tally{} // the grants were the dropped token's, released by drop
+
 		}
 		if errors.Is(err, ErrClosed) {
 			c.abandon(ctx, l, t)

@@ -58,7 +58,7 @@ type Lock struct {
 	waiter scripts.Waiter
 	// queuedAt is when the first attempt that queued this token started
 	// (zero: none yet): a key handed to the token was set after it, for
-	// the token's TTL. Set by the call's goroutine.
+	// the reservation. Set by the call's goroutine.
 	queuedAt time.Time
 	// yielded is set once settle yielded a node of this token: a handoff
 	// message from before the yield may then name a node that is no

@@ -86,14 +86,15 @@ func (c *config) interval() time.Duration {
 
 // queueLife is how long a waiter's queue entry lasts on a node after its
 // latest attempt there (DESIGN step 9: each entry lapses on its own): a
-// waiting Lock call attempts again at least every retry delay plus two
-// node timeouts (a round, and the settling of a split), so twice the
-// longest retry delay and three node timeouts keep a live waiter's entry,
+// waiting Lock call attempts again at least every retry delay plus three
+// node timeouts (the rest of a round, the settling of a split, the next
+// request's way there), so twice the longest retry delay and four node
+// timeouts keep a live waiter's entry,
 // and a waiter that went away (frozen, partitioned, crashed) drops out by
 // itself that long after its last attempt. One that finds its entry gone
 // joins again, with its ticket, so its place in the order is kept.
 func (c *config) queueLife() time.Duration {
-	return 2*c.retryMax + 3*c.timeout()
+	return 2*c.retryMax + 4*c.timeout()
 }
 
 // reservation is how long a release that hands the key to a waiter sets

@@ -16,9 +16,21 @@ local function now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- first reports whether (ticket, member) comes before (t, head).
+-- bytesLess compares two strings byte by byte, as the sorted set orders
+-- its members (Lua's < follows the server's locale).
+local function bytesLess(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- before reports whether (ticket, member) comes before (t, head).
 local function before(ticket, member, t, head)
-  return ticket < t or (ticket == t and member < head)
+  return ticket < t or (ticket == t and bytesLess(member, head))
 end
 
 -- enqueue puts member in the queue with its ticket (or keeps it there:
@@ -34,7 +46,10 @@ end
 local function enqueue(member, ticket, lapse, attempt)
   redis.call('ZADD', KEYS[3], ticket, member)
   redis.call('HSET', KEYS[4], member, (now() + lapse) .. ' ' .. attempt)
-  if redis.call('PTTL', KEYS[3]) < lapse then
+  -- The lapse hash is only written here, with the queue: its PTTL is
+  -- theirs (an older client's PEXPIRE of the queue alone leaves the hash
+  -- without a TTL, which this then sets).
+  if redis.call('PTTL', KEYS[4]) < lapse then
     redis.call('PEXPIRE', KEYS[3], 2 * lapse)
     redis.call('PEXPIRE', KEYS[4], 2 * lapse)
   end
@@ -96,11 +111,17 @@ local function serve(me, ticket, wake)
       end
       redis.call('ZREM', KEYS[3], head)
     end
-    local dl, attempt = string.match(redis.call('HGET', KEYS[4], head) or '', '^(%d+) (%d+)$')
-    redis.call('HDEL', KEYS[4], head)
+    local field = redis.call('HGET', KEYS[4], head)
+    local dl, attempt = nil, '0'
+    if field then
+      dl, attempt = string.match(field, '^(%d+) (%d+)$')
+      redis.call('HDEL', KEYS[4], head)
+    end
     t0 = t0 or now()
     local client, reserve, token = string.match(head, '^([^/]*)/(%d+)/(.+)$')
-    if client and dl and tonumber(dl) > t0 then
+    -- An entry without a lapse (queued by an older version of the
+    -- library) counts as live, attempt 0: its waiter confirms.
+    if client and attempt and (not field or tonumber(dl) > t0) then
       local channel = prefix .. client
       if not count or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
         redis.call('SET', KEYS[1], token, 'PX', reserve)

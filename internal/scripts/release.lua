@@ -41,6 +41,14 @@ if v == ARGV[1] then
     if serve(member, ticket, ARGV[4]) then
       r = 2
     else
+      -- Kept by a yielding waiter, which holds only a minority: for the
+      -- reservation its member names, not the TTL, so that a waiter that
+      -- freezes now holds up the others for one reservation at most (its
+      -- next attempt re-arms the key to the TTL).
+      local reserve = string.match(member, '^[^/]*/(%d+)/')
+      if reserve then
+        redis.call('PEXPIRE', KEYS[1], reserve)
+      end
       r = 3
     end
   elseif serve(nil, nil, ARGV[4]) then

@@ -364,7 +364,8 @@ const (
 
 // Release gives up the lock key where it holds token: it hands it to the
 // first live waiter queued on the node (for that waiter's reservation; its
-// client is told on its channel, with the token; wake is from WakeArg), or
+// client is told on its channel, with the token and the waiter's attempt:
+// see ParseHandoff; wake is from WakeArg), or
 // deletes it when nobody waits. A key already gone goes to the first live
 // waiter too. Our member (r.Member) leaves the queue in any case. With
 // guard > 0 it also sets the token's guard key for guard, whatever the lock

@@ -607,6 +607,9 @@ func TestQueue_equalTicketsFollowOneOrder(t *testing.T) {
 	if r, err := Release(ctx, c, ka, "a", 0, wa, true, wake); r != Kept || err != nil {
 		t.Fatalf("yield of the first in the order = %v, %v; want Kept", r, err)
 	}
+	if ttl := m.TTL(key); ttl != time.Second {
+		t.Errorf("key kept by a yield: TTL %v; want the yielder's reservation 1s, not its TTL", ttl)
+	}
 	// b holding, a queued: b's yield hands the key to a.
 	m.FlushAll()
 	Acquire(ctx, c, kb, "b", time.Minute, wb, wake)
@@ -664,5 +667,34 @@ func TestQueue_releaseOfAGoneKeyServes(t *testing.T) {
 	}
 	if tok, n := ParseHandoff(msg.Payload); tok != "w" || n != 4 {
 		t.Errorf("handoff message = %q (token %q, attempt %d); want w's token and attempt 4", msg.Payload, tok, n)
+	}
+}
+
+// An entry queued by an older version of the library (no lapse field)
+// counts as live: it is served, and its message names attempt 0.
+func TestQueue_legacyEntryIsServed(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:legacy", "lock:wake:"
+	sub := c.Subscribe(ctx, prefix+"old")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kh := NewKeys(key, "", "h")
+	Acquire(ctx, c, kh, "h", time.Minute, Waiter{}, wake)
+	m.ZAdd(key+QueueSuffix, 1, Member("old", 30*time.Second, "o"))
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
+		t.Fatalf("Release with a legacy entry queued = %v, %v; want HandedOver", r, err)
+	}
+	if v, _ := m.Get(key); v != "o" {
+		t.Errorf("key = %q; want the legacy waiter's token", v)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, n := ParseHandoff(msg.Payload); tok != "o" || n != 0 {
+		t.Errorf("message = %q; want token o, attempt 0", msg.Payload)
 	}
 }
