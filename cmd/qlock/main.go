@@ -126,6 +126,9 @@ Examples:
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == reaperArg {
+		os.Exit(reap(os.Args[2:]))
+	}
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
