@@ -33,6 +33,30 @@ var jobSignals = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN}
 func notifySignals(sigs chan<- os.Signal) {
 	signal.Notify(sigs, append(append([]os.Signal{}, forwarded...), jobSignals...)...)
 	signal.Ignore(syscall.SIGTTOU)
+	signal.Notify(continued, syscall.SIGCONT)
+}
+
+// continued receives SIGCONT: stopSelf waits on it.
+var continued = make(chan os.Signal, 1)
+
+// stopSelf stops qlock — its whole process group when group is true, as
+// the terminal stops a job — and returns once it has been continued.
+// kill(2) returns before the stop has taken hold of every thread of a
+// multi-threaded process (measured here: a Go program's kill of itself
+// with SIGSTOP returned and ran on for microseconds to a scheduler tick,
+// before and without stopping), so returning from it proves nothing: the
+// SIGCONT that continues qlock does.
+func stopSelf(group bool) {
+	for len(continued) > 0 {
+		<-continued
+	}
+	target := os.Getpid()
+	if group {
+		target = 0
+	}
+	if syscall.Kill(target, syscall.SIGSTOP) == nil {
+		<-continued
+	}
 }
 
 // startCommand starts cmd with SIGTTOU caught rather than ignored for the
@@ -95,6 +119,7 @@ func waitChild(pid int, events chan<- childEvent) {
 
 // job is the command's process group while it runs under a term.
 type job struct {
+	logf   func(format string, args ...any) // -v
 	pgid   int
 	term   *election.Term
 	margin time.Duration // stop the command when less validity than this is left
@@ -121,7 +146,12 @@ type job struct {
 // renewal that was due while it was stopped, when less than ttl/3 was left —
 // and kills the group with SIGKILL otherwise.
 func runChild(term *election.Term, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer) child {
-	j := &job{term: term, margin: c.ttl / 3}
+	j := &job{term: term, margin: c.ttl / 3, logf: func(string, ...any) {}}
+	if c.verbose {
+		j.logf = func(format string, args ...any) {
+			fmt.Fprintf(stderr, "qlock: %s: "+format+"\n", append([]any{resource}, args...)...)
+		}
+	}
 	if j.tty = openTTY(); j.tty != nil {
 		defer j.tty.Close()
 	}
@@ -207,7 +237,9 @@ func runChild(term *election.Term, resource string, command []string, c *common,
 				// terminal read or written from the background) is the
 				// job's: qlock stops with it. Other stops (SIGSTOP from
 				// someone) leave qlock renewing.
-				if isJobStop(ev.stopped) && j.jobControl() {
+				jc := j.jobControl()
+				j.logf("the command was stopped by %v (job control: %v)", ev.stopped, jc)
+				if isJobStop(ev.stopped) && jc {
 					suspend()
 				}
 				continue
@@ -232,6 +264,7 @@ func runChild(term *election.Term, resource string, command []string, c *common,
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			if isJobStop(sig) {
+				j.logf("got %v", sig)
 				suspend()
 				continue
 			}
@@ -271,15 +304,15 @@ func (j *job) jobControl() bool {
 // was killed instead, or nil.
 func (j *job) suspend() error {
 	_ = syscall.Kill(-j.pgid, syscall.SIGSTOP) // SIGSTOP: no member can ignore it
+	waitStopped(j.pgid, time.Now().Add(time.Second))
 	j.reaper.tell("stop")
-	if j.jobControl() {
-		// Stop as the terminal would have stopped the job: qlock's whole
-		// process group (a pipeline qlock is in, too). The shell sees it
-		// and takes the terminal back.
-		_ = syscall.Kill(0, syscall.SIGSTOP)
-	} else {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	}
+	// With a job-control shell, stop as the terminal would have stopped
+	// the job: qlock's whole process group (a pipeline qlock is in, too).
+	// The shell sees it and takes the terminal back.
+	jc := j.jobControl()
+	j.logf("command stopped; stopping qlock (its process group: %v)", jc)
+	stopSelf(jc)
+	j.logf("continued")
 	// Continued. The renewal that fell due while qlock was stopped runs
 	// now; wait for it while less than the margin is left (bounded: the
 	// margin is TTL/3), and kill the group if the lease ran out.
@@ -304,6 +337,7 @@ func (j *job) suspend() error {
 		}
 	}
 	j.reaper.tell("cont")
+	j.logf("the lease is valid for %v; continuing the command (terminal: %v)", time.Until(j.term.ValidUntil()).Round(time.Millisecond), j.gave)
 	_ = syscall.Kill(-j.pgid, syscall.SIGCONT)
 	return nil
 }

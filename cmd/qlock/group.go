@@ -120,6 +120,24 @@ func waitGroup(pgid int, deadline time.Time) bool {
 	}
 }
 
+// waitStopped polls until every member of process group pgid that is not
+// a zombie is stopped, or deadline passes.
+func waitStopped(pgid int, deadline time.Time) {
+	for time.Now().Before(deadline) {
+		running := false
+		eachProcess(func(_ int, st procStat) bool {
+			if st.pgrp == pgid && strings.IndexByte("TtZX", st.state) < 0 {
+				running = true
+			}
+			return !running
+		})
+		if !running {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // orphaned reports whether process group pgrp of session sid is orphaned
 // in the POSIX sense: no member has a parent in another group of the same
 // session, so no job-control shell is there to continue it after a stop.

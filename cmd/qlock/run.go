@@ -105,7 +105,7 @@ func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.
 			if isJobStop(sig.(syscall.Signal)) {
 				// Ctrl-Z while waiting: nothing runs under the lock
 				// yet, so qlock just stops, and waits on when continued.
-				_ = syscall.Kill(0, syscall.SIGSTOP)
+				stopSelf(true)
 				continue
 			}
 			cancel()
