@@ -134,7 +134,7 @@ func waitStopped(pgid int, deadline time.Time) {
 		if !running {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
