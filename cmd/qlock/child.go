@@ -41,11 +41,11 @@ var continued = make(chan os.Signal, 1)
 
 // stopSelf stops qlock — its whole process group when group is true, as
 // the terminal stops a job — and returns once it has been continued.
-// kill(2) returns before the stop has taken hold of every thread of a
-// multi-threaded process (measured here: a Go program's kill of itself
-// with SIGSTOP returned and ran on for microseconds to a scheduler tick,
-// before and without stopping), so returning from it proves nothing: the
-// SIGCONT that continues qlock does.
+// kill(2) can return before the stop has taken hold of a multi-threaded
+// process (measured here: a Go program's kill of itself with SIGSTOP
+// returned within microseconds and ran on, its stop coming later, 198 times
+// in 200), so returning from it proves nothing: the SIGCONT that continues
+// qlock does.
 func stopSelf(group bool) {
 	for len(continued) > 0 {
 		<-continued
