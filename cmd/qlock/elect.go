@@ -18,7 +18,7 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
 	s := session{c: &c, name: name, stderr: stderr,
@@ -33,6 +33,12 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 		s.resign(term)
 		if res.lost == nil {
 			return res.code
+		}
+		if res.sig != 0 {
+			// Asked to end (systemctl stop, Ctrl-C) while the command
+			// was being stopped after a loss: do not campaign again.
+			fmt.Fprintf(stderr, "qlock: %s: leadership lost; stopped by %v, not campaigning again\n", name, res.sig)
+			return 128 + int(res.sig)
 		}
 		fmt.Fprintf(stderr, "qlock: %s: leadership lost; campaigning again\n", name)
 	}

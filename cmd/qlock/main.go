@@ -58,8 +58,9 @@ run      Acquire the lock on RESOURCE, run COMMAND with the lock renewed
          waits until acquired.
 elect    Campaign for the leadership NAME; run COMMAND while leader. If
          leadership is lost, stop COMMAND and campaign again. If COMMAND
-         exits on its own, resign and exit with its code. For singleton
-         daemons under systemd.
+         exits on its own, resign and exit with its code. A campaign that
+         too few nodes answer is retried with backoff. For singleton
+         daemons under systemd (docs/qlock.md has a unit file).
 status   Show, per node, whether RESOURCE is held, by whom (the identity
          qlock run or elect wrote; never the token), its PTTL, the fence
          counter and the Lock calls waiting in the node's queue, then the
@@ -69,9 +70,16 @@ The command gets QLOCK_RESOURCE, QLOCK_FENCE (the fencing token; 0 without
 -fencing), QLOCK_VALID_UNTIL (the lease's deadline at start, RFC 3339; it
 moves on with each renewal) and QLOCK_IDENTITY in its environment. It runs
 in its own process group: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
-SIGUSR2 sent to qlock are forwarded to that group, and the lock is released
-after COMMAND exits. (Being its own group, COMMAND cannot read from the
-terminal; give it its input by other means.)
+SIGUSR2 sent to qlock are forwarded to that group. When COMMAND exits, what
+is left of its group gets SIGTERM (SIGKILL after -grace), then the lock is
+released; if qlock dies, a reaper process ends the group the same way.
+
+In a terminal, COMMAND's group is the foreground group (it reads the
+terminal, Ctrl-C reaches it). Ctrl-Z stops COMMAND and qlock together; fg
+or bg continues COMMAND only if the lock is still valid, and kills it
+otherwise (exit 76). SIGSTOP of qlock alone cannot be acted on: COMMAND
+runs on unrenewed, and only -fencing (QLOCK_FENCE checked by the store)
+protects against that.
 
 When the lock is lost, or its validity falls below a third of the TTL
 because renewals keep failing, qlock sends SIGTERM to the command's group,
@@ -107,7 +115,8 @@ Exit codes:
                   credentials, ACL or TLS)
   75              run: not obtained: the lock is held by another, -wait ran out
   76              run: the lock was lost while COMMAND ran; COMMAND was stopped
-                  (elect stops it too, then campaigns again)
+                  (elect stops it too, then campaigns again; a signal INT,
+                  TERM, HUP or QUIT meanwhile makes elect exit 128+N)
   126, 127        COMMAND could not be executed, or was not found
   128+N           qlock was stopped by signal N while waiting for the lock
 
@@ -126,6 +135,9 @@ Examples:
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == reaperArg {
+		os.Exit(reap(os.Args[2:]))
+	}
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -26,7 +28,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
 	lockOpts := []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}
@@ -95,18 +97,26 @@ func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.
 		defer close(done)
 		term, code = s.campaign(ctx, wait)
 	}()
-	select {
-	case <-done:
-		return term, code
-	case sig := <-sigs:
-		cancel()
-		<-done
-		if term != nil {
-			s.resign(term)
+	for {
+		select {
+		case <-done:
+			return term, code
+		case sig := <-sigs:
+			if isJobStop(sig.(syscall.Signal)) {
+				// Ctrl-Z while waiting: nothing runs under the lock
+				// yet, so qlock just stops, and waits on when continued.
+				stopSelf(true)
+				continue
+			}
+			cancel()
+			<-done
+			if term != nil {
+				s.resign(term)
+			}
+			n := int(sig.(syscall.Signal))
+			fmt.Fprintf(s.stderr, "qlock: %s: stopped by %v while waiting for the lock\n", s.name, sig)
+			return nil, 128 + n
 		}
-		n := int(sig.(syscall.Signal))
-		fmt.Fprintf(s.stderr, "qlock: %s: stopped by %v while waiting for the lock\n", s.name, sig)
-		return nil, 128 + n
 	}
 }
 
@@ -140,14 +150,50 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	term, err := s.e.Campaign(ctx)
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
+	var bo *backoff.ExponentialBackOff
+	for {
+		term, err := s.e.Campaign(ctx)
+		switch {
+		case err == nil:
+			return term, 0
+		case errors.Is(err, context.Canceled):
 			return nil, 0 // a signal; acquire reports it
+		case wait == 0 || ctx.Err() != nil || !errors.Is(err, redlock.ErrNoQuorum):
+			return nil, fail(s.stderr, exitFor(err), fmt.Errorf("%s: %w", s.name, err))
 		}
-		return nil, fail(s.stderr, exitFor(err), fmt.Errorf("%s: %w", s.name, err))
+		// Too few nodes answered (a node restarting, a network blip):
+		// a standby must not die of it; campaign again, backing off.
+		if bo == nil {
+			bo = campaignBackoff()
+		}
+		d := bo.NextBackOff()
+		fail(s.stderr, 0, fmt.Errorf("%s: %w; campaigning again in %v", s.name, err, d.Round(time.Millisecond)))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, 0
+			}
+			return nil, fail(s.stderr, exitFor(err), fmt.Errorf("%s: %w", s.name, err))
+		}
 	}
-	return term, 0
+}
+
+// Campaign retries after too few nodes answered: exponential from
+// retryInitial to retryMax, jittered by half, for as long as the wait lasts.
+const (
+	retryInitial = 100 * time.Millisecond
+	retryMax     = 5 * time.Second
+)
+
+func campaignBackoff() *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.Multiplier, bo.RandomizationFactor = retryInitial, retryMax, 2, 0.5
+	bo.MaxElapsedTime = 0 // the caller's wait bounds it
+	bo.Reset()
+	return bo
 }
 
 // resign releases the term, bounded so that qlock never hangs on exit.
