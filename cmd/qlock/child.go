@@ -195,8 +195,19 @@ func runChild(term *election.Term, resource string, command []string, c *common,
 
 	// The about-to-expire check: renewals come every TTL/3, so the
 	// validity left stays above 2/3 TTL while they succeed; below 1/3 they
-	// have failed for a whole interval.
-	check := time.NewTimer(time.Until(term.ValidUntil().Add(-j.margin)))
+	// have failed for a whole interval. A lock handed over by a release
+	// starts with a short reservation instead, which its first renewal,
+	// due within it, extends to the TTL: until the validity first moves,
+	// the margin is half of what it started with.
+	first := term.ValidUntil()
+	short := min(j.margin, time.Until(first)/2)
+	margin := func() time.Duration {
+		if term.ValidUntil().Equal(first) {
+			return short
+		}
+		return j.margin
+	}
+	check := time.NewTimer(time.Until(first.Add(-margin())))
 	defer check.Stop()
 	var (
 		res       child
@@ -276,10 +287,10 @@ func runChild(term *election.Term, resource string, command []string, c *common,
 			termDone = nil // it stays ready: select it once
 			stop(context.Cause(term.Context()))
 		case <-check.C:
-			if left := time.Until(term.ValidUntil()); left <= j.margin {
+			if left, m := time.Until(term.ValidUntil()), margin(); left <= m {
 				stop(fmt.Errorf("lock about to expire (%v left, renewals failing)", left.Round(time.Millisecond)))
 			} else {
-				check.Reset(left - j.margin)
+				check.Reset(left - m)
 			}
 		case <-kill:
 			kill = nil
