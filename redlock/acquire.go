@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
-	"github.com/quorumlock/quorumlock/renew"
 )
 
 // Lock acquires the lock on resource, retrying with a jittered delay (see
@@ -439,8 +439,10 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 	return c.joinNodeErrors(head, t), true
 }
 
-// hold turns a granted attempt into a held Lock: registered with the Client
-// (so Close releases it) and with the renewal scheduler.
+// hold turns a granted attempt into a held Lock, registered with the Client
+// (so Close releases it). The renewal scheduler watches it only from Lock's
+// last check on (Valid, which calls watch): a lock whose validity runs out
+// before that check is dropped, and never reported lost.
 func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error {
 	l.mu.Lock()
 	l.state = stateHeld
@@ -458,13 +460,9 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error 
 	c.locks[l] = struct{}{}
 	c.held[l.resource]++
 	c.mu.Unlock()
-	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval()})
-	if err != nil { // closed meanwhile; Close will release it
-		return ErrClosed
+	if f := testhooks.AfterHold.Load(); f != nil {
+		(*f)(l.resource)
 	}
-	l.mu.Lock()
-	l.handle = h
-	l.mu.Unlock()
 	return nil
 }
 

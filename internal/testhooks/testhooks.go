@@ -9,3 +9,9 @@ import "sync/atomic"
 // SkipReleaseGuard makes releases leave no guard key: a request of ours
 // that lands after the release can then set the key again.
 var SkipReleaseGuard atomic.Bool
+
+// AfterHold, when set, is called by redlock with the resource of every
+// lock granted, after it is held and before Lock makes its last validity
+// check: a test pauses there to play a process starved between the grant
+// and the return.
+var AfterHold atomic.Pointer[func(resource string)]
