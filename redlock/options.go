@@ -229,10 +229,14 @@ func WithWakeUp(on bool) Option {
 
 // WithOnLost sets a function called once when the lock is lost, with an
 // error matching ErrLockLost that says how many nodes confirmed and why the
-// rest failed. It runs on a goroutine the Client owns, outside any lock of
-// the library, so it may call Unlock or Close. It is not called for a lock
-// unlocked in time, nor after Close; an Unlock that comes after ValidUntil
-// reports the loss that already happened, and so calls it.
+// rest failed. It runs after the loss is signalled (Lost() closed,
+// Context() cancelled) and after the Lost hook, on a goroutine the Client
+// owns, one per lost lock, outside any lock of the library, so it may call
+// Unlock or Close, and a slow one delays no other lock. Close waits for it
+// (a Close called from it does not wait for itself). It is not called for
+// a lock unlocked in time, nor after Close, nor for a lock Lock never
+// returned; an Unlock that comes after ValidUntil reports the loss that
+// already happened, and so calls it.
 func WithOnLost(fn func(l *Lock, err error)) Option {
 	return optionFunc(func(c *config) { c.onLost = fn })
 }

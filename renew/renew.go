@@ -43,7 +43,9 @@ type Target interface {
 	// back.
 	ValidUntil() time.Time
 	// Lose declares the lock lost with cause err. It is called at most once,
-	// on the scheduler's goroutine, and must not block.
+	// on the scheduler's goroutine, and must not block: every later lock's
+	// deadline waits for it. Anything slow (hooks, user callbacks) belongs
+	// on a goroutine of its own, after the signal.
 	Lose(err error)
 }
 
