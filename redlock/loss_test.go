@@ -66,8 +66,8 @@ func TestLost_slowHookDelaysNoSignal(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ttl  time.Duration
-	}{{"a", 500 * time.Millisecond}, {"b", 600 * time.Millisecond}} {
-		l, err := c.TryLock(t.Context(), tc.name, WithTTL(tc.ttl), WithNodeTimeout(150*time.Millisecond), WithAutoRenew(false))
+	}{{"a", time.Second}, {"b", 1100 * time.Millisecond}} {
+		l, err := c.TryLock(t.Context(), tc.name, WithTTL(tc.ttl), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,9 +116,8 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	var hooks atomic.Int64
 	c := newClient(t, directClients(t, rc), WithHooks(&sleepyLost{d: time.Second, n: &hooks}))
-	// The leases end over a second, from 3s after the first is taken
-	// (taking them all takes less, also under -race beside busy loops), so
-	// that the losses come while earlier locks' hooks still sleep.
+	// Each lease is 3s, so they end as spread out as they were taken
+	// (about a second under -race), while earlier locks' hooks still sleep.
 	start := time.Now()
 	locks := make([]*Lock, manyLeases)
 	var g sync.WaitGroup
@@ -126,7 +125,7 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 	for w := range 4 {
 		g.Go(func() {
 			for i := w; i < manyLeases; i += 4 {
-				ttl := time.Until(start.Add(3*time.Second + time.Duration(i)*time.Millisecond))
+				const ttl = 3 * time.Second
 				l, err := c.TryLock(t.Context(), fmt.Sprint("lease", i), WithTTL(ttl), WithNodeTimeout(500*time.Millisecond), WithAutoRenew(false))
 				if err != nil {
 					if failed.Add(1) == 1 {
@@ -143,9 +142,6 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 		t.Fatalf("%d of %d TryLock calls failed", n, manyLeases)
 	}
 	t.Logf("%d leases taken in %v", manyLeases, time.Since(start))
-	if d := time.Since(start); d > 3*time.Second {
-		t.Logf("taking %d leases took %v: the first were lost while the last were taken", manyLeases, d)
-	}
 	// 5× the worst measured under -race on a loaded machine (41ms, load
 	// average 8 on 2 cores); without -race the worst was 10ms. The bug
 	// makes it seconds.
@@ -184,9 +180,11 @@ func TestLock_noLossReportForALockNotReturned(t *testing.T) {
 	var lostCalls atomic.Int64
 	rec := &recorder{}
 	c := newClient(t, nodes, WithHooks(rec), WithOnLost(func(*Lock, error) { lostCalls.Add(1) }))
-	const ttl = 400 * time.Millisecond
+	const ttl = 600 * time.Millisecond
+	var paused atomic.Int64
 	pause := func(resource string) {
 		if resource == "starved" {
+			paused.Add(1)
 			time.Sleep(2 * ttl) // past ValidUntil: the deadline passes here
 		}
 	}
@@ -194,7 +192,21 @@ func TestLock_noLossReportForALockNotReturned(t *testing.T) {
 	t.Cleanup(func() { testhooks.AfterHold.Store(nil) })
 
 	for _, auto := range []bool{false, true} {
-		l, err := c.TryLock(t.Context(), "starved", WithTTL(ttl), WithNodeTimeout(100*time.Millisecond), WithAutoRenew(auto))
+		// Until a grant reaches the pause: on a loaded machine a node
+		// may miss the node timeout.
+		var l *Lock
+		var err error
+		reached := false
+		for range 5 {
+			before := paused.Load()
+			l, err = c.TryLock(t.Context(), "starved", WithTTL(ttl), WithNodeTimeout(150*time.Millisecond), WithAutoRenew(auto))
+			if reached = paused.Load() > before; reached {
+				break
+			}
+		}
+		if !reached {
+			t.Fatalf("autorenew %v: no TryLock was granted in 5 attempts: %v", auto, err)
+		}
 		if !errors.Is(err, ErrNotObtained) || l != nil {
 			t.Errorf("autorenew %v: TryLock = (lock %v), %v; want no lock, ErrNotObtained (validity ran out before the return)", auto, l != nil, err)
 		}
@@ -250,8 +262,8 @@ func TestConfig_renewMustLandInTime(t *testing.T) {
 			err  error
 		}{{"New", nerr}, {"TryLock", lerr}} {
 			switch {
-			case tc.ok && got.err != nil:
-				t.Errorf("%s: %s = %v; want no error", tc.name, got.call, got.err)
+			case tc.ok && errors.Is(got.err, ErrInvalidArgument): // a loaded node may time out
+				t.Errorf("%s: %s = %v; want the options accepted", tc.name, got.call, got.err)
 			case !tc.ok && !errors.Is(got.err, ErrInvalidArgument):
 				t.Errorf("%s: %s = %v; want ErrInvalidArgument", tc.name, got.call, got.err)
 			}
@@ -319,7 +331,7 @@ func TestClose_waitsForOnLost(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		finished.Store(true)
 	}))
-	if _, err := c.TryLock(t.Context(), "r", WithTTL(time.Second), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false)); err != nil {
+	if _, err := c.TryLock(t.Context(), "r", WithTTL(1200*time.Millisecond), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false)); err != nil {
 		t.Fatal(err)
 	}
 	<-started
@@ -344,9 +356,9 @@ func TestClose_fromOnLost(t *testing.T) {
 		otherDone bool
 	}
 	res := make(chan result, 1)
-	// Default options: a node timeout of 1s, so Close's bound on main was
-	// 1.25s.
-	c := newClient(t, nodes)
+	// A node timeout of 3s for the Client's defaults: Close's bound on
+	// main was 3.25s.
+	c := newClient(t, nodes, WithNodeTimeout(3*time.Second))
 	closer := WithOnLost(func(*Lock, error) {
 		start := time.Now()
 		err := c.Close()
@@ -370,9 +382,9 @@ func TestClose_fromOnLost(t *testing.T) {
 	if !r.otherDone {
 		t.Errorf("Close from OnLost returned while another lock's OnLost still ran; want it to wait for it")
 	}
-	// The other callback ends at most 250ms after this one starts; Close
-	// itself takes milliseconds. Waiting for its own caller costs 1.25s.
-	if r.took > 800*time.Millisecond {
+	// The other callback ends about 250ms after this one starts; Close
+	// itself takes milliseconds. Waiting for its own caller cost 3.25s.
+	if r.took > 1500*time.Millisecond {
 		t.Errorf("Close from OnLost took %v; want it not to wait for its own callback", r.took)
 	}
 }
