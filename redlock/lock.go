@@ -40,7 +40,7 @@ type Lock struct {
 	id       uint64    // write-once: the lock's ID for hooks
 	cfg      config
 	lost     chan struct{}           // closed once, on loss
-	lostDone chan struct{}           // closed once lose has run its hooks
+	lostDone chan struct{}           // closed once the Lost hook has returned (at loss, without hooks)
 	ctx      context.Context         // write-once before the Lock is handed out
 	cancel   context.CancelCauseFunc // write-once, with ctx
 	extOnce  sync.Once               // builds ext
