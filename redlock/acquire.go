@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
-	"github.com/quorumlock/quorumlock/renew"
 )
 
 // Lock acquires the lock on resource, retrying with a jittered delay (see
@@ -97,7 +97,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		*attempts = attempt
 		t, err, settled := q.step(ctx, callID, l, attempt)
 		if err == nil {
-			if l.Valid() {
+			if l.handOut() {
 				return l, nil
 			}
 			// Validity ran out between the decision and here (the process
@@ -285,10 +285,13 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 	return c.joinNodeErrors(head, t), true
 }
 
-// hold turns a granted attempt into a held Lock: registered with the Client
-// (so Close releases it) and with the renewal scheduler, which renews it
-// first after first (0: the renew interval).
+// hold turns a granted attempt into a held Lock, registered with the Client
+// (so Close releases it). The renewal scheduler watches it only from Lock's
+// last check on (handOut): a lock whose validity runs out before that check
+// is dropped, and never reported lost. Its first renewal comes after first
+// (0: the renew interval).
 func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first time.Duration) error {
+	l.firstRenewal = first
 	l.mu.Lock()
 	l.state = stateHeld
 	l.validUntil = validUntil
@@ -305,13 +308,9 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 	c.locks[l] = struct{}{}
 	c.held[l.resource]++
 	c.mu.Unlock()
-	h, err := c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: first})
-	if err != nil { // closed meanwhile; Close will release it
-		return ErrClosed
+	if f := testhooks.AfterHold.Load(); f != nil {
+		(*f)(l.resource)
 	}
-	l.mu.Lock()
-	l.handle = h
-	l.mu.Unlock()
 	return nil
 }
 

@@ -71,8 +71,8 @@ type Client struct {
 	// not contain braces, which would change the hash tag.
 	anyCluster bool
 	// wg owns every goroutine an operation leaves behind: stragglers after an
-	// early decision, background releases, OnLost callbacks. Its goroutines
-	// are reused from one request to the next (see quorum.Workers).
+	// early decision, background releases. Its goroutines are reused from
+	// one request to the next (see quorum.Workers).
 	wg      quorum.Workers
 	closing chan struct{} // closed by Close
 	ids     atomic.Uint64 // call and lock IDs for hooks
@@ -90,6 +90,11 @@ type Client struct {
 	held    map[string]int // per resource: locks in locks, to tell a caller it holds one already
 	maxWait time.Duration  // longest node timeout used, for Close's bounded wait
 	owned   []io.Closer    // node clients this Client built (none with New)
+
+	// cbs owns the goroutines that run Lost hooks and OnLost (callbacks.go).
+	cbs       callbacks
+	closeDone chan struct{} // closed when the first Close has finished
+	closeErr  error         // what the first Close returned; write-once before closeDone
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -121,6 +126,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		lines:   make(map[string][]chan struct{}),
 		maxWait: cfg.timeout(),
 	}
+	c.closeDone = make(chan struct{})
 	for i, n := range nodes {
 		if isNil(n) {
 			return nil, invalid("nodes[%d] is nil", i)
@@ -350,16 +356,27 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 }
 
 // Close stops every renewal, releases every lock still held (their
-// Context is cancelled with cause ErrClosed; OnLost is not called), and
-// waits for the Client's goroutines: at most the node timeout plus a short
-// grace for requests still in flight. It does not close node clients given
-// to New. It is idempotent; afterwards every call returns ErrClosed. It
-// returns the errors of releases that failed.
+// Context is cancelled with cause ErrClosed; OnLost is not called), waits
+// for the Lost hooks and OnLost callbacks still running, however long they
+// take, and waits for the Client's other goroutines: at most the node
+// timeout plus a short grace for requests still in flight. A Close called
+// from OnLost does not wait for that callback, which is its caller (a
+// hook must not call Close: see Hooks). It does not close node clients
+// given to New.
+//
+// It is idempotent; afterwards every call returns ErrClosed. Every Close
+// returns once the first has finished, with the first one's error: the
+// errors of releases that failed.
 func (c *Client) Close() error {
+	if onCallback() {
+		c.cbs.enterClose()
+		defer c.cbs.leaveClose()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil
+		<-c.closeDone
+		return c.closeErr
 	}
 	c.closed = true
 	close(c.closing)
@@ -380,6 +397,9 @@ func (c *Client) Close() error {
 	// and the grace whatever the number of locks (thousands of releases
 	// take a node some milliseconds).
 	errs := c.releaseMany(ls, wait+closeGrace)
+	// No loss starts after this: the scheduler is closed and every lock
+	// still held is closed.
+	c.cbs.wait()
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
 	c.wg.Close()
@@ -388,7 +408,9 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	c.closeErr = errors.Join(errs...)
+	close(c.closeDone)
+	return c.closeErr
 }
 
 // waitTimeout waits for wg, at most d. A request to a client built without

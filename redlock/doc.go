@@ -6,9 +6,10 @@
 // Start with [New] over your nodes, then [Client.Lock] (or [Client.Do],
 // which also releases). A [Lock] is renewed on every node each TTL/3 until
 // [Lock.Unlock] or [Client.Close]; when fewer than a majority confirm, or its
-// validity runs out first, [Lock.Lost] is closed, [Lock.Context] is cancelled
-// with cause [ErrLockLost], and the [WithOnLost] callback runs — no later
-// than [Lock.ValidUntil], before any other client could take the lock.
+// validity runs out first, [Lock.Lost] is closed and [Lock.Context] is
+// cancelled with cause [ErrLockLost] — no later than [Lock.ValidUntil],
+// before any other client could take the lock, whatever the hooks do — and
+// then the [WithOnLost] callback runs.
 //
 // Errors are told apart with errors.Is and errors.As: [ErrNotObtained]
 // (another owner holds it), [ErrNoQuorum] with one [*NodeError] per failed

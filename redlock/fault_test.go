@@ -673,7 +673,10 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 	// timeout). The margins are wide for a loaded machine: with TTL 100ms,
 	// a 60ms round trip and a 90ms node timeout, requests delayed 30ms more
 	// by the scheduler failed instead of granting (ErrNoQuorum).
-	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5),
+	// A fixed lease: with renewal, these options are refused (interval +
+	// node timeout must be below the validity, and then every round a
+	// majority grants within the node timeout leaves some).
+	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5), WithAutoRenew(false),
 		WithRenewInterval(1950 * time.Millisecond), WithNodeTimeout(1900 * time.Millisecond)}
 	for _, fencing := range []bool{false, true} {
 		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)

@@ -18,14 +18,19 @@ import (
 // Embed NoHooks to implement only some methods.
 //
 // Methods are called synchronously on the goroutine doing the work (a Lock
-// call, a renewal, an Unlock), never while the library holds a mutex. ctx
-// is the caller's context (for Attempt, Acquire, Release, and Extend from an
-// Extend call), the lock's Context for Lost, a background context for
-// renewals, and the request's
-// context for NodeError; a tracing adapter can parent spans on it. Info
-// fields with a time (Latency, Wait) let an adapter date its spans. They
-// must be safe for concurrent use, return quickly and never block: a slow
-// hook delays acquisitions and renewals. Tokens are never passed to hooks.
+// call, a renewal, an Unlock), never while the library holds a mutex —
+// except Lost: a loss is signalled first (Lost() closed, Context()
+// cancelled), then Lost is called on a goroutine of the Client's own, one
+// per lost lock, so that no hook delays any lock's loss signal. ctx is the
+// caller's context (for Attempt, Acquire, Release, and Extend from an
+// Extend call), the lock's Context for Lost (cancelled by then; its values
+// remain), a background context for renewals, and the request's context
+// for NodeError; a tracing adapter can parent spans on it. Info fields with
+// a time (Latency, Wait) let an adapter date its spans. They must be safe
+// for concurrent use, return quickly and never block: a slow hook delays
+// acquisitions and renewals, a slow Lost delays the lock's Release and its
+// OnLost, and Close waits for Lost. A hook must not call Close. Tokens are
+// never passed to hooks.
 type Hooks interface {
 	// Attempt is called after each acquisition round on the nodes.
 	Attempt(ctx context.Context, info AttemptInfo)

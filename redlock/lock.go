@@ -37,22 +37,32 @@ type Lock struct {
 	token    string
 	fence    int64     // write-once before the Lock is handed out
 	acquired time.Time // write-once before the Lock is handed out
-	id       uint64    // write-once: the lock's ID for hooks
-	cfg      config
-	lost     chan struct{}           // closed once, on loss
-	lostDone chan struct{}           // closed once lose has run its hooks
-	ctx      context.Context         // write-once before the Lock is handed out
-	cancel   context.CancelCauseFunc // write-once, with ctx
-	extOnce  sync.Once               // builds ext
-	ext      []scripts.Prepared      // per node: the extend call (see extendCalls)
+	// firstRenewal is when the lock renews first (0: the interval): a lock
+	// held from handoffs renews within its reservation (step 9).
+	// Write-once before the Lock is handed out.
+	firstRenewal time.Duration
+	id           uint64 // write-once: the lock's ID for hooks
+	cfg          config
+	lost         chan struct{}           // closed once, on loss
+	lostDone     chan struct{}           // closed once the Lost hook has returned (at loss, without hooks)
+	ctx          context.Context         // write-once before the Lock is handed out
+	cancel       context.CancelCauseFunc // write-once, with ctx
+	extOnce      sync.Once               // builds ext
+	ext          []scripts.Prepared      // per node: the extend call (see extendCalls)
 
 	mu         sync.Mutex // protects the fields below
 	state      state
 	validUntil time.Time
 	lostErr    error
 	handle     *renew.Handle
-	rounds     []inflight // rounds of this lock with requests maybe still in flight
-	unsure     []bool     // per node (nil: none): a request there went unanswered
+	// returned is set by handOut: Lock's last check before it returns the
+	// lock (step 6). Only then is the
+	// lock registered with the renewal scheduler, so that no loss is
+	// reported, and no hook or OnLost called, for a lock Lock did not
+	// return.
+	returned bool
+	rounds   []inflight // rounds of this lock with requests maybe still in flight
+	unsure   []bool     // per node (nil: none): a request there went unanswered
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter
@@ -128,6 +138,38 @@ func (l *Lock) Valid() bool {
 	return l.state == stateHeld && time.Now().Before(l.validUntil)
 }
 
+// handOut is Lock's last check before it returns l (step 6): Valid, and,
+// the first time it holds, the registration with the renewal scheduler
+// (watch), so that the scheduler only ever watches a lock the caller got.
+func (l *Lock) handOut() bool {
+	l.mu.Lock()
+	ok := l.state == stateHeld && time.Now().Before(l.validUntil)
+	first := ok && !l.returned
+	if first {
+		l.returned = true
+	}
+	l.mu.Unlock()
+	if first {
+		l.watch()
+	}
+	return ok
+}
+
+// watch registers the lock with the Client's renewal scheduler (step 7).
+// Lock's last check calls it, through Valid, once the lock is sure to be
+// returned: a lock granted but then found expired is dropped without ever
+// being watched, so its loss can never reach the caller's OnLost. A
+// deadline that passes from here on is the returned lock's loss.
+func (l *Lock) watch() {
+	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
+	if err != nil { // closed meanwhile; Close releases it
+		return
+	}
+	l.mu.Lock()
+	l.handle = h
+	l.mu.Unlock()
+}
+
 // Lost returns a channel that is closed when the lock is lost: a majority of
 // nodes said the key is no longer ours, or ValidUntil passed without a
 // successful renewal. Unlock and Close do not close it, except to report a
@@ -197,9 +239,13 @@ func (l *Lock) expiredError(last error) error {
 	return &classed{msg: msg, class: []error{ErrLockLost, renew.ErrExpired}, cause: last}
 }
 
-// lose declares the lock lost, once: Lost() is closed, Context() cancelled
-// with err, renewal stopped, OnLost started on a goroutine the Client owns.
-// It never blocks, so the scheduler may call it.
+// lose declares the lock lost, once (DESIGN step 7). The signal comes
+// first: Context() is cancelled with err and Lost() closed, and renewal
+// stopped, here and now. The Lost hook and then OnLost run after, on a
+// goroutine the Client owns (one per lost lock), so no hook delays this
+// lock's signal or any other's. It never blocks, so the scheduler may call
+// it. A lock Lock never returned (see Valid) is lost without hooks: the
+// caller never saw it.
 func (l *Lock) lose(err error) {
 	if !errors.Is(err, ErrLockLost) {
 		err = fmt.Errorf("%w: %w", ErrLockLost, err)
@@ -210,11 +256,8 @@ func (l *Lock) lose(err error) {
 		return
 	}
 	l.state, l.lostErr = stateLost, err
-	h := l.handle
+	h, returned := l.handle, l.returned
 	l.mu.Unlock()
-	if obs := l.cfg.obs; obs != nil {
-		obs.Lost(l.ctx, LostInfo{Lock: l.id, Resource: l.resource, HeldFor: time.Since(l.acquired), Err: err})
-	}
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
 	l.cancel(err)
@@ -222,10 +265,40 @@ func (l *Lock) lose(err error) {
 	if h != nil {
 		h.Cancel()
 	}
-	if fn := l.cfg.onLost; fn != nil {
-		l.c.goCallback(func() { fn(l, err) })
+	if !returned {
+		close(l.lostDone)
+		return
 	}
-	close(l.lostDone)
+	l.c.lossCallbacks(l, err, time.Since(l.acquired))
+}
+
+// lossCallbacks runs l's Lost hook, then (unless the Client is closed)
+// OnLost, on a callback goroutine; lostDone is closed between the two, so
+// that a release (which waits for it to report Release after Lost) may be
+// called from OnLost.
+func (c *Client) lossCallbacks(l *Lock, err error, heldFor time.Duration) {
+	obs, fn := l.cfg.obs, l.cfg.onLost
+	c.mu.Lock()
+	if c.closed {
+		fn = nil // Close ends the locks; OnLost is not called after it
+	}
+	c.mu.Unlock()
+	if obs == nil && fn == nil {
+		close(l.lostDone)
+		return
+	}
+	run := func() {
+		if obs != nil {
+			obs.Lost(l.ctx, LostInfo{Lock: l.id, Resource: l.resource, HeldFor: heldFor, Err: err})
+		}
+		close(l.lostDone)
+		if fn != nil {
+			fn(l, err)
+		}
+	}
+	if !c.cbs.start(run) {
+		run() // after Close: no renewal loop is left to delay
+	}
 }
 
 // reportExpiry declares the loss of a lock whose validity has run out

@@ -141,8 +141,14 @@ func (c *config) validate() error {
 		return invalid("WithRenewInterval: interval must be positive, got %v", c.renewInterval)
 	case c.interval() <= c.timeout():
 		return invalid("WithNodeTimeout/WithRenewInterval: node timeout %v must be shorter than the renew interval %v", c.timeout(), c.interval())
-	case c.interval() >= c.ttl:
-		return invalid("WithRenewInterval: interval %v must be shorter than the TTL %v", c.interval(), c.ttl)
+	case c.autoRenew && float64(c.interval())+float64(c.timeout()) >= float64(c.ttl)-float64(c.ttl)*c.drift-float64(quorum.ClockDriftMin):
+		// Else no renewal could land in time: one that starts an interval
+		// after the grant and takes up to a node timeout must be decided
+		// before the validity (TTL − drift allowance) ends. A fixed lease
+		// is never renewed. In float64, as above: the sum can overflow a
+		// Duration.
+		return invalid("WithRenewInterval/WithNodeTimeout: renew interval %v + node timeout %v must be shorter than the TTL %v minus the drift allowance (ttl·%v + %v)",
+			c.interval(), c.timeout(), c.ttl, c.drift, quorum.ClockDriftMin)
 	case c.restartGuard < 0 || (c.restartGuard > 0 && c.restartGuard < c.ttl):
 		return invalid("WithRestartGuard: maxTTL %v must be 0 (off) or at least the TTL %v", c.restartGuard, c.ttl)
 	case c.retryCount < 0:
@@ -171,8 +177,12 @@ func WithAutoRenew(on bool) Option {
 }
 
 // WithRenewInterval sets the time between the starts of two renewals. The
-// default is TTL/3. It must be longer than the node timeout and shorter than
-// the TTL.
+// default is TTL/3. It must be longer than the node timeout, and the
+// interval plus the node timeout must be shorter than the TTL minus the
+// drift allowance (TTL·drift + 2ms), or no renewal could be decided before
+// the lock's validity ends: New, Lock, TryLock and Do refuse it with
+// ErrInvalidArgument. The last rule holds only with auto-renewal (a fixed
+// lease is never renewed).
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval, c.renewSet = d, true })
 }
@@ -200,7 +210,8 @@ func WithDriftFactor(f float64) Option {
 
 // WithNodeTimeout sets how long one request to one node may take before that
 // node counts as failed. The default is TTL/10, at most 1s. It must be
-// positive and shorter than the renew interval.
+// positive and shorter than the renew interval, and leave room for a
+// renewal (see WithRenewInterval).
 func WithNodeTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.nodeTimeout, c.timeoutSet = d, true })
 }
@@ -245,10 +256,14 @@ func WithWakeUp(on bool) Option {
 
 // WithOnLost sets a function called once when the lock is lost, with an
 // error matching ErrLockLost that says how many nodes confirmed and why the
-// rest failed. It runs on a goroutine the Client owns, outside any lock of
-// the library, so it may call Unlock or Close. It is not called for a lock
-// unlocked in time, nor after Close; an Unlock that comes after ValidUntil
-// reports the loss that already happened, and so calls it.
+// rest failed. It runs after the loss is signalled (Lost() closed,
+// Context() cancelled) and after the Lost hook, on a goroutine the Client
+// owns, one per lost lock, outside any lock of the library, so it may call
+// Unlock or Close, and a slow one delays no other lock. Close waits for it
+// (a Close called from it does not wait for itself). It is not called for
+// a lock unlocked in time, nor after Close, nor for a lock Lock never
+// returned; an Unlock that comes after ValidUntil reports the loss that
+// already happened, and so calls it.
 func WithOnLost(fn func(l *Lock, err error)) Option {
 	return optionFunc(func(c *config) { c.onLost = fn })
 }

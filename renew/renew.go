@@ -43,7 +43,9 @@ type Target interface {
 	// back.
 	ValidUntil() time.Time
 	// Lose declares the lock lost with cause err. It is called at most once,
-	// on the scheduler's goroutine, and must not block.
+	// on the scheduler's goroutine, and must not block: every later lock's
+	// deadline waits for it. Anything slow (hooks, user callbacks) belongs
+	// on a goroutine of its own, after the signal.
 	Lose(err error)
 }
 
@@ -79,35 +81,48 @@ type Handle struct {
 	inflight bool
 	lastErr  error
 	bo       *backoff.ExponentialBackOff // made at the first failed renewal
+
+	added int // position in Scheduler.added; -1 when not there. Protected by Scheduler.mu
 }
 
 // Stop stops renewing the lock and watching its deadline, and waits for a
-// renewal of it in flight (which it cancels) to return. It is idempotent.
+// renewal of it in flight (which it cancels) to return. The scheduler lets
+// go of the lock: it keeps no reference to it once Stop has returned and
+// the loop has run (at once: Stop wakes it when the lock is in its heap),
+// so its memory follows the locks held, not the locks taken. It is
+// idempotent.
 func (h *Handle) Stop() {
 	h.mu.Lock()
+	first := !h.stopped
 	h.stopped = true
 	cancel, running := h.cancel, h.running
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
+	if first {
+		h.s.remove(h)
+	}
 	if running != nil {
 		<-running
 	}
-	// No wake-up of the loop: a stopped handle leaves the heap when its
-	// event comes (fireDue skips it) or its renewal returns (finish).
 }
 
 // Cancel stops renewing the lock and watching its deadline, and cancels a
 // renewal in flight, without waiting for it: it may be called from within
-// Target.Renew or Target.Lose. It is idempotent.
+// Target.Renew or Target.Lose. Like Stop, it lets go of the lock. It is
+// idempotent.
 func (h *Handle) Cancel() {
 	h.mu.Lock()
+	first := !h.stopped
 	h.stopped = true
 	cancel := h.cancel
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
+	}
+	if first {
+		h.s.remove(h)
 	}
 }
 
@@ -121,10 +136,11 @@ type Scheduler struct {
 	wg        sync.WaitGroup // renewals in flight
 	closeOnce sync.Once
 
-	mu     sync.Mutex // protects added, armed, closed
-	added  []*Handle  // handed to the loop on the next wake
-	armed  time.Time  // when the loop's timer fires next; zero when it is not armed
-	closed bool
+	mu      sync.Mutex // protects added, removed, armed, closed and Handle.added
+	added   []*Handle  // handed to the loop on the next wake
+	removed []*Handle  // stopped handles the loop is to take out of its heap
+	armed   time.Time  // when the loop's timer fires next; zero when it is not armed
+	closed  bool
 
 	h entries // owned by the loop
 
@@ -191,13 +207,14 @@ func (s *Scheduler) Add(t Target, opts Options) (*Handle, error) {
 	if opts.First > 0 && opts.First < delay {
 		delay = opts.First
 	}
-	h := &Handle{s: s, t: t, opts: opts, index: -1, renewAt: time.Now().Add(delay)}
+	h := &Handle{s: s, t: t, opts: opts, index: -1, added: -1, renewAt: time.Now().Add(delay)}
 	first := s.next(h)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
+	h.added = len(s.added)
 	s.added = append(s.added, h)
 	// The loop takes added handles whenever it wakes: it needs waking now
 	// only if h's first event comes before the one its timer waits for.
@@ -224,6 +241,34 @@ func retryBackOff(interval time.Duration) *backoff.ExponentialBackOff {
 	)
 }
 
+// remove lets go of a stopped handle. One the loop has not taken yet
+// leaves the list of added handles at once, without waking the loop (the
+// common case of a lock released soon after it was taken: Add wakes the
+// loop only for an event earlier than the one it waits for). One in the
+// heap is handed to the loop, which is woken to take it out: a stopped
+// handle waiting there for its next event (an hour away, say) would keep
+// its lock's memory until then.
+func (s *Scheduler) remove(h *Handle) {
+	s.mu.Lock()
+	if i := h.added; i >= 0 {
+		last := len(s.added) - 1
+		s.added[i] = s.added[last]
+		s.added[i].added = i
+		s.added[last] = nil
+		s.added = s.added[:last]
+		h.added = -1
+		s.mu.Unlock()
+		return
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.removed = append(s.removed, h)
+	s.mu.Unlock()
+	s.poke()
+}
+
 func (s *Scheduler) poke() {
 	select {
 	case s.wake <- struct{}{}:
@@ -239,6 +284,11 @@ func (s *Scheduler) Close() {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.quit)
+		defer func() {
+			s.mu.Lock()
+			s.added, s.removed = nil, nil // no loop takes them any more
+			s.mu.Unlock()
+		}()
 		<-s.loopDone
 		s.stopBase()
 		s.wg.Wait()
@@ -285,12 +335,31 @@ func (s *Scheduler) loop() {
 
 func (s *Scheduler) takeAdded() {
 	s.mu.Lock()
-	added := s.added
-	s.added = nil
+	added, removed := s.added, s.removed
+	s.added, s.removed = nil, nil
+	for _, h := range added {
+		h.added = -1
+	}
 	s.mu.Unlock()
 	for _, h := range added {
 		h.at = s.next(h)
 		heap.Push(&s.h, h)
+	}
+	// A stopped handle whose renewal is in flight leaves too: finish
+	// ignores the result of a stopped handle.
+	for _, h := range removed {
+		if h.index >= 0 {
+			heap.Remove(&s.h, h.index)
+		}
+	}
+	s.shrink()
+}
+
+// shrink gives back the heap's array once most of it is unused, so that a
+// burst of locks does not keep its memory after their release.
+func (s *Scheduler) shrink() {
+	if c := cap(s.h); c > 64 && len(s.h) < c/4 {
+		s.h = append(make(entries, 0, 2*len(s.h)), s.h...)
 	}
 }
 

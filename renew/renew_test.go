@@ -3,10 +3,12 @@ package renew
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/cenkalti/backoff/v4"
 )
@@ -486,4 +488,64 @@ func TestScheduler_batchLossSemantics(t *testing.T) {
 			t.Errorf("failing lock: lost %v at %v; want once with ErrExpired by 400ms", lost, at.Sub(start))
 		}
 	})
+}
+
+// lease is a fixed lease that only its deadline ends.
+type lease struct{ until time.Time }
+
+func (l *lease) Renew(context.Context, time.Time) error { return nil }
+func (l *lease) ValidUntil() time.Time                  { return l.until }
+func (l *lease) Lose(error)                             {}
+
+// TestHandle_StopLetsGo: after Stop, the scheduler keeps no reference to the
+// lock, whether the loop had taken its handle into the heap or not, long
+// before the lock's deadline (issue 22, item 4: handles stayed in the heap
+// until their next event, an hour away here).
+func TestHandle_StopLetsGo(t *testing.T) {
+	s := New()
+	defer s.Close()
+	const n = 200
+	ptrs := make([]weak.Pointer[lease], 0, n)
+	func() {
+		hs := make([]*Handle, 0, n)
+		for i := range n {
+			// Every other lease ends earlier than all before it, so that its
+			// Add wakes the loop, which takes it into the heap; the others
+			// wait in the added list.
+			d := time.Hour + time.Duration(i)*time.Millisecond
+			if i%2 == 1 {
+				d = time.Hour - time.Duration(i)*time.Millisecond
+			}
+			l := &lease{until: time.Now().Add(d)}
+			h, err := s.Add(l, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+			ptrs = append(ptrs, weak.Make(l))
+			if i%2 == 1 {
+				time.Sleep(100 * time.Microsecond) // let the loop take some into its heap
+			}
+		}
+		for _, h := range hs {
+			h.Stop()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		live := 0
+		for _, p := range ptrs {
+			if p.Value() != nil {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d stopped leases still referenced 10s after Stop; want 0", live, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -21,3 +21,9 @@ func BeforeExtendSend() {
 		(*f)()
 	}
 }
+
+// AfterHold, when set, is called by redlock with the resource of every
+// lock granted, after it is held and before Lock makes its last validity
+// check: a test pauses there to play a process starved between the grant
+// and the return.
+var AfterHold atomic.Pointer[func(resource string)]
