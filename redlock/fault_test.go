@@ -219,12 +219,14 @@ func TestReal_ctxCancelledWhileContending(t *testing.T) {
 		t.Errorf("Lock returned %v after cancel; want promptly", took)
 	}
 	// The waiter's releases never touch the holder's key; an extension heals
-	// a node the waiter may have reached first.
-	if err := held.Extend(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	// Extend returns at a majority: the fifth node's answer may follow.
-	if !eventually(5*time.Second, func() bool { return holders(t, rc, "lock:busy", held.Token()) == 5 }) {
+	// a node the waiter may have reached first, once the waiter's release
+	// (in the background: its ctx was cancelled) has freed it there.
+	if !eventually(5*time.Second, func() bool {
+		if err := held.Extend(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return holders(t, rc, "lock:busy", held.Token()) == 5
+	}) {
 		t.Errorf("holder's key on %d nodes after the waiter gave up; want 5", holders(t, rc, "lock:busy", held.Token()))
 	}
 	if err := held.Unlock(t.Context()); err != nil {
