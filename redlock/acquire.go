@@ -157,7 +157,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		} else if verdict != nil {
 			err = verdict
 		}
-		if ctx.Err() != nil || once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+		if ctx.Err() != nil || once || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			c.abandon(ctx, l, t)
 			if ctx.Err() != nil {
 				return nil, errors.Join(err, ctx.Err())
@@ -415,6 +415,20 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 // nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
 func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
+	if dup := c.duplicate(); dup != nil {
+		return &permanentError{dup}, true // two nodes reach one server: no call may count them
+	}
+	err, settled = c.attemptVerdict(t, cfg, resource)
+	// Replies no retry can change (WRONGTYPE, READONLY, NOPERM, …) on so
+	// many nodes that a majority is impossible: Lock ends at once.
+	if settled && permanentFailures(t) > len(c.nodes)-c.quorum {
+		err = &permanentError{err}
+	}
+	return err, settled
+}
+
+// attemptVerdict is attemptError for a Client whose nodes are distinct.
+func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
 	holder := ""
 	if t.No > 0 && c.holds(resource) {
 		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"

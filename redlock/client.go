@@ -38,6 +38,7 @@ type node struct {
 	addr    string
 	sem     chan struct{} // requests in flight, capped
 	cluster bool          // a Redis Cluster client: keys of a lock share a hash tag
+	state   *nodeState    // health and identity (nodestate.go)
 }
 
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
@@ -90,6 +91,10 @@ type Client struct {
 	held    map[string]int // per resource: locks in locks, to tell a caller it holds one already
 	maxWait time.Duration  // longest node timeout used, for Close's bounded wait
 	owned   []io.Closer    // node clients this Client built (none with New)
+
+	dup       atomic.Pointer[error] // set once two nodes were found to reach one server (identify)
+	idOnce    sync.Once             // makes idKeyList
+	idKeyList []string              // identity keys, one per node (identify)
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -133,6 +138,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 		_, cluster := n.(*redis.ClusterClient)
 		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
+		c.nodes[i].state = &nodeState{dials: dialsOf(n)}
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
@@ -220,33 +226,59 @@ type site struct {
 }
 
 // call runs fn on node i with the in-flight cap, and turns any failure into
-// a *NodeError, reported to the hooks.
+// a *NodeError, reported to the hooks. A request is not sent, and fails at
+// once, to a node known down or stuck (see refuse), and to a node before
+// identify has found it distinct from the others (identify runs first, on
+// the same ctx). A timeout while the node's dials fail is reported as the
+// dialer's error (Kind "connection").
 func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	n := &c.nodes[i]
 	var zero T
 	var err error
-	select {
-	case n.sem <- struct{}{}:
-		start := time.Now()
-		var v T
-		v, err = fn(ctx, n.c)
-		<-n.sem
-		if err == nil {
-			return v, nil
-		}
-		// One wording for a node that did not answer in time, whether
-		// the client reports the deadline or an i/o timeout.
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
-			after := dl.Sub(start)
-			// The round's node timeout, when it was that deadline (the
-			// request started a moment after the round).
-			if d, ok := quorum.NodeTimeout(ctx); ok {
-				after = d
+	start := time.Now()
+	timeout := c.cfg.timeout()
+	if d, ok := quorum.NodeTimeout(ctx); ok {
+		timeout = d
+	}
+	due, ok := ctx.Deadline()
+	if !ok {
+		due = start.Add(timeout)
+	}
+	// Two nodes found to reach one server: nothing may count them, but
+	// releases still go out (a lock granted before it was found).
+	if dup := c.duplicate(); dup != nil && at.op != "release" && at.op != "publish" {
+		err = dup
+	} else if err = c.refuse(i); err == nil {
+		select {
+		case n.sem <- struct{}{}:
+			n.state.sent(due)
+			if !n.state.verified.Load() && at.op != "release" && at.op != "publish" {
+				err = c.identify(ctx, i)
 			}
-			err = &quorum.TimeoutError{After: after}
+			var v T
+			if err == nil {
+				v, err = fn(ctx, n.c)
+			}
+			n.state.returned(err, timeout)
+			<-n.sem
+			if err == nil {
+				return v, nil
+			}
+			// One wording for a node that did not answer in time, whether
+			// the client reports the deadline or an i/o timeout.
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
+				after := dl.Sub(start)
+				// The round's node timeout, when it was that deadline (the
+				// request started a moment after the round).
+				if d, ok := quorum.NodeTimeout(ctx); ok {
+					after = d
+				}
+				err = &quorum.TimeoutError{After: after}
+			}
+			err = c.cause(i, err)
+		default:
+			err = errBusy
 		}
-	default:
-		err = errBusy
 	}
 	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
 		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
@@ -309,7 +341,7 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 			continue
 		}
 		if ne := (*NodeError)(nil); !errors.As(e, &ne) {
-			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
+			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
 		}
 		errs = append(errs, e)
 	}

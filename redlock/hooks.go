@@ -173,7 +173,7 @@ func (c *Client) nodeErrors(t quorum.Tally) []*NodeError {
 		}
 		var ne *NodeError
 		if !errors.As(e, &ne) {
-			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
+			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
 		}
 		out = append(out, ne)
 	}
