@@ -46,10 +46,10 @@ type nodeState struct {
 	// due is when the node is late (monoNow time): the deadline of the
 	// request that found none in flight, pushed to a node timeout after
 	// each return while others are in flight.
-	due atomic.Int64
-	probing  atomic.Bool  // a probe of a down node is running
-	verified atomic.Bool  // identify found the node distinct from the others
-	dials    *dialState   // shared by every Client over the same node client
+	due      atomic.Int64
+	probing  atomic.Bool // a probe of a down node is running
+	verified atomic.Bool // identify found the node distinct from the others
+	dials    *dialState  // shared by every Client over the same node client
 }
 
 // dialState records the dials of one node client (go-redis DialHook).
@@ -137,7 +137,7 @@ func stateFor[T any](c *T, hook func(*dialState)) *dialState {
 // failed (refused, unresolvable, unreachable); err is the dialer's error.
 // Its Kind is "connection".
 type connError struct {
-	err    error
+	err     error
 	notSent bool // the request was not sent: the node was known down
 }
 
@@ -219,7 +219,9 @@ func (st *nodeState) returned(err error, timeout time.Duration) {
 
 // probeEvery is how often a down node is probed: its node timeout, within
 // [50ms, 1s].
-func probeEvery(timeout time.Duration) time.Duration { return min(max(timeout, 50*time.Millisecond), time.Second) }
+func probeEvery(timeout time.Duration) time.Duration {
+	return min(max(timeout, 50*time.Millisecond), time.Second)
+}
 
 // probe starts the background probe of node i, known down, unless one runs:
 // a PING every probeEvery until the node answers or the Client closes.
