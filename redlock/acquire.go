@@ -447,8 +447,10 @@ func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (er
 	case t.Failed > cut:
 		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
 	default:
-		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
-			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
+		// The caller's ctx ended before the nodes that could decide had
+		// answered: that is the caller's, not an outage (issue 21).
+		return c.joinNodeErrors(ctxEnded(t, fmt.Sprintf("%d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
+			t.Yes, n, c.quorum, t.No, cut)), t), false
 	}
 	return c.joinNodeErrors(head, t), true
 }

@@ -377,6 +377,10 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return true, nil
 	case t.No > n-c.quorum:
 		return false, nil
+	case c.duplicate() != nil:
+		return false, c.duplicate()
+	case t.Failed > 0 && t.Failed == t.CutShort():
+		return false, c.joinNodeErrors(ctxEnded(t, fmt.Sprintf("%d of %d nodes answered, %d needed", t.Yes+t.No, n, c.quorum)), t)
 	}
 	return false, c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
 }

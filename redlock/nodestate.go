@@ -379,3 +379,18 @@ func (c *Client) duplicate() error {
 	}
 	return nil
 }
+
+// ctxEnded is the error of a round that the caller's ctx ended before the
+// nodes that could decide it answered: it matches the ctx's error
+// (context.Canceled, or context.DeadlineExceeded), never ErrNoQuorum, so
+// that a caller's own cancellation is not reported as an outage.
+func ctxEnded(t quorum.Tally, detail string) error {
+	var cause error = context.DeadlineExceeded
+	for i, e := range t.Errs {
+		if t.Cut != nil && t.Cut[i] && errors.Is(e, context.Canceled) {
+			cause = context.Canceled
+			break
+		}
+	}
+	return &classed{msg: "redlock: ctx ended before a majority answered: " + detail, class: []error{cause}}
+}
