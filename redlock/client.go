@@ -107,7 +107,16 @@ type Client struct {
 // New returns an error matching ErrInvalidArgument on bad input, including
 // the same client twice, two clients with one address (one server counted
 // twice is no quorum), or a client whose MaxRetries (Cluster: MaxRedirects)
-// is below -1.
+// is below -1. Two names of one server (127.0.0.1 and localhost, say) are
+// found on first use instead, since New does no I/O: before its first
+// request to a node the Client checks that the node is none of the others
+// (a key of its own, written and looked for with one script), and once two
+// are found to reach one server every Lock, TryLock, IsLocked and Extend
+// fails with ErrInvalidArgument naming both (see docs/nodes.md).
+//
+// New adds a go-redis DialHook to each node client (once per client,
+// whichever Clients share it), so that a node whose dials fail is reported
+// with the dialer's error and answered at once while it is down.
 func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("nodes: at least one node is needed")
@@ -379,7 +388,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return false, nil
 	case c.duplicate() != nil:
 		return false, c.duplicate()
-	case t.Failed > 0 && t.Failed == t.CutShort():
+	case t.Yes+t.No == 0 && t.Failed > 0 && t.Failed == t.CutShort():
 		return false, c.joinNodeErrors(ctxEnded(t, fmt.Sprintf("%d of %d nodes answered, %d needed", t.Yes+t.No, n, c.quorum)), t)
 	}
 	return false, c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
@@ -416,6 +425,7 @@ func (c *Client) Close() error {
 	// and the grace whatever the number of locks (thousands of releases
 	// take a node some milliseconds).
 	errs := c.releaseMany(ls, wait+closeGrace)
+	c.forgetIdentity(wait) // nodestate.go
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
 	c.wg.Close()

@@ -380,8 +380,8 @@ func (c *Client) duplicate() error {
 	return nil
 }
 
-// ctxEnded is the error of a round that the caller's ctx ended before the
-// nodes that could decide it answered: it matches the ctx's error
+// ctxEnded is the error of a round that the caller's ctx ended before any
+// node answered (and before any failed by itself): it matches the ctx's error
 // (context.Canceled, or context.DeadlineExceeded), never ErrNoQuorum, so
 // that a caller's own cancellation is not reported as an outage.
 func ctxEnded(t quorum.Tally, detail string) error {
@@ -392,5 +392,27 @@ func ctxEnded(t quorum.Tally, detail string) error {
 			break
 		}
 	}
-	return &classed{msg: "redlock: ctx ended before a majority answered: " + detail, class: []error{cause}}
+	return &classed{msg: "redlock: ctx ended before the nodes answered: " + detail, class: []error{cause}}
+}
+
+// forgetIdentity deletes this Client's identity keys (identify) from the
+// nodes that have one, for Close: one DEL per node, in parallel, on the
+// Client's goroutines (Close waits for them with its bound); nodes down or
+// stuck are skipped, and their keys expire with identifyTTL.
+func (c *Client) forgetIdentity(timeout time.Duration) {
+	if len(c.nodes) == 1 {
+		return
+	}
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		if n.cluster || !n.state.verified.Load() || c.refuse(i) != nil {
+			continue
+		}
+		key := c.idKeys()[i]
+		c.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_ = n.c.Del(ctx, key).Err()
+		})
+	}
 }
