@@ -88,7 +88,8 @@ func TestReal_downNodesSayWhy(t *testing.T) {
 		}
 		status[i] = err.Error()
 	}
-	c := newClient(t, nodes, WithNodeTimeout(200*time.Millisecond))
+	const nodeTimeout = time.Second
+	c := newClient(t, nodes, WithNodeTimeout(nodeTimeout))
 	for call := range 3 {
 		start := time.Now()
 		_, err := c.TryLock(t.Context(), "down")
@@ -109,9 +110,11 @@ func TestReal_downNodesSayWhy(t *testing.T) {
 				t.Errorf("call %d: node %d: %q does not contain what qlock status says, %q", call, i, ne.Error(), status[i])
 			}
 		}
-		// Once known down, a node is answered at once (measured < 5ms).
-		if call > 0 && took > 100*time.Millisecond {
-			t.Errorf("call %d took %v; want the down nodes answered at once (≤ 100ms)", call, took)
+		// Once known down, a node is answered at once: measured 1–5ms
+		// idle, 124ms beside the whole package's tests; a call that waits
+		// for the node timeout takes 1s.
+		if call > 0 && took > nodeTimeout/2 {
+			t.Errorf("call %d took %v; want the down nodes answered at once (≤ %v)", call, took, nodeTimeout/2)
 		}
 	}
 }
