@@ -245,13 +245,9 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 	var zero T
 	var err error
 	start := time.Now()
-	timeout := c.cfg.timeout()
-	if d, ok := quorum.NodeTimeout(ctx); ok {
-		timeout = d
-	}
 	due, ok := ctx.Deadline()
 	if !ok {
-		due = start.Add(timeout)
+		due = start.Add(c.cfg.timeout())
 	}
 	// Two nodes found to reach one server: nothing may count them, but
 	// releases still go out (a lock granted before it was found).
@@ -268,7 +264,7 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 			if err == nil {
 				v, err = fn(ctx, n.c)
 			}
-			n.state.returned(err, timeout)
+			n.state.returned(err, due.Sub(start))
 			<-n.sem
 			if err == nil {
 				return v, nil

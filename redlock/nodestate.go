@@ -54,8 +54,7 @@ type nodeState struct {
 
 // dialState records the dials of one node client (go-redis DialHook).
 type dialState struct {
-	mu  sync.Mutex // protects err
-	err error      // the last dial's error; nil once a dial or a request succeeded
+	err atomic.Pointer[error] // the last dial's error; nil once a dial or a request succeeded
 }
 
 func (d *dialState) DialHook(next redis.DialHook) redis.DialHook {
@@ -79,9 +78,19 @@ func (d *dialState) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 func (d *dialState) set(err error) {
-	d.mu.Lock()
-	d.err = err
-	d.mu.Unlock()
+	if err == nil {
+		d.up()
+		return
+	}
+	d.err.Store(&err)
+}
+
+// up clears the last dial's error: a dial or a request succeeded. It is
+// apart from set, whose err escapes, so that the hot path allocates nothing.
+func (d *dialState) up() {
+	if d.err.Load() != nil { // most calls: a load, no store
+		d.err.Store(nil)
+	}
 }
 
 // down returns the error of the node's last dial, or nil.
@@ -89,9 +98,10 @@ func (d *dialState) down() error {
 	if d == nil {
 		return nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.err
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // dialStates holds one dialState per node client, so that Clients built
@@ -202,7 +212,8 @@ func (c *Client) refuse(i int) error {
 const stuckProbe = time.Second
 
 // sent and returned bracket a request in flight on a node; due is the
-// request's deadline, timeout the node timeout.
+// request's deadline, timeout its whole budget (due − its start): while
+// other requests are in flight, the node is late that long after a return.
 func (st *nodeState) sent(due time.Time) {
 	if st.inflight.Add(1) == 1 {
 		st.due.Store(int64(due.Sub(epoch)))
@@ -212,8 +223,8 @@ func (st *nodeState) sent(due time.Time) {
 func (st *nodeState) returned(err error, timeout time.Duration) {
 	st.due.Store(monoNow() + int64(timeout))
 	st.inflight.Add(-1)
-	if answered(err) && st.dials != nil {
-		st.dials.set(nil) // the node answered: it is up
+	if st.dials != nil && answered(err) {
+		st.dials.up() // the node answered: it is up
 	}
 }
 
