@@ -47,9 +47,10 @@ type nodeState struct {
 	// request that found none in flight, pushed to a node timeout after
 	// each return while others are in flight.
 	due      atomic.Int64
-	probing  atomic.Bool // a probe of a down node is running
-	verified atomic.Bool // identify found the node distinct from the others
-	dials    *dialState  // shared by every Client over the same node client
+	probing  atomic.Bool   // a probe of a down node is running
+	verified atomic.Bool   // identify found the node distinct from the others
+	idTurn   chan struct{} // buffered 1: one identify at a time on the node
+	dials    *dialState    // shared by every Client over the same node client
 }
 
 // dialState records the dials of one node client (go-redis DialHook).
@@ -332,14 +333,16 @@ const identifyTTL = time.Hour
 // identifyScript sets this Client's identity key of one node (KEYS[ARGV[1]])
 // and returns the 1-based index of another node's key found there, or 0:
 // both names reach one server.
-var identifyScript = redis.NewScript(`
+// It is sent with EVAL: it runs once per node and Client, and EVALSHA would
+// cost a NOSCRIPT round trip first.
+const identifyScript = `
 local own = tonumber(ARGV[1])
 redis.call('SET', KEYS[own], '1', 'PX', ARGV[2])
 for k = 1, #KEYS do
   if k ~= own and redis.call('EXISTS', KEYS[k]) == 1 then return k end
 end
 return 0
-`)
+`
 
 // identify makes sure node i is not one of the other nodes under another
 // name (127.0.0.1 and localhost, say: New compares addresses only). It runs
@@ -356,8 +359,22 @@ func (c *Client) identify(ctx context.Context, i int) error {
 		n.state.verified.Store(true)
 		return nil
 	}
+	// One at a time: the many first calls of a busy Client wait for the
+	// first one's answer rather than each sending the script.
+	select {
+	case n.state.idTurn <- struct{}{}:
+		defer func() { <-n.state.idTurn }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if dup := c.duplicate(); dup != nil {
+		return dup
+	}
+	if n.state.verified.Load() {
+		return nil
+	}
 	keys := c.idKeys()
-	j, err := identifyScript.Run(ctx, n.c, keys, i+1, identifyTTL.Milliseconds()).Int()
+	j, err := n.c.Eval(ctx, identifyScript, keys, i+1, identifyTTL.Milliseconds()).Int()
 	if err != nil {
 		return err
 	}

@@ -192,12 +192,19 @@ func TestReal_oneServerTwoNamesNeverGrants(t *testing.T) {
 		t.Cleanup(func() { cl.Close() })
 		nodes = append(nodes, cl)
 	}
-	c := newClient(t, nodes, WithNodeTimeout(200*time.Millisecond))
+	c := newClient(t, nodes, WithNodeTimeout(time.Second))
 	for call := range 3 {
 		l, err := c.TryLock(t.Context(), "twice")
 		if err == nil {
 			l.Unlock(context.Background())
 			t.Fatalf("call %d: TryLock granted with one live server counted twice", call)
+		}
+		// The first round identifies the nodes and says so, unless the
+		// machine is so busy that their first requests time out (then the
+		// round is ErrNoQuorum, and the next one says it).
+		if call == 0 && !errors.Is(err, ErrInvalidArgument) && errors.Is(err, ErrNoQuorum) && errors.Is(err, context.DeadlineExceeded) {
+			t.Logf("call 0 timed out before the nodes were identified: %v", err)
+			continue
 		}
 		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "nodes[0]") || !strings.Contains(err.Error(), "nodes[1]") {
 			t.Errorf("call %d: TryLock = %v; want ErrInvalidArgument naming nodes[0] and nodes[1]", call, err)
@@ -206,41 +213,7 @@ func TestReal_oneServerTwoNamesNeverGrants(t *testing.T) {
 			t.Errorf("call %d: IsLocked = %v, %v; want ErrInvalidArgument", call, ok, err)
 		}
 	}
-}
-
-// Issue 21 item 7: a call whose ctx was cancelled before it began is
-// context.Canceled, not an outage (ErrNoQuorum), and its hooks say
-// "canceled".
-func TestClient_cancelledCtxIsCanceled(t *testing.T) {
-	t.Parallel()
-	_, nodes := miniNodes(t, 3)
-	rec := &recorder{}
-	c := newClient(t, nodes, WithHooks(rec))
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	for name, try := range map[string]func() error{
-		"Lock":     func() error { _, err := c.Lock(ctx, "cancelled"); return err },
-		"TryLock":  func() error { _, err := c.TryLock(ctx, "cancelled"); return err },
-		"IsLocked": func() error { _, err := c.IsLocked(ctx, "cancelled"); return err },
-	} {
-		err := try()
-		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoQuorum) {
-			t.Errorf("%s(cancelled ctx) = %v; want context.Canceled, not ErrNoQuorum", name, err)
-		}
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, a := range rec.attempts {
-		if a.Outcome != OutcomeCanceled {
-			t.Errorf("Attempt hook: outcome %q; want %q (%v)", a.Outcome, OutcomeCanceled, a.Err)
-		}
-	}
-	if len(rec.acquires) != 2 {
-		t.Fatalf("Acquire hooks: %d; want 2", len(rec.acquires))
-	}
-	for _, a := range rec.acquires {
-		if a.Outcome != OutcomeCanceled {
-			t.Errorf("Acquire hook: outcome %q; want %q (%v)", a.Outcome, OutcomeCanceled, a.Err)
-		}
+	if _, err := c.Lock(t.Context(), "twice"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Lock = %v; want ErrInvalidArgument at once", err)
 	}
 }
