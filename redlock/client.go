@@ -147,7 +147,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 		_, cluster := n.(*redis.ClusterClient)
 		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
-		c.nodes[i].state = &nodeState{dials: dialsOf(n), idTurn: make(chan struct{}, 1)}
+		c.nodes[i].state = newNodeState(n)
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false

@@ -50,7 +50,13 @@ type nodeState struct {
 	probing  atomic.Bool   // a probe of a down node is running
 	verified atomic.Bool   // identify found the node distinct from the others
 	idTurn   chan struct{} // buffered 1: one identify at a time on the node
-	dials    *dialState    // shared by every Client over the same node client
+	// grace is how late past its deadline a request in flight must be
+	// for the node to count as stuck: 0 for a client that may ignore ctx
+	// on reads (ContextTimeoutEnabled false: its requests wait for the read
+	// timeout), lateGrace for one that honours it (a request late by more
+	// is stuck in the node, not in a busy scheduler).
+	grace time.Duration
+	dials *dialState // shared by every Client over the same node client
 }
 
 // dialState records the dials of one node client (go-redis DialHook).
@@ -202,7 +208,7 @@ func (c *Client) refuse(i int) error {
 		// Once a second one request goes through all the same: a request
 		// whose client never times out (ReadTimeout -1) on a link that
 		// dropped it would otherwise keep the node stuck for good.
-		if late >= 0 && (late < stuckProbe || !st.due.CompareAndSwap(due, monoNow())) {
+		if late >= st.grace && (late < stuckProbe || !st.due.CompareAndSwap(due, monoNow())) {
 			return &stuckError{late: late, inflight: in}
 		}
 	}
@@ -211,6 +217,25 @@ func (c *Client) refuse(i int) error {
 
 // stuckProbe is how often a stuck node is sent a request all the same.
 const stuckProbe = time.Second
+
+// lateGrace is the grace of a node client that honours ctx deadlines.
+const lateGrace = 250 * time.Millisecond
+
+// newNodeState returns the state of node n.
+func newNodeState(n redis.UniversalClient) *nodeState {
+	st := &nodeState{dials: dialsOf(n), idTurn: make(chan struct{}, 1)}
+	switch c := n.(type) {
+	case *redis.Client:
+		if c.Options().ContextTimeoutEnabled {
+			st.grace = lateGrace
+		}
+	case *redis.ClusterClient:
+		if c.Options().ContextTimeoutEnabled {
+			st.grace = lateGrace
+		}
+	}
+	return st
+}
 
 // sent and returned bracket a request in flight on a node; due is the
 // request's deadline, timeout its whole budget (due − its start): while
