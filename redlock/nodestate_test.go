@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
@@ -215,5 +216,24 @@ func TestReal_oneServerTwoNamesNeverGrants(t *testing.T) {
 	}
 	if _, err := c.Lock(t.Context(), "twice"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Lock = %v; want ErrInvalidArgument at once", err)
+	}
+}
+
+// Issue 21 item 7, for Dial: a cancelled ctx is context.Canceled, not
+// ErrNoQuorum.
+func TestDial_cancelledCtxIsCanceled(t *testing.T) {
+	t.Parallel()
+	var urls []string
+	for range 3 {
+		urls = append(urls, "redis://"+miniredis.RunT(t).Addr())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	c, err := Dial(ctx, urls)
+	if err == nil {
+		c.Close()
+	}
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoQuorum) {
+		t.Errorf("Dial(cancelled ctx) = %v; want context.Canceled, not ErrNoQuorum", err)
 	}
 }
