@@ -446,10 +446,10 @@ func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (er
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
 	case t.Failed > cut:
 		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
-	case t.Yes+t.No == 0:
-		// The caller's ctx ended before any node answered: that is the
-		// caller's doing, not an outage (issue 21).
-		return c.joinNodeErrors(ctxEnded(t, fmt.Sprintf("0 of %d nodes answered", n)), t), false
+	case cancelled(t):
+		// The caller cancelled its ctx before any node answered: that is
+		// the caller's doing, not an outage (issue 21).
+		return c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t), false
 	default:
 		// Some nodes answered and the others were still silent when ctx
 		// ended: too few nodes answered, which may be an outage.

@@ -384,8 +384,8 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return false, nil
 	case c.duplicate() != nil:
 		return false, c.duplicate()
-	case t.Yes+t.No == 0 && t.Failed > 0 && t.Failed == t.CutShort():
-		return false, c.joinNodeErrors(ctxEnded(t, fmt.Sprintf("%d of %d nodes answered, %d needed", t.Yes+t.No, n, c.quorum)), t)
+	case cancelled(t):
+		return false, c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t)
 	}
 	return false, c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
 }

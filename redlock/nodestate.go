@@ -433,19 +433,28 @@ func (c *Client) duplicate() error {
 	return nil
 }
 
-// ctxEnded is the error of a round that the caller's ctx ended before any
-// node answered (and before any failed by itself): it matches the ctx's error
-// (context.Canceled, or context.DeadlineExceeded), never ErrNoQuorum, so
-// that a caller's own cancellation is not reported as an outage.
-func ctxEnded(t quorum.Tally, detail string) error {
-	var cause error = context.DeadlineExceeded
+// cancelled reports whether t's round was cut short because the caller
+// cancelled its ctx (not a deadline) before any node answered or failed by
+// itself: then the round says nothing about the nodes.
+func cancelled(t quorum.Tally) bool {
+	if t.Yes+t.No > 0 || t.Failed == 0 || t.Failed != t.CutShort() {
+		return false
+	}
 	for i, e := range t.Errs {
-		if t.Cut != nil && t.Cut[i] && errors.Is(e, context.Canceled) {
-			cause = context.Canceled
-			break
+		if t.Cut[i] && errors.Is(e, context.Canceled) {
+			return true
 		}
 	}
-	return &classed{msg: "redlock: ctx ended before the nodes answered: " + detail, class: []error{cause}}
+	return false
+}
+
+// ctxCancelled is the error of a round the caller cancelled (see
+// cancelled): it matches context.Canceled, never ErrNoQuorum, so that a
+// caller's own cancellation is not reported as an outage. (A deadline that
+// ends a round of silent nodes stays ErrNoQuorum, as the contract says: the
+// nodes had that long to answer.)
+func ctxCancelled(detail string) error {
+	return &classed{msg: "redlock: ctx cancelled before the nodes answered: " + detail, class: []error{context.Canceled}}
 }
 
 // forgetIdentity deletes this Client's identity keys (identify) from the
