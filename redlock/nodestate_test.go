@@ -237,3 +237,46 @@ func TestDial_cancelledCtxIsCanceled(t *testing.T) {
 		t.Errorf("Dial(cancelled ctx) = %v; want context.Canceled, not ErrNoQuorum", err)
 	}
 }
+
+// Issue 21 item 7: a call whose ctx was cancelled before it began is
+// context.Canceled, not an outage (ErrNoQuorum), and its hooks say
+// "canceled".
+func TestClient_cancelledCtxIsCanceled(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	rec := &recorder{}
+	c := newClient(t, nodes, WithHooks(rec))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for name, try := range map[string]func() error{
+		"Lock":     func() error { _, err := c.Lock(ctx, "cancelled"); return err },
+		"TryLock":  func() error { _, err := c.TryLock(ctx, "cancelled"); return err },
+		"IsLocked": func() error { _, err := c.IsLocked(ctx, "cancelled"); return err },
+		"Do": func() error {
+			return c.Do(ctx, "cancelled", func(context.Context) error { return nil })
+		},
+	} {
+		err := try()
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoQuorum) {
+			t.Errorf("%s(cancelled ctx) = %v; want context.Canceled, not ErrNoQuorum", name, err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.attempts) == 0 {
+		t.Error("no Attempt hook")
+	}
+	for _, a := range rec.attempts {
+		if a.Outcome != OutcomeCanceled {
+			t.Errorf("Attempt hook: outcome %q; want %q (%v)", a.Outcome, OutcomeCanceled, a.Err)
+		}
+	}
+	if got, want := len(rec.acquires), 3; got != want {
+		t.Fatalf("Acquire hooks: %d; want %d", got, want)
+	}
+	for _, a := range rec.acquires {
+		if a.Outcome != OutcomeCanceled {
+			t.Errorf("Acquire hook: outcome %q; want %q (%v)", a.Outcome, OutcomeCanceled, a.Err)
+		}
+	}
+}
