@@ -50,6 +50,7 @@ type nodeState struct {
 	probing  atomic.Bool   // a probe of a down node is running
 	verified atomic.Bool   // identify found the node distinct from the others
 	idTurn   chan struct{} // buffered 1: one identify at a time on the node
+	idReady  chan struct{} // closed once verified: wakes every call waiting for the turn
 	// grace is how late past its deadline a request in flight must be
 	// for the node to count as stuck: 0 for a client that may ignore ctx
 	// on reads (ContextTimeoutEnabled false: its requests wait for the read
@@ -223,7 +224,7 @@ const lateGrace = 250 * time.Millisecond
 
 // newNodeState returns the state of node n.
 func newNodeState(n redis.UniversalClient) *nodeState {
-	st := &nodeState{dials: dialsOf(n), idTurn: make(chan struct{}, 1)}
+	st := &nodeState{dials: dialsOf(n), idTurn: make(chan struct{}, 1), idReady: make(chan struct{})}
 	switch c := n.(type) {
 	case *redis.Client:
 		if c.Options().ContextTimeoutEnabled {
@@ -381,14 +382,18 @@ return 0
 func (c *Client) identify(ctx context.Context, i int) error {
 	n := &c.nodes[i]
 	if n.cluster || len(c.nodes) == 1 {
-		n.state.verified.Store(true)
+		n.state.verify()
 		return nil
 	}
 	// One at a time: the many first calls of a busy Client wait for the
-	// first one's answer rather than each sending the script.
+	// first one's answer rather than each sending the script, and are all
+	// woken at once by it (handing the turn on one by one was a convoy on
+	// a busy machine).
 	select {
 	case n.state.idTurn <- struct{}{}:
 		defer func() { <-n.state.idTurn }()
+	case <-n.state.idReady:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -409,8 +414,15 @@ func (c *Client) identify(ctx context.Context, i int) error {
 		c.dup.CompareAndSwap(nil, &dup)
 		return *c.dup.Load()
 	}
-	n.state.verified.Store(true)
+	n.state.verify()
 	return nil
+}
+
+// verify records that the node is distinct from the others.
+func (st *nodeState) verify() {
+	if st.verified.CompareAndSwap(false, true) {
+		close(st.idReady)
+	}
 }
 
 // idKeys are the identity keys of this Client's nodes, one per node.
