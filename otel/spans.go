@@ -2,15 +2,11 @@ package redlockotel
 
 import (
 	"context"
-	"errors"
-	"net"
-	"os"
 	"reflect"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -246,7 +242,7 @@ func (h *Hooks) releaseSpan(ctx context.Context, i redlock.ReleaseInfo) {
 func nodeEvents(s trace.Span, nes []*redlock.NodeError, at time.Time) {
 	for _, ne := range nes {
 		s.AddEvent("redlock.node_error", trace.WithTimestamp(at), trace.WithAttributes(
-			KeyNode.Int(ne.Node), KeyNodeAddr.String(ne.Addr), KeyErrType.String(errorKind(ne.Err)), keyErrMsg.String(ne.Err.Error())))
+			KeyNode.Int(ne.Node), KeyNodeAddr.String(ne.Addr), KeyErrType.String(ne.Kind()), keyErrMsg.String(ne.Err.Error())))
 	}
 }
 
@@ -287,22 +283,4 @@ func nodeErrorsIn(err error) []*redlock.NodeError {
 		walk(err)
 	}
 	return out
-}
-
-// errorKind classifies a node's error the way NodeErrorInfo.Kind does,
-// except "busy" (the client's in-flight cap), whose error redlock does not
-// export; it shows as "connection" here.
-func errorKind(err error) string {
-	var ne net.Error
-	var re redis.Error
-	switch {
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.As(err, &re):
-		return "reply"
-	}
-	return "connection"
 }

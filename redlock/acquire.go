@@ -121,7 +121,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		} else if verdict != nil {
 			err = verdict
 		}
-		if ctx.Err() != nil || once || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+		if ctx.Err() != nil || once || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			c.abandon(ctx, l, t)
 			if ctx.Err() != nil {
 				return nil, errors.Join(err, ctx.Err())
@@ -261,6 +261,20 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 // nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
 func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
+	if dup := c.duplicate(); dup != nil {
+		return &permanentError{dup}, true // two nodes reach one server: no call may count them
+	}
+	err, settled = c.attemptVerdict(t, cfg, resource)
+	// Replies no retry can change (WRONGTYPE, READONLY, NOPERM, …) on so
+	// many nodes that a majority is impossible: Lock ends at once.
+	if settled && permanentFailures(t) > len(c.nodes)-c.quorum {
+		err = &permanentError{err}
+	}
+	return err, settled
+}
+
+// attemptVerdict is attemptError for a Client whose nodes are distinct.
+func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
 	holder := ""
 	if t.No > 0 && c.holds(resource) {
 		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
@@ -278,7 +292,13 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
 	case t.Failed > cut:
 		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
+	case cancelled(t):
+		// The caller cancelled its ctx before any node answered: that is
+		// the caller's doing, not an outage (issue 21).
+		return c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t), false
 	default:
+		// Some nodes answered and the others were still silent when ctx
+		// ended: too few nodes answered, which may be an outage.
 		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
 			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
 	}

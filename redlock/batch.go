@@ -55,7 +55,7 @@ type batchRef struct {
 
 func (p batchRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && answered(rep.Err)
+	return ok && (answered(rep.Err) || notSent(rep.Err)) // a request never sent cannot land
 }
 func (p batchRef) settled() bool { return p.r.Settled() }
 

@@ -38,6 +38,7 @@ type node struct {
 	addr    string
 	sem     chan struct{} // requests in flight, capped
 	cluster bool          // a Redis Cluster client: keys of a lock share a hash tag
+	state   *nodeState    // health and identity (nodestate.go)
 }
 
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
@@ -93,8 +94,11 @@ type Client struct {
 
 	// cbs owns the goroutines that run Lost hooks and OnLost (callbacks.go).
 	cbs       callbacks
-	closeDone chan struct{} // closed when the first Close has finished
-	closeErr  error         // what the first Close returned; write-once before closeDone
+	closeDone chan struct{}         // closed when the first Close has finished
+	closeErr  error                 // what the first Close returned; write-once before closeDone
+	dup       atomic.Pointer[error] // set once two nodes were found to reach one server (identify)
+	idOnce    sync.Once             // makes idKeyList
+	idKeyList []string              // identity keys, one per node (identify)
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -107,7 +111,16 @@ type Client struct {
 // New returns an error matching ErrInvalidArgument on bad input, including
 // the same client twice, two clients with one address (one server counted
 // twice is no quorum), or a client whose MaxRetries (Cluster: MaxRedirects)
-// is below -1.
+// is below -1. Two names of one server (127.0.0.1 and localhost, say) are
+// found on first use instead, since New does no I/O: before its first
+// request to a node the Client checks that the node is none of the others
+// (a key of its own, written and looked for with one script), and once two
+// are found to reach one server every Lock, TryLock, IsLocked and Extend
+// fails with ErrInvalidArgument naming both (see docs/nodes.md).
+//
+// New adds a go-redis DialHook to each node client (once per client,
+// whichever Clients share it), so that a node whose dials fail is reported
+// with the dialer's error and answered at once while it is down.
 func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("nodes: at least one node is needed")
@@ -139,6 +152,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 		_, cluster := n.(*redis.ClusterClient)
 		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
+		c.nodes[i].state = newNodeState(n)
 		c.anyCluster = c.anyCluster || cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
@@ -226,33 +240,55 @@ type site struct {
 }
 
 // call runs fn on node i with the in-flight cap, and turns any failure into
-// a *NodeError, reported to the hooks.
+// a *NodeError, reported to the hooks. A request is not sent, and fails at
+// once, to a node known down or stuck (see refuse), and to a node before
+// identify has found it distinct from the others (identify runs first, on
+// the same ctx). A timeout while the node's dials fail is reported as the
+// dialer's error (Kind "connection").
 func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	n := &c.nodes[i]
 	var zero T
 	var err error
-	select {
-	case n.sem <- struct{}{}:
-		start := time.Now()
-		var v T
-		v, err = fn(ctx, n.c)
-		<-n.sem
-		if err == nil {
-			return v, nil
-		}
-		// One wording for a node that did not answer in time, whether
-		// the client reports the deadline or an i/o timeout.
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
-			after := dl.Sub(start)
-			// The round's node timeout, when it was that deadline (the
-			// request started a moment after the round).
-			if d, ok := quorum.NodeTimeout(ctx); ok {
-				after = d
+	start := time.Now()
+	due, ok := ctx.Deadline()
+	if !ok {
+		due = start.Add(c.cfg.timeout())
+	}
+	// Two nodes found to reach one server: nothing may count them, but
+	// releases still go out (a lock granted before it was found).
+	if dup := c.duplicate(); dup != nil && at.op != "release" && at.op != "publish" {
+		err = dup
+	} else if err = c.refuse(i); err == nil {
+		select {
+		case n.sem <- struct{}{}:
+			n.state.sent(due)
+			if !n.state.verified.Load() && at.op != "release" && at.op != "publish" {
+				err = c.identify(ctx, i)
 			}
-			err = &quorum.TimeoutError{After: after}
+			var v T
+			if err == nil {
+				v, err = fn(ctx, n.c)
+			}
+			n.state.returned(err, due.Sub(start))
+			<-n.sem
+			if err == nil {
+				return v, nil
+			}
+			// One wording for a node that did not answer in time, whether
+			// the client reports the deadline or an i/o timeout.
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
+				after := dl.Sub(start)
+				// The round's node timeout, when it was that deadline (the
+				// request started a moment after the round).
+				if d, ok := quorum.NodeTimeout(ctx); ok {
+					after = d
+				}
+				err = &quorum.TimeoutError{After: after}
+			}
+			err = c.cause(i, err)
+		default:
+			err = errBusy
 		}
-	default:
-		err = errBusy
 	}
 	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
 		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
@@ -315,7 +351,7 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 			continue
 		}
 		if ne := (*NodeError)(nil); !errors.As(e, &ne) {
-			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
+			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
 		}
 		errs = append(errs, e)
 	}
@@ -351,6 +387,10 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return true, nil
 	case t.No > n-c.quorum:
 		return false, nil
+	case c.duplicate() != nil:
+		return false, c.duplicate()
+	case cancelled(t):
+		return false, c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t)
 	}
 	return false, c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered, %d needed", ErrNoQuorum, t.Yes+t.No, n, c.quorum), t)
 }
@@ -400,6 +440,7 @@ func (c *Client) Close() error {
 	// No loss starts after this: the scheduler is closed and every lock
 	// still held is closed.
 	c.cbs.wait()
+	c.forgetIdentity(wait) // nodestate.go
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
 	c.wg.Close()

@@ -330,6 +330,12 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		head := fmt.Errorf("redlock: dial: %d of %d nodes refused the connection; check the credentials, ACL and TLS settings of their URLs", len(refused), n)
 		return errors.Join(append([]error{head}, refused...)...)
 	}
+	if len(failed) == n && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller cancelled ctx before any node answered: not an
+		// outage. (Silent nodes until a deadline are: ErrNoQuorum below.)
+		head := &classed{msg: "redlock: dial: ctx cancelled before the nodes answered PING", class: []error{context.Canceled}}
+		return errors.Join(append([]error{head}, failed...)...)
+	}
 	if n-len(failed) < c.quorum {
 		head := fmt.Errorf("%w: %d of %d nodes answered PING, %d needed", ErrNoQuorum, n-len(failed), n, c.quorum)
 		return errors.Join(append([]error{head}, failed...)...)

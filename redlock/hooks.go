@@ -178,14 +178,17 @@ func (c *Client) nodeErrors(t quorum.Tally) []*NodeError {
 		}
 		var ne *NodeError
 		if !errors.As(e, &ne) {
-			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: e}
+			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
 		}
 		out = append(out, ne)
 	}
 	return out
 }
 
-// Kind classifies the node's error: "timeout", "canceled", "connection",
+// Kind classifies the node's error: "timeout" (no reply within the node
+// timeout, or not sent to a node with a request past its deadline),
+// "canceled", "connection" (a dial refused or unresolvable, or another
+// transport error; the error then says the dialer's message),
 // "reply" (an error reply such as WRONGTYPE or NOPERM), "busy" (too many
 // requests in flight on the node from this Client) or "restarted" (the
 // node is younger than the restart guard).
@@ -194,7 +197,10 @@ func (e *NodeError) Kind() string { return errorKind(e.Err) }
 func errorKind(err error) string {
 	var ne net.Error
 	var re redis.Error
+	var ce *connError
 	switch {
+	case errors.As(err, &ce):
+		return "connection" // the node's dials fail: ce says the dialer's error
 	case errors.Is(err, errBusy):
 		return "busy"
 	case errors.Is(err, ErrNodeRestarted):

@@ -305,7 +305,7 @@ type roundRef struct{ r *quorum.Round[reply] }
 
 func (p roundRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && answered(rep.Err)
+	return ok && (answered(rep.Err) || notSent(rep.Err)) // a request never sent cannot land
 }
 
 func (p roundRef) settled() bool { return p.r.Settled() }

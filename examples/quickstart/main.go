@@ -118,6 +118,34 @@ func (c *cluster) holding(key, token string) []int {
 
 func (c *cluster) holders(key, token string) int { return len(c.holding(key, token)) }
 
+// values reads key on every node: its value, or "" when absent or when the
+// node does not answer.
+func (c *cluster) values(key string) []string {
+	vals := make([]string, len(c.clients))
+	for i, cl := range c.clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		vals[i], _ = cl.Get(ctx, key).Result()
+		cancel()
+	}
+	return vals
+}
+
+// whose splits the nodes by what vals says they hold: b's token, a's, or
+// neither.
+func whose(vals []string, b, a string) (heldB, heldA, neither []int) {
+	for i, v := range vals {
+		switch v {
+		case b:
+			heldB = append(heldB, i)
+		case a:
+			heldA = append(heldA, i)
+		default:
+			neither = append(neither, i)
+		}
+	}
+	return heldB, heldA, neither
+}
+
 // note prints an explanation under the line before it.
 func note(format string, args ...any) {
 	text := fmt.Sprintf(format, args...)
@@ -233,12 +261,22 @@ func run(addrs string, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("worker B: %w", err)
 	}
-	heldB := c.holding(key, lockB.Token())
+	// One read of every node, so that what the notes say of B's and A's
+	// keys is true of one moment.
+	vals := c.values(key)
+	heldB, heldA, neither := whose(vals, lockB.Token(), lock.Token())
 	say("worker B takes over (valid: %v) on nodes %v", lockB.Valid(), heldB)
 	if len(heldB) < n {
 		note("%d of %d is a majority, which is all B needs: the nodes where A's key had expired\n"+
-			"granted B's request; the others still carried A's key, renewed there until the loss,\n"+
-			"and refused it. B's watchdog sets its key on those at its next renewal.", len(heldB), n)
+			"granted B's request.", len(heldB), n)
+		if len(heldA) > 0 {
+			note("nodes %v still carry A's key, renewed there until the loss, and refused B;\n"+
+				"B's watchdog sets its key on those at its next renewal.", heldA)
+		}
+		if len(neither) > 0 {
+			note("nodes %v hold neither key just now (A's expired there after B's request was refused,\n"+
+				"or B's request has not been answered there yet); B's watchdog sets its key there.", neither)
+		}
 	}
 	err = lock.Unlock(ctx)
 	say("worker A's late Unlock: %s — it deletes only what is left of its own keys; B still holds the lock on %d nodes",
