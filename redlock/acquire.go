@@ -472,10 +472,13 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time) error 
 // is released on every node where anything of ours may be — nodes that
 // granted, nodes that have not answered (with the token's guard, so that an
 // acquire still on its way sets nothing when it lands), and, for a queued
-// call, every node, to take our queue entry out. It waits for those
-// releases, each bounded by the node timeout, unless the caller gave up:
-// then they finish in the background. t is the last attempt's tally (zero:
-// release everywhere).
+// call, every node, to take our queue entry out. The caller waits only for
+// the releases of nodes that granted in t (they answered a moment ago, and
+// a caller trying again at once finds our key gone there), and not at all
+// once it gave up; every other release is the Client's: it runs on the
+// Client's goroutines, and a node that does not confirm it gets it again
+// from its retry loop, so a paused node never delays the caller's answer.
+// t is the last attempt's tally (zero: release everywhere).
 func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
@@ -493,7 +496,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 			defer cancel()
 			_, _ = l.releaseNode(rctx, i, args)
 		}
-		if wait {
+		if wait && t.Votes != nil && t.Votes[i] == quorum.Yes {
 			wg.Go(rel)
 		} else {
 			c.wg.Go(rel)

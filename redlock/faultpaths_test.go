@@ -89,6 +89,11 @@ func TestReal_lateExtendAfterUnlockSetsNothing(t *testing.T) {
 			if tc.foreign {
 				rc.Admin(0).Del(t.Context(), key) // the other holder releases
 			}
+			// Unlock returns once a majority confirmed; node 0's release
+			// lands a moment later (step 4).
+			if !eventually(2*time.Second, func() bool { return keyOn(t, rc, 0, key) != l.Token() }) {
+				t.Fatalf("node 0 still holds our token after Unlock")
+			}
 			if !neverHolds(t, rc, 0, key, l.Token(), 5*time.Second) {
 				t.Errorf("node 0 holds our token again after Unlock: a late request of ours set the key")
 			}
