@@ -413,8 +413,8 @@ func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 		t.Errorf("Close took %v; want node timeout + %v at most", took, grace)
 	}
 	for i := range 4 {
-		if n, _ := rc.Admin(i).Exists(context.Background(), "lock:many:0", "lock:many:"+strconv.Itoa(locks-1)).Result(); n != 0 {
-			t.Errorf("node %d keeps lock keys after Close", i)
+		if n := lockKeys(t, rc, i, "lock:many:"); n != 0 {
+			t.Errorf("node %d keeps %d of %d lock keys after Close", i, n, locks)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,12 +55,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 			o := &outs[i]
 			var err error
 			ok := false
-			switch {
-			case j >= o.done:
-				err = o.err
-			case o.errs[j] != nil:
-				err = o.errs[j]
-			default:
+			if err = o.err(j); err == nil {
 				ok = o.res[j] == scripts.Deleted || o.res[j] == scripts.HandedOver
 			}
 			lt.Votes[i], lt.Errs[i] = voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
@@ -87,29 +83,47 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 	return errs
 }
 
-// closeChunk is how many releases Close sends a node in one pipeline: some
-// milliseconds of work for a node, so that the node timeout bounds one
-// chunk, not all of them.
-const closeChunk = 2048
+// closeChunk is how many releases Close sends a node in one pipeline, and
+// closeDepth how many such pipelines it keeps in flight on one node: a
+// chunk is some milliseconds of work (more on a loaded client), so that
+// the node timeout bounds one chunk, not all of them, and the node is kept
+// busy while the client encodes the next chunk.
+const (
+	closeChunk = 128
+	closeDepth = 2
+)
 
-// closeOutcome is what one node did with Close's releases: locks[:done]
-// were answered, with res (and errs, for error replies); locks[done:] were
-// not sent, or not answered, for err.
+// closeOutcome is what one node did with Close's releases: per lock, the
+// release's outcome, or an error (per chunk: the node's; per lock: an
+// error reply).
 type closeOutcome struct {
-	res  []scripts.Released
-	errs map[int]error
-	done int
-	err  error
+	res      []scripts.Released
+	errs     map[int]error // error replies, per lock
+	chunkErr []error       // per chunk: the node did not answer it (or it was not sent)
 }
 
-// closeNode sends node i the releases of locks, chunk after chunk while
-// the node answers each within timeout, then the releases its retry loop
-// still had pending (step 4). The loop is stopped first, and waited for
+// err returns the error of lock j's release on the node, nil if released
+// or not ours.
+func (o *closeOutcome) err(j int) error {
+	if err := o.chunkErr[j/closeChunk]; err != nil {
+		return err
+	}
+	return o.errs[j]
+}
+
+// closeNode sends node i the releases of locks, chunk after chunk
+// (closeDepth at once) for as long as the node answers each within
+// timeout, then the releases its retry loop still had pending (step 4). A
+// chunk the node does not answer stops the node: the chunks not sent yet
+// are left to the keys' TTLs. The loop is stopped first, and waited for
 // (its round is bounded by the node timeout) before its releases are
 // taken.
 func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.Duration) closeOutcome {
 	exited := c.rel.stopNode(i)
-	o := closeOutcome{res: make([]scripts.Released, len(locks))}
+	chunks := (len(locks) + closeChunk - 1) / closeChunk
+	o := closeOutcome{res: make([]scripts.Released, len(locks)), chunkErr: make([]error, chunks)}
+	var mu sync.Mutex // protects o.errs and stopped
+	var stopped error // the first chunk the node did not answer
 	send := func(count int, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -119,32 +133,49 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 			})
 		})
 	}
-	for o.done < len(locks) {
-		lo := o.done
-		part := locks[lo:min(lo+closeChunk, len(locks))]
-		cmds, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
-			l := part[j]
-			return scripts.ReleaseCmd(ctx, p, l.keys[i], l.argsFor(args[lo+j], i))
-		})
-		if err != nil {
-			o.err = err
-			break
-		}
-		for j, cmd := range cmds {
-			r, err := scripts.ReleaseResult(cmd)
-			o.res[lo+j] = r
+	var g errgroup.Group
+	g.SetLimit(closeDepth)
+	for ch := range chunks {
+		g.Go(func() error { // waits for a place: at most closeDepth at once
+			mu.Lock()
+			err := stopped
+			mu.Unlock()
 			if err != nil {
-				if o.errs == nil {
-					o.errs = make(map[int]error)
-				}
-				o.errs[lo+j] = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+				o.chunkErr[ch] = err
+				return nil
 			}
-		}
-		o.done += len(part)
+			lo := ch * closeChunk
+			part := locks[lo:min(lo+closeChunk, len(locks))]
+			cmds, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+				l := part[j]
+				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.argsFor(args[lo+j], i))
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				o.chunkErr[ch] = err
+				if stopped == nil {
+					stopped = err
+				}
+				return nil
+			}
+			for j, cmd := range cmds {
+				r, err := scripts.ReleaseResult(cmd)
+				o.res[lo+j] = r
+				if err != nil {
+					if o.errs == nil {
+						o.errs = make(map[int]error)
+					}
+					o.errs[lo+j] = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+				}
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()
 	<-exited
 	es := c.rel.drain(i)
-	for o.err == nil && len(es) > 0 {
+	for stopped == nil && len(es) > 0 {
 		part := es[:min(closeChunk, len(es))]
 		es = es[len(part):]
 		if _, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
@@ -286,7 +317,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, err
 		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
 	if l.needsRetry(i, err) {
-		l.c.rel.add(i, l)
+		l.c.rel.add(i, l, unsent(err))
 	}
 	return ok, err
 }
@@ -304,6 +335,9 @@ func (l *Lock) needsRetry(i int, err error) bool {
 	case errors.Is(err, errBusy), errors.As(err, &re):
 		return true
 	case unsent(err):
+		// A request of the lock still in flight there may turn out to
+		// have never left the client either (a node that refuses every
+		// dial fails them all): the retry loop asks again (moot).
 		return l.guardFor(i) > 0
 	}
 	return true

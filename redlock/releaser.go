@@ -26,9 +26,12 @@ import (
 // scripts.Keys value, 232 bytes, whose strings and slices it shares with
 // the Lock), its arguments with the guard (six boxed values) and its
 // deadline: about 600 bytes with the strings it keeps alive, for a
-// resource name of 20 bytes. A node holds at most maxPending of them (about
-// 20 MB); past that the oldest is dropped, its key left to its TTL. A
-// pending release is given up after retryWindow.
+// resource name of 20 bytes. One that never left the client while a
+// request of its lock was in flight there also keeps the Lock (about 3 KB)
+// until that request has ended and tells whether it left. A node holds at
+// most maxPending of them (about 20 MB); past that the oldest is dropped,
+// its key left to its TTL. A pending release is given up after
+// retryWindow.
 const (
 	// maxPending caps the pending releases of one node.
 	maxPending = 1 << 15
@@ -44,6 +47,17 @@ type pendingRelease struct {
 	keys  scripts.Keys // the lock's keys on that node
 	args  []any        // with the token's guard
 	until time.Time    // given up after this
+	// unsent is set when the release never left the client while a
+	// request of the lock there was still in flight: the release is needed
+	// only if that request may land (it left the client), which it tells
+	// once it ends.
+	unsent *Lock
+}
+
+// moot reports whether e need not be sent to node i: it never left the
+// client, and no request of its lock can land there.
+func (e *pendingRelease) moot(i int) bool {
+	return e.unsent != nil && e.unsent.guardFor(i) == 0
 }
 
 // releaser owns the per-node retry loops of a Client.
@@ -58,9 +72,10 @@ type releaser struct {
 
 // relQueue is one node's pending releases and its loop's controls.
 type relQueue struct {
-	mu      sync.Mutex // protects q, head, dropped, done
+	mu      sync.Mutex // protects q, head, sending, dropped, done
 	q       []pendingRelease
 	head    int  // q[head:] are pending
+	sending int  // taken by the loop's round in flight
 	dropped int  // releases dropped for the cap, for tests
 	done    bool // Close has drained this node: no more releases are taken
 	running bool // the loop has started (releaser.mu)
@@ -83,9 +98,12 @@ func newReleaser(c *Client) *releaser {
 // add makes l's release on node i pending, and starts node i's loop if it
 // is not running yet. After Close has drained node i, the release is left
 // to the key's TTL.
-func (r *releaser) add(i int, l *Lock) {
+func (r *releaser) add(i int, l *Lock, unsent bool) {
 	q := &r.nodes[i]
 	e := pendingRelease{keys: l.keys[i], args: l.guardArgs(), until: time.Now().Add(retryWindow(l.cfg.ttl))}
+	if unsent {
+		e.unsent = l
+	}
 	q.mu.Lock()
 	if q.done {
 		q.mu.Unlock()
@@ -115,17 +133,18 @@ func (r *releaser) add(i int, l *Lock) {
 	})
 }
 
-// pending returns how many releases node i has pending.
+// pending returns how many releases node i has pending, with those of the
+// round in flight.
 func (r *releaser) pending(i int) int {
 	q := &r.nodes[i]
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.q) - q.head
+	return len(q.q) - q.head + q.sending
 }
 
 // take removes up to k pending releases of node i, dropping those given
 // up, and returns them.
-func (q *relQueue) take(k int, now time.Time) []pendingRelease {
+func (q *relQueue) take(i, k int, now time.Time) []pendingRelease {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []pendingRelease
@@ -133,22 +152,22 @@ func (q *relQueue) take(k int, now time.Time) []pendingRelease {
 		e := q.q[q.head]
 		q.q[q.head] = pendingRelease{}
 		q.head++
-		if now.Before(e.until) {
+		if now.Before(e.until) && !e.moot(i) {
 			out = append(out, e)
 		}
 	}
 	q.compact()
+	q.sending += len(out)
 	return out
 }
 
-// putBack returns releases the node did not confirm, ahead of the others.
-func (q *relQueue) putBack(es []pendingRelease) {
-	if len(es) == 0 {
-		return
-	}
+// putBack ends a round of sent releases: es, those the node did not
+// confirm, go back ahead of the others.
+func (q *relQueue) putBack(sent int, es []pendingRelease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.done {
+	q.sending -= sent
+	if len(es) == 0 || q.done {
 		return
 	}
 	if q.head >= len(es) {
@@ -207,12 +226,12 @@ func (r *releaser) loop(i int) {
 			continue
 		case <-t.C:
 		}
-		es := q.take(relChunk, time.Now())
+		es := q.take(i, relChunk, time.Now())
 		if len(es) == 0 {
 			continue
 		}
 		left := r.send(context.Background(), i, es)
-		q.putBack(left)
+		q.putBack(len(es), left)
 		if len(left) == 0 && r.pending(i) > 0 {
 			delay = base
 			t.Reset(0) // the node is answering: on with the next chunk
@@ -274,7 +293,7 @@ func (r *releaser) drain(i int) []pendingRelease {
 	now := time.Now()
 	keep := es[:0]
 	for _, e := range es {
-		if now.Before(e.until) {
+		if now.Before(e.until) && !e.moot(i) {
 			keep = append(keep, e)
 		}
 	}
