@@ -677,6 +677,11 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5),
 		WithRenewInterval(1950 * time.Millisecond), WithNodeTimeout(1900 * time.Millisecond)}
 	for _, fencing := range []bool{false, true} {
+		// The last attempt's grants are released by the Client, a round
+		// trip (1.1s here) after TryLock returned (step 4).
+		if !noLockKey(t, rc, "lock:late", 5*time.Second) {
+			t.Fatalf("fencing %v: the last attempt's keys are still there", fencing)
+		}
 		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)
 		if err == nil {
 			t.Errorf("fencing %v: TryLock = a lock valid until %v (in %v); want no lock", fencing, l.ValidUntil(), time.Until(l.ValidUntil()))
