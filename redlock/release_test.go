@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,16 +25,44 @@ import (
 
 // callBound is how long a call that must not wait for a paused node may
 // take: the nodes answer in well under a millisecond (843µs for TryLock
-// with all nodes up on main), and 100ms is the bound, over 5× what
-// loaded runs took (see each test's log).
-const callBound = 100 * time.Millisecond
+// with all nodes up on main), and 100ms is the bound: the slowest
+// of 10 tries took 1.5–6ms idle and under -race. At load 12–16 on 2 cores
+// one try in 30 took 168ms (the process was not scheduled), so each try
+// must stay within stallBound, half the node timeout (a call that waits
+// for the paused node takes the whole second), and the median within
+// callBound.
+const (
+	callBound  = 100 * time.Millisecond
+	stallBound = 500 * time.Millisecond
+)
+
+// checkCallTimes checks the times of calls that must not wait for a paused
+// node (see callBound), and logs them.
+func checkCallTimes(t *testing.T, what string, took []time.Duration) {
+	t.Helper()
+	sorted := slices.Clone(took)
+	slices.Sort(sorted)
+	over := 0
+	for i, d := range took {
+		if d > callBound {
+			over++
+		}
+		if d > stallBound {
+			t.Errorf("%s %d took %v; want at most %v (the paused node is not waited for)", what, i, d, stallBound)
+		}
+	}
+	if med := sorted[len(sorted)/2]; med > callBound {
+		t.Errorf("%s: median %v; want at most %v", what, med, callBound)
+	}
+	t.Logf("%d %s calls with 1 of 3 nodes paused: median %v, slowest %v, %d over %v", len(took), what, sorted[len(sorted)/2], sorted[len(sorted)-1], over, callBound)
+}
 
 // A failed TryLock's cleanup on a paused node is the Client's: the caller
 // gets ErrNotObtained once two refusals made a majority impossible, not
 // after the node timeout (1.001s on main, 3 of 3 tries).
 //
-// Not parallel: the bound is the issue's, 100ms, and this package's
-// parallel tests loading the machine took tries to 260ms under -race.
+// Not parallel: this package's parallel tests loading the machine took
+// tries to 260ms under -race (see callBound).
 func TestReal_tryLockOfAHeldLockAnswersDespiteAPausedNode(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	holder := newClient(t, rc.Clients())
@@ -47,20 +76,16 @@ func TestReal_tryLockOfAHeldLockAnswersDespiteAPausedNode(t *testing.T) {
 	}
 	rc.Pause(2)
 	t.Cleanup(func() { rc.Resume(2) })
-	var worst time.Duration
+	var took []time.Duration
 	for try := range 10 {
 		start := time.Now()
 		_, err := c.TryLock(t.Context(), "held")
-		took := time.Since(start)
-		worst = max(worst, took)
+		took = append(took, time.Since(start))
 		if !errors.Is(err, ErrNotObtained) {
 			t.Errorf("try %d: TryLock = %v; want ErrNotObtained", try, err)
 		}
-		if took > callBound {
-			t.Errorf("try %d: TryLock took %v; want at most %v (the paused node is not waited for)", try, took, callBound)
-		}
 	}
-	t.Logf("10 TryLocks with 1 of 3 nodes paused: slowest %v", worst)
+	checkCallTimes(t, "TryLock", took)
 }
 
 // Unlock returns once a majority confirmed (1s, the node timeout, on main),
@@ -71,7 +96,7 @@ func TestReal_tryLockOfAHeldLockAnswersDespiteAPausedNode(t *testing.T) {
 func TestReal_unlockReturnsDespiteAPausedNodeAndReleasesItLater(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	c := newClient(t, rc.Clients(), WithNodeTimeout(time.Second))
-	const trials = 5
+	const trials = 10
 	locks := make([]*Lock, trials)
 	for j := range locks {
 		l, err := c.Lock(t.Context(), fmt.Sprint("u", j))
@@ -82,20 +107,16 @@ func TestReal_unlockReturnsDespiteAPausedNodeAndReleasesItLater(t *testing.T) {
 	}
 	rc.Pause(2)
 	t.Cleanup(func() { rc.Resume(2) })
-	var worst time.Duration
+	var took []time.Duration
 	for j, l := range locks {
 		start := time.Now()
 		err := l.Unlock(t.Context())
-		took := time.Since(start)
-		worst = max(worst, took)
+		took = append(took, time.Since(start))
 		if err != nil {
 			t.Errorf("Unlock %d with 1 of 3 paused = %v; want nil", j, err)
 		}
-		if took > callBound {
-			t.Errorf("Unlock %d took %v; want at most %v", j, took, callBound)
-		}
 	}
-	t.Logf("%d Unlocks with 1 of 3 nodes paused: slowest %v", trials, worst)
+	checkCallTimes(t, "Unlock", took)
 	// Paused through a few of the loop's rounds (each waits the node
 	// timeout), then resumed.
 	time.Sleep(2500 * time.Millisecond)
