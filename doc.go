@@ -42,7 +42,7 @@
 //     node has not confirmed (timed out, connection broken, busy, or an
 //     error reply), up to 512 in one pipeline, every node timeout doubling
 //     to 1s, until the node answers each, for ten TTLs (at least a minute);
-//     at most 32,768 wait per node (about 600 bytes each), the oldest
+//     at most 16,384 wait per node (about 0.9 KB each), the oldest
 //     dropped past that. A release that never left the client (a refused
 //     dial) is not retried where no request of the lock can land. Close
 //     sends each node its releases, held locks and pending ones, in

@@ -25,16 +25,17 @@ import (
 // Memory: a pending release is the lock's keys on that node (a
 // scripts.Keys value, 232 bytes, whose strings and slices it shares with
 // the Lock), its arguments with the guard (six boxed values) and its
-// deadline: about 600 bytes with the strings it keeps alive, for a
-// resource name of 20 bytes. One that never left the client while a
-// request of its lock was in flight there also keeps the Lock (about 3 KB)
-// until that request has ended and tells whether it left. A node holds at
-// most maxPending of them (about 20 MB); past that the oldest is dropped,
-// its key left to its TTL. A pending release is given up after
-// retryWindow.
+// deadline: 937 bytes measured with the strings it keeps alive and the
+// queue's slack, for a resource name of 20 bytes and a queued member. One
+// that never left the client while a request of its lock was in flight
+// there also keeps the Lock (a few KB) until that request has ended and
+// tells whether it left. A node holds at most maxPending of them (about
+// 15 MB); past that the oldest is dropped, its key left to its TTL. A
+// pending release is given up after retryWindow. At 100 unlocks a second
+// with a node paused, a minute's releases (6,000) fit.
 const (
 	// maxPending caps the pending releases of one node.
-	maxPending = 1 << 15
+	maxPending = 1 << 14
 	// relChunk is how many pending releases one round of a retry loop
 	// sends to its node, in one pipeline.
 	relChunk = pipelineChunk
