@@ -364,9 +364,9 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 // the keys' TTLs, and so are releases that reach the Client after Close
 // has drained that node. So Close takes what the answering nodes need for
 // K releases each — it grows with K, mostly the client's CPU for the
-// pipelines: 5,000 locks on 5 local nodes took 0.8s, 100,000 took 40s on
-// a 2-core machine shared with other load — plus, for a node that does not
-// answer, at most the node timeout and the grace, whatever K is.
+// pipelines: 100,000 locks on 5 local nodes took 7.1s on a 2-core machine
+// (40s at load 8–15), about 14µs per lock per node — plus, for a node that
+// does not answer, at most the node timeout and the grace, whatever K is.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
