@@ -347,11 +347,14 @@ type lostCounter struct {
 
 func (h lostCounter) Lost(context.Context, LostInfo) { h.n.Add(1) }
 
-// 6. Close is bounded by the node timeout plus a short grace whatever the
-// number of locks, also when a node hangs: releases go out in pipelines,
-// one round per node. QUORUMLOCK_CLOSE_LOCKS sets the number of locks (the
-// issue's figure is 10,000), for a quiet machine, and with it the strict
-// bound of node timeout + 1s.
+// 6. Close with a node that hangs costs the node timeout plus a short
+// grace on top of what the healthy nodes need for the releases (issue 21:
+// those are sent chunk after chunk while a node answers, so that time
+// grows with the locks: about 14µs per lock per node, 7.1s for 100,000
+// locks on 5 nodes; the bound allows 100µs per lock). The 4 healthy nodes
+// keep no lock key. QUORUMLOCK_CLOSE_LOCKS sets the number of locks (the
+// issue's figure is 100,000), for a quiet machine, and with it the
+// stricter grace of 1s.
 //
 // By default, for `go test ./...` on a loaded machine: 300 locks and node
 // timeout + 2s. With 1,000 locks at load 14–20, the release pipelines (1,000
@@ -409,8 +412,8 @@ func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("Close of %d locks with 1 of 5 nodes paused: %v", locks, took)
-	if took > timeout+grace {
-		t.Errorf("Close took %v; want node timeout + %v at most", took, grace)
+	if bound := timeout + grace + time.Duration(locks)*100*time.Microsecond; took > bound {
+		t.Errorf("Close took %v; want %v at most (node timeout + %v + 100µs per lock)", took, bound, grace)
 	}
 	for i := range 4 {
 		if n := lockKeys(t, rc, i, "lock:many:"); n != 0 {
