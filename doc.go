@@ -34,10 +34,20 @@
 //     against us.
 //  6. Release is check-and-delete on every node (with the guard of step 4
 //     where needed): the lock key is free at once for every Redlock client
-//     of it (redsync, node-redlock, aioredlock in a rolling migration). A
-//     release that got no answer is retried every TTL/8 (at most 1s) until the
-//     node answers, for ten TTLs (at least a minute). With waiters queued, the key is handed over instead
-//     (step 9).
+//     of it (redsync, node-redlock, aioredlock in a rolling migration).
+//     Unlock returns once a majority confirmed the release (with none of
+//     them holding our token, once the others answered too, within the node
+//     timeout); a failed attempt's cleanup is not waited for at all. The
+//     Client finishes the rest: one retry loop per node sends the releases a
+//     node has not confirmed (timed out, connection broken, busy, or an
+//     error reply), up to 512 in one pipeline, every node timeout doubling
+//     to 1s, until the node answers each, for ten TTLs (at least a minute);
+//     at most 16,384 wait per node (about 0.9 KB each), the oldest
+//     dropped past that. A release that never left the client (a refused
+//     dial) is not retried where no request of the lock can land. Close
+//     sends each node its releases, held locks and pending ones, in
+//     pipelines for as long as the node answers them. With waiters queued,
+//     the key is handed over instead (step 9).
 //  7. Renewal: one scheduler per Client extends every held lock each TTL/3,
 //     retrying a failed round quickly with jittered backoff while validity
 //     remains. A lock is lost when a majority says the key is not ours, or

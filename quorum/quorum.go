@@ -4,6 +4,20 @@
 //
 // The package knows nothing about Redis: a request is a function of the node
 // index, and the caller says what each reply means with a [Vote].
+//
+// The hot path — every acquire, extend and release round — runs its
+// requests on a [Workers], not on golang.org/x/sync/errgroup: a round
+// decides at a majority and leaves its stragglers running, which a Group's
+// Wait cannot express, and reused goroutines were measured cheaper. Profiled
+// on 5 local nodes, 15% of the client's CPU in an uncontended Lock+Unlock
+// was runtime.newstack/copystack with one fresh goroutine per request (each
+// grows its stack several times deep in the Redis client's call path); on
+// Workers a round costs two allocations and one timer, against 16
+// allocations plus a closure per node with errgroup. Fan-outs that wait for
+// every node and run rarely (redlock's Dial probes, Close's per-node
+// release pipelines, the per-node release-retry loops) use a zero
+// errgroup.Group, with SetLimit where it bounds work: there the clarity
+// wins and the cost does not show.
 package quorum
 
 import (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -338,32 +337,25 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 // is released on every node where anything of ours may be — nodes that
 // granted, nodes that have not answered (with the token's guard, so that an
 // acquire still on its way sets nothing when it lands), and, for a queued
-// call, every node, to take our queue entry out. It waits for those
-// releases, each bounded by the node timeout, unless the caller gave up:
-// then they finish in the background. t is the last attempt's tally (zero:
-// release everywhere).
+// call, every node, to take our queue entry out. The caller does not wait
+// for it: the releases are sent at once on the Client's goroutines, and a
+// node that does not confirm one gets it again from its retry loop, so a
+// paused node never delays the caller's answer. t is the last attempt's
+// tally (zero: release everywhere).
 func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
 	dctx := context.WithoutCancel(ctx)
-	wait := ctx.Err() == nil
 	args := l.releaseArgs()
-	var wg sync.WaitGroup
 	for i := range c.nodes {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		rel := func() {
+		c.wg.Go(func() {
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
 			defer cancel()
 			_, _ = l.releaseNode(rctx, i, args)
-		}
-		if wait {
-			wg.Go(rel)
-		} else {
-			c.wg.Go(rel)
-		}
+		})
 	}
-	wg.Wait()
 }

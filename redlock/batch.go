@@ -55,7 +55,7 @@ type batchRef struct {
 
 func (p batchRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && (answered(rep.Err) || notSent(rep.Err)) // a request never sent cannot land
+	return ok && answered(rep.Err) // a request never sent (see unsent) cannot land either
 }
 func (p batchRef) settled() bool { return p.r.Settled() }
 

@@ -76,6 +76,7 @@ type Client struct {
 	// one request to the next (see quorum.Workers).
 	wg      quorum.Workers
 	closing chan struct{} // closed by Close
+	rel     *releaser     // the per-node release-retry loops (releaser.go)
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
 	chanPre string        // write-once in New: see channelPrefix
@@ -166,6 +167,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c.id = id.String()
 	c.wake = newWakeups(c, c.channelPrefix()+c.id)
+	c.rel = newReleaser(c)
 	// With any Redis Cluster node, no node counts who listens, as a Cluster
 	// node cannot (a Client's channel lives on another shard than the
 	// key), and the arguments of a lock are the same on every node.
@@ -396,17 +398,26 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 }
 
 // Close stops every renewal, releases every lock still held (their
-// Context is cancelled with cause ErrClosed; OnLost is not called), waits
-// for the Lost hooks and OnLost callbacks still running, however long they
-// take, and waits for the Client's other goroutines: at most the node
-// timeout plus a short grace for requests still in flight. A Close called
-// from OnLost does not wait for that callback, which is its caller (a
-// hook must not call Close: see Hooks). It does not close node clients
-// given to New.
+// Context is cancelled with cause ErrClosed; OnLost is not called) and the
+// releases the Client still retries in the background, waits for the Lost
+// hooks and OnLost callbacks still running, however long they take, and
+// waits for the Client's other goroutines. A Close called from OnLost does
+// not wait for that callback, which is its caller (a hook must not call
+// Close: see Hooks). It does not close node clients given to New.
 //
 // It is idempotent; afterwards every call returns ErrClosed. Every Close
 // returns once the first has finished, with the first one's error: the
 // errors of releases that failed.
+//
+// Each node gets its releases in pipelines of 128 (two in flight), the
+// nodes in parallel, for as long as it answers them: a node that does not
+// answer one within the node timeout plus a short grace (250ms) is left to
+// the keys' TTLs, and so are releases that reach the Client after Close
+// has drained that node. So Close takes what the answering nodes need for
+// K releases each — it grows with K, mostly the client's CPU for the
+// pipelines: 100,000 locks on 5 local nodes took 7.1s on a 2-core machine
+// (40s at load 8–15), about 14µs per lock per node — plus, for a node that
+// does not answer, at most the node timeout and the grace, whatever K is.
 func (c *Client) Close() error {
 	if onCallback() {
 		c.cbs.enterClose()
@@ -433,9 +444,10 @@ func (c *Client) Close() error {
 		l.finish(ErrClosed)
 		ls = append(ls, l)
 	}
-	// One round of pipelines for every lock: bounded by the node timeout
-	// and the grace whatever the number of locks (thousands of releases
-	// take a node some milliseconds).
+	// Per node, pipelines of the releases for as long as the node answers
+	// them (however many locks), then the releases still pending there; a
+	// node that does not answer within the node timeout and the grace is
+	// left to the keys' TTLs (step 4).
 	errs := c.releaseMany(ls, wait+closeGrace)
 	// No loss starts after this: the scheduler is closed and every lock
 	// still held is closed.
@@ -443,6 +455,7 @@ func (c *Client) Close() error {
 	c.forgetIdentity(wait) // nodestate.go
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
+	c.rel.stop()
 	c.wg.Close()
 	for _, o := range c.owned {
 		if err := o.Close(); err != nil {

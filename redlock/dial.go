@@ -9,10 +9,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 )
 
 // Dial builds one node client per URL and returns a Client over them, as New
@@ -296,15 +296,18 @@ func redact(raw string) string {
 func (c *Client) ping(ctx context.Context, urls []string) error {
 	n := len(c.nodes)
 	probes := make([]probe, n)
-	var wg sync.WaitGroup
+	// A fan-out that waits for every node: the zero errgroup.Group, which
+	// cancels nothing when one fails (each probe writes its own slot).
+	var g errgroup.Group
 	for i := range c.nodes {
-		wg.Go(func() {
+		g.Go(func() error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
 			probes[i] = probeNode(pctx, c.nodes[i].c)
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var refused, failed []error
 	obs := c.cfg.obs
 	for i, p := range probes {

@@ -89,6 +89,11 @@ func TestReal_lateExtendAfterUnlockSetsNothing(t *testing.T) {
 			if tc.foreign {
 				rc.Admin(0).Del(t.Context(), key) // the other holder releases
 			}
+			// Unlock returns once a majority confirmed; node 0's release
+			// lands a moment later (step 4).
+			if !eventually(2*time.Second, func() bool { return keyOn(t, rc, 0, key) != l.Token() }) {
+				t.Fatalf("node 0 still holds our token after Unlock")
+			}
 			if !neverHolds(t, rc, 0, key, l.Token(), 5*time.Second) {
 				t.Errorf("node 0 holds our token again after Unlock: a late request of ours set the key")
 			}
@@ -342,11 +347,14 @@ type lostCounter struct {
 
 func (h lostCounter) Lost(context.Context, LostInfo) { h.n.Add(1) }
 
-// 6. Close is bounded by the node timeout plus a short grace whatever the
-// number of locks, also when a node hangs: releases go out in pipelines,
-// one round per node. QUORUMLOCK_CLOSE_LOCKS sets the number of locks (the
-// issue's figure is 10,000), for a quiet machine, and with it the strict
-// bound of node timeout + 1s.
+// 6. Close with a node that hangs costs the node timeout plus a short
+// grace on top of what the healthy nodes need for the releases (issue 21:
+// those are sent chunk after chunk while a node answers, so that time
+// grows with the locks: about 14µs per lock per node, 7.1s for 100,000
+// locks on 5 nodes; the bound allows 100µs per lock). The 4 healthy nodes
+// keep no lock key. QUORUMLOCK_CLOSE_LOCKS sets the number of locks (the
+// issue's figure is 100,000), for a quiet machine, and with it the
+// stricter grace of 1s.
 //
 // By default, for `go test ./...` on a loaded machine: 300 locks and node
 // timeout + 2s. With 1,000 locks at load 14–20, the release pipelines (1,000
@@ -404,12 +412,12 @@ func TestReal_closeBoundedWithManyLocksAndAPausedNode(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("Close of %d locks with 1 of 5 nodes paused: %v", locks, took)
-	if took > timeout+grace {
-		t.Errorf("Close took %v; want node timeout + %v at most", took, grace)
+	if bound := timeout + grace + time.Duration(locks)*100*time.Microsecond; took > bound {
+		t.Errorf("Close took %v; want %v at most (node timeout + %v + 100µs per lock)", took, bound, grace)
 	}
 	for i := range 4 {
-		if n, _ := rc.Admin(i).Exists(context.Background(), "lock:many:0", "lock:many:"+strconv.Itoa(locks-1)).Result(); n != 0 {
-			t.Errorf("node %d keeps lock keys after Close", i)
+		if n := lockKeys(t, rc, i, "lock:many:"); n != 0 {
+			t.Errorf("node %d keeps %d of %d lock keys after Close", i, n, locks)
 		}
 	}
 }

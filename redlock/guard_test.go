@@ -125,6 +125,11 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 		t.Errorf("the guarded attempt wrote %q on the restarted node; want nothing", v)
 	}
 
+	// The guarded attempt's grants on nodes 3 and 4 are released in the
+	// background (the Client owns a failed attempt's cleanup, step 4).
+	if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 3, "lock:r") == "" && keyOn(t, rc, 4, "lock:r") == "" }) {
+		t.Fatalf("the guarded attempt's grants on nodes 3 and 4 were not released")
+	}
 	// The hazard: without the guard, the restarted node completes a
 	// majority for C while A's lease on r is still valid.
 	c := newClient(t, rc.Clients(), WithTTL(ttl)) // no guard

@@ -4,69 +4,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// releaseMany releases locks on every node for Close: per node, pipelines
-// of the release script for all of them, so that a node that hangs costs
-// one node timeout in all, not one per lock (step 4). Each lock is then
-// decided as by Unlock, and reported to its hooks; the errors of locks
-// that too few nodes released are returned.
+// releaseMany releases locks on every node for Close (step 4): per node,
+// pipelines of the release script, closeChunk locks each, one after the
+// other for as long as the node answers them, however many locks there
+// are; a node that does not answer one within timeout is left to the
+// keys' TTLs. After the locks, each node is sent the releases the
+// Client's retry loop still had pending for it. Nodes run in parallel.
+// Each lock is then decided as by Unlock, and reported to its hooks; the
+// errors of locks that too few nodes released are returned.
 func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
-	if len(locks) == 0 {
-		return nil
-	}
 	n, k := len(c.nodes), len(locks)
 	start := time.Now()
 	wasLost := make([]bool, k)
+	args := make([]*relArgs, k)
 	for j, l := range locks {
 		l.mu.Lock()
 		wasLost[j] = l.state == stateLost
 		l.mu.Unlock()
-	}
-	ctx := context.Background()
-	args := make([]*relArgs, k)
-	for j, l := range locks {
 		args[j] = l.releaseArgs()
 	}
-	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) ([]*redis.Cmd, error) {
-		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-			return pipelined(ctx, c.nodes[i].c, k, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
-				l := locks[j]
-				a := l.argsFor(args[j], i)
-				return scripts.ReleaseCmd(ctx, p, l.keys[i], a)
-			})
+	outs := make([]closeOutcome, n)
+	var g errgroup.Group // zero Group: a node that fails stops no other
+	for i := range n {
+		g.Go(func() error {
+			outs[i] = c.closeNode(i, locks, args, timeout)
+			return nil
 		})
-	})
-	t := r.Collect(ctx, func(_ int, rep quorum.Reply[[]*redis.Cmd]) (quorum.Vote, error) {
-		if rep.Err != nil {
-			return quorum.Failed, rep.Err
-		}
-		return quorum.Yes, nil
-	}, quorum.All)
+	}
+	_ = g.Wait()
+	if k == 0 {
+		return nil
+	}
+	elapsed := time.Since(start)
+	ctx := context.Background()
 	var errs []error
 	for j, l := range locks {
-		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Elapsed: t.Elapsed}
+		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Elapsed: elapsed}
 		for i := range n {
+			o := &outs[i]
 			var err error
 			ok := false
-			if t.Votes[i] != quorum.Yes {
-				err = t.Errs[i]
-			} else {
-				rep, _ := r.Reply(i)
-				var r scripts.Released
-				r, err = scripts.ReleaseResult(rep.Val[j])
-				ok = r == scripts.Deleted || r == scripts.HandedOver
-				if err != nil {
-					err = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
-				}
+			if err = o.err(j); err == nil {
+				ok = o.res[j] == scripts.Deleted || o.res[j] == scripts.HandedOver
 			}
 			lt.Votes[i], lt.Errs[i] = voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
 			switch lt.Votes[i] {
@@ -83,7 +74,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 			if wasLost[j] {
 				<-l.lostDone // the Lost hook comes first
 			}
-			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired),
+			obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: elapsed, HeldFor: time.Since(l.acquired),
 				WasLost: wasLost[j], Released: lt.Yes, Err: err, NodeErrors: c.nodeErrors(lt)})
 		}
 		if err != nil && !errors.Is(err, ErrNotHeld) {
@@ -93,17 +84,134 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 	return errs
 }
 
+// closeChunk is how many releases Close sends a node in one pipeline, and
+// closeDepth how many such pipelines it keeps in flight on one node: a
+// chunk is some milliseconds of work (more on a loaded client), so that
+// the node timeout bounds one chunk, not all of them, and the node is kept
+// busy while the client encodes the next chunk.
+const (
+	closeChunk = 128
+	closeDepth = 2
+)
+
+// closeOutcome is what one node did with Close's releases: per lock, the
+// release's outcome, or an error (per chunk: the node's; per lock: an
+// error reply).
+type closeOutcome struct {
+	res      []scripts.Released
+	errs     map[int]error // error replies, per lock
+	chunkErr []error       // per chunk: the node did not answer it (or it was not sent)
+}
+
+// err returns the error of lock j's release on the node, nil if released
+// or not ours.
+func (o *closeOutcome) err(j int) error {
+	if err := o.chunkErr[j/closeChunk]; err != nil {
+		return err
+	}
+	return o.errs[j]
+}
+
+// closeNode sends node i the releases of locks, chunk after chunk
+// (closeDepth at once) for as long as the node answers each within
+// timeout, then the releases its retry loop still had pending (step 4). A
+// chunk the node does not answer stops the node: the chunks not sent yet
+// are left to the keys' TTLs. The loop is stopped first, and waited for
+// (its round is bounded by the node timeout) before its releases are
+// taken.
+func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.Duration) closeOutcome {
+	exited := c.rel.stopNode(i)
+	chunks := (len(locks) + closeChunk - 1) / closeChunk
+	o := closeOutcome{res: make([]scripts.Released, len(locks)), chunkErr: make([]error, chunks)}
+	var mu sync.Mutex // protects o.errs and stopped
+	var stopped error // the first chunk the node did not answer
+	send := func(count int, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
+			return pipelined(ctx, c.nodes[i].c, count, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
+				return queue(ctx, p, j)
+			})
+		})
+	}
+	var g errgroup.Group
+	g.SetLimit(closeDepth)
+	for ch := range chunks {
+		g.Go(func() error { // waits for a place: at most closeDepth at once
+			mu.Lock()
+			err := stopped
+			mu.Unlock()
+			if err != nil {
+				o.chunkErr[ch] = err
+				return nil
+			}
+			lo := ch * closeChunk
+			part := locks[lo:min(lo+closeChunk, len(locks))]
+			cmds, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+				l := part[j]
+				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.argsFor(args[lo+j], i))
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				o.chunkErr[ch] = err
+				if stopped == nil {
+					stopped = err
+				}
+				return nil
+			}
+			for j, cmd := range cmds {
+				r, err := scripts.ReleaseResult(cmd)
+				o.res[lo+j] = r
+				if err != nil {
+					if o.errs == nil {
+						o.errs = make(map[int]error)
+					}
+					o.errs[lo+j] = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	<-exited
+	es := c.rel.drain(i)
+	for stopped == nil && len(es) > 0 {
+		part := es[:min(closeChunk, len(es))]
+		es = es[len(part):]
+		if _, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+			return scripts.ReleaseCmd(ctx, p, part[j].keys, part[j].args)
+		}); err != nil {
+			break // left to the keys' TTLs
+		}
+	}
+	return o
+}
+
 // Unlock stops the renewal (waiting for one in flight), cancels Context with
 // cause ErrUnlocked, and runs check-and-delete on every node — also after
 // the lock was lost, since the key may still be ours on some nodes. The
 // release goes out even if ctx is already done (on a context without its
 // cancellation), bounded by the node timeout.
 //
-// It returns nil when the key was ours on at least one node and a majority
-// answered; ErrNotHeld when no node held our token (the lease expired, or
-// the lock was already unlocked); ErrNoQuorum joined with the node errors
-// when too few nodes answered (keys left there expire with their TTL);
-// ErrClosed after Close.
+// Unlock returns as soon as a majority of nodes confirmed the release
+// (DESIGN step 4): the Client, not the caller, finishes the release on the
+// other nodes, retrying in the background on nodes that are slow, paused or
+// unreachable until each answers (Close waits for them, bounded by the node
+// timeout plus a short grace). With one node of three paused, Unlock takes
+// one round trip, not the node timeout.
+//
+// It returns nil when a majority confirmed the release and a node held our
+// token (a lock still held on a majority always does: any majority meets
+// it, so Unlock of a valid lock returns at the first majority); ErrNotHeld
+// when a majority confirmed and no node that answered within the node
+// timeout held our token: the lock had already expired, been lost, or
+// been unlocked (Unlock then waits for the other nodes' answers, within
+// the node timeout, to tell); ErrNoQuorum joined with the node errors when
+// a majority could not confirm within the node timeout (keys left there
+// are released in the background, or expire with their TTL); ErrClosed
+// after Close. Nodes that had not answered when Unlock returned are
+// released in the background either way.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
@@ -127,8 +235,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return l.release(ctx)
 }
 
-// release runs check-and-delete on every node (step 6) and waits for every
-// answer, bounded by the node timeout; it reports to the hooks.
+// release runs check-and-delete on every node (step 6) and waits until a
+// majority confirmed it, or could not (step 4); it reports to the hooks.
 func (l *Lock) release(ctx context.Context) (err error) {
 	c := l.c
 	var t quorum.Tally
@@ -149,17 +257,25 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	return l.releaseError(t)
 }
 
-// releaseAll releases the lock on every node at once and waits for every
-// answer (or the node timeout): returning after a majority would leave our
-// key on the others for a moment, and an immediate Lock of the same
-// resource could find it there. The requests go out even if ctx is done.
+// releaseAll releases the lock on every node at once and returns once a
+// majority answered, or can no longer (step 4). The requests go out even
+// if ctx is done; the rest finish on the Client's goroutines, and a node
+// that does not confirm gets the release again from its retry loop.
 func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	dctx := context.WithoutCancel(ctx)
 	args := l.releaseArgs()
+	q := l.c.quorum
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
 		return l.releaseNode(ctx, i, args)
 	})
-	return r.Collect(dctx, voteReleased, quorum.All)
+	return r.Collect(dctx, voteReleased, func(t quorum.Tally) bool {
+		answered := t.Yes + t.No
+		// A majority that confirmed, one of them holding our token: a lock
+		// held on a majority always gets here at once (any majority meets
+		// it). With none of them holding it, the others may still say
+		// whether any node did (ErrNotHeld or nil), within the node timeout.
+		return answered >= q && (t.Yes > 0 || t.Pending == 0) || answered+t.Pending < q
+	})
 }
 
 func voteReleased(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
@@ -179,7 +295,7 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 	answered := t.Yes + t.No
 	switch {
 	case answered < c.quorum:
-		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
+		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes answered the release, %d needed; the Client retries the others in the background, keys left expire with their TTL", ErrNoQuorum, answered, n, c.quorum), t)
 	case t.Yes == 0:
 		return c.joinNodeErrors(ErrNotHeld, t)
 	}
@@ -190,8 +306,8 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 // the first waiter queued there or deletes it, takes our own queue entry
 // out, and, when a request of this lock may still be in flight there,
 // leaves the token's guard, so that the request sets nothing when it lands,
-// whatever the key holds then. A release that got no answer is retried in
-// the background.
+// whatever the key holds then. A release the node did not confirm becomes
+// pending with the node's retry loop (see needsRetry).
 func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, error) {
 	if args == nil {
 		args = l.releaseArgs()
@@ -201,11 +317,31 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, err
 		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
 		return r == scripts.Deleted || r == scripts.HandedOver, err
 	})
-	if retryable(err) {
-		rctx := context.WithoutCancel(ctx)
-		l.c.goCallback(func() { l.retryRelease(rctx, i) })
+	if l.needsRetry(i, err) {
+		l.c.rel.add(i, l, unsent(err))
 	}
 	return ok, err
+}
+
+// needsRetry reports whether a release to node i that failed with err must
+// be sent again: always when the node may have it (a timeout, a broken
+// connection), was busy, or answered with an error; when the request never
+// left the client (a refused dial), only if a request of the lock may still
+// land there: nothing else of ours can be on a node we cannot reach.
+func (l *Lock) needsRetry(i int, err error) bool {
+	var re redis.Error
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, errBusy), errors.As(err, &re):
+		return true
+	case unsent(err):
+		// A request of the lock still in flight there may turn out to
+		// have never left the client either (a node that refuses every
+		// dial fails them all): the retry loop asks again (moot).
+		return l.guardFor(i) > 0
+	}
+	return true
 }
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
@@ -289,15 +425,17 @@ type inflight interface {
 	settled() bool       // every node has answered or given up
 }
 
-// answered reports whether rep is a reply of the node itself: a result, or
-// an error reply. A timeout or a connection error leaves it unknown whether
-// (and when) the request reaches the node.
+// answered reports whether a request that ended with err can no longer
+// change anything on the node: the node replied (a result, or an error
+// reply), or the request never left the client (see unsent). A timeout or
+// a broken connection leaves it unknown whether (and when) the request
+// reaches the node.
 func answered(err error) bool {
 	if err == nil {
 		return true // before the errors.As target, which escapes
 	}
 	var re redis.Error
-	return errors.As(err, &re)
+	return errors.As(err, &re) || unsent(err)
 }
 
 // roundRef is a round of this lock alone.
@@ -305,51 +443,10 @@ type roundRef struct{ r *quorum.Round[reply] }
 
 func (p roundRef) answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && (answered(rep.Err) || notSent(rep.Err)) // a request never sent cannot land
+	return ok && answered(rep.Err) // a request never sent (see unsent) cannot land either
 }
 
 func (p roundRef) settled() bool { return p.r.Settled() }
-
-// retryable reports whether a release failed for want of an answer (a
-// timeout, a connection error), not because the node refused it.
-func retryable(err error) bool {
-	return err != nil && !answered(err) && !errors.Is(err, errBusy)
-}
-
-// retryRelease sends the release (with its guard) to node i again until
-// the node answers, the Client closes, or retryWindow has passed. A node
-// that was paused or unreachable during Unlock may still hold our key, or
-// get it from a request of ours queued there that it runs when it resumes:
-// the release must reach it, however long the pause. Retries come at most
-// every TTL/8 (and at least every second), so that a key a resumed node
-// sets again from such a request is deleted again soon. A new connection
-// to a paused node hangs in its handshake, so the release cannot wait in
-// the node's socket buffer as the request did: it has to be sent again.
-func (l *Lock) retryRelease(ctx context.Context, i int) {
-	deadline := time.Now().Add(retryWindow(l.cfg.ttl))
-	most := max(min(l.cfg.ttl/8, time.Second), 10*time.Millisecond)
-	delay := min(max(l.cfg.timeout(), 10*time.Millisecond), most)
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	args := l.guardArgs()
-	for {
-		select {
-		case <-t.C:
-		case <-l.c.closing:
-			return
-		}
-		rctx, cancel := context.WithTimeout(ctx, l.cfg.timeout())
-		_, err := call(l.c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
-			return scripts.ReleaseWith(ctx, s, l.keys[i], args)
-		})
-		cancel()
-		if answered(err) || time.Now().After(deadline) {
-			return
-		}
-		delay = min(2*delay, most)
-		t.Reset(delay)
-	}
-}
 
 // retryWindow is how long a release is retried on a node that does not
 // answer: ten TTLs, at least a minute. A node down for longer has lost the

@@ -219,6 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// whatever happens (Ctrl-C cancels ctx; deferred calls still run).
 	var opts []*redis.Options
 	var desc string
+	var faults nodes.Faults // embedded redis-server nodes only
 	miniredis := false
 	if cfg.nodes != "" {
 		if opts, err = nodes.ParseURLs(cfg.nodes); err != nil {
@@ -238,6 +239,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer e.Close()
+		faults = e.Faults()
 		for _, a := range e.Addrs {
 			opts = append(opts, nodes.Options(a))
 		}
@@ -253,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nodes.CloseAll(fast)
 	versions := readVersions(ctx, fast, miniredis)
 
-	e := &env{fast: fast, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow}
+	e := &env{fast: fast, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow, faults: faults}
 	if hasScenario(selScen, "slow") {
 		// The slow node sits behind a proxy of our own (redistest.Proxy,
 		// not toxiproxy): every byte each way waits cfg.slow.
@@ -290,7 +292,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var jobs []job
 	for _, s := range selScen {
 		for _, l := range selLibs {
-			if (s.waits && !l.Waits) || (s.multiNode && l.MaxNodes == 1) {
+			if (s.waits && !l.Waits) || (s.multiNode && l.MaxNodes == 1) || (s.noFloor && l.Name == "floor") {
 				continue
 			}
 			jobs = append(jobs, job{s, l})

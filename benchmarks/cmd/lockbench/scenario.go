@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 )
 
 // env is what a scenario runs against.
@@ -27,6 +28,9 @@ type env struct {
 	// floor, on the fast nodes, idles as long as a release through the
 	// slow node takes, so that both see equally rested nodes.
 	pace time.Duration
+	// faults pauses and kills embedded redis-server nodes (nil with
+	// miniredis or the user's own nodes: the minority scenario then fails).
+	faults nodes.Faults
 }
 
 // scenario is one row group of the table. Add new ones to scenarios: a
@@ -46,7 +50,10 @@ type scenario struct {
 	// multiNode: only libraries over several nodes take part (a slow node
 	// is all a single-node library has).
 	multiNode bool
-	run       func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+	// noFloor: the floor takes no part (it sets the key on every node, so
+	// a faulty node fails it).
+	noFloor bool
+	run     func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
 	// runMany, when set, replaces run: it gets -clients lockers of the
 	// library, each its own instance (a Client of its own, like a process
 	// of its own), over the same nodes.
@@ -96,6 +103,13 @@ var scenarios = []scenario{
 		about:      "-clients goroutines Lock+Unlock a resource each",
 		concurrent: true,
 		run:        runParallel,
+	},
+	{
+		name:      "minority",
+		about:     "Lock+Unlock of a free resource (one attempt: a TryLock) with the last node paused (first half, client 0) then killed (second half, client 1)",
+		multiNode: true,
+		noFloor:   true,
+		run:       runMinority,
 	},
 }
 
@@ -247,6 +261,56 @@ func runSlow(ctx context.Context, e *env, lk libs.Locker, res string, r *recorde
 		}
 	}
 	return nil
+}
+
+// runMinority measures Lock+Unlock of a free resource — one attempt, the
+// TryLock path — while a minority is faulty: the last node is paused
+// (SIGSTOP) for the first half of the run, then resumed and killed for the
+// second half, and restarted (empty) at the end. Samples of the paused
+// half are client 0, of the killed half client 1. A library that waits for
+// every node (redsync) pays its node timeout on each call while the node is
+// paused; quorumlock decides at a majority and leaves the paused node to
+// its Client.
+func runMinority(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	if e.faults == nil {
+		return errors.New("the minority scenario needs embedded redis-server nodes (it pauses and kills one)")
+	}
+	if len(e.fast) < 3 {
+		return errors.New("the minority scenario needs at least 3 nodes")
+	}
+	hard := hardCtx(ctx)
+	last := len(e.fast) - 1
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return errors.New("the minority scenario needs a run deadline")
+	}
+	half := time.Now().Add(time.Until(dl) / 2)
+	e.faults.Pause(last)
+	phase := 0
+	defer func() {
+		if phase == 0 {
+			e.faults.Resume(last)
+		} else {
+			e.faults.Restart(last)
+		}
+	}()
+	for ctx.Err() == nil {
+		if phase == 0 && time.Now().After(half) {
+			e.faults.Resume(last)
+			e.faults.Kill(last)
+			phase = 1
+		}
+		start := time.Now()
+		h, err := lk.Lock(hard, res)
+		if err != nil {
+			return err
+		}
+		if err := h.Unlock(hard); err != nil {
+			return err
+		}
+		r.add(phase, time.Since(start))
+	}
+	return e.faults.Err()
 }
 
 // runContended runs e.clients goroutines; goroutine i uses resource

@@ -36,16 +36,19 @@ type Result struct {
 	CmdsPerNodeSec    float64
 	HeapPerLock       float64
 	GoroutinesPerLock float64
+	CloseTook         time.Duration // Close of the K locks
+	KeysLeft          int           // lock keys still on the nodes after Close (all nodes)
+	CloseErr          error         // what Close returned
 }
 
 // Header names the columns of Row, tab-separated.
-const Header = "K\tmode\tacquire\tlosses\trenewals\tlag p50\tlag p99\tclient CPU s/min\tservers CPU s/min\tround trips/node/s\tcmds/node/s\theap B/lock\tgoroutines/lock\t"
+const Header = "K\tmode\tacquire\tlosses\trenewals\tlag p50\tlag p99\tclient CPU s/min\tservers CPU s/min\tround trips/node/s\tcmds/node/s\theap B/lock\tgoroutines/lock\tclose\tkeys left\t"
 
 // Row is r as a tab-separated table row matching Header.
 func (r Result) Row() string {
-	return fmt.Sprintf("%d\t%s\t%v\t%d\t%d\t%v\t%v\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.4f\t", r.K, r.Mode, r.AcquireTook.Round(time.Millisecond),
+	return fmt.Sprintf("%d\t%s\t%v\t%d\t%d\t%v\t%v\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.4f\t%v\t%d\t", r.K, r.Mode, r.AcquireTook.Round(time.Millisecond),
 		r.Losses, r.Renewals, r.LagP50.Round(time.Microsecond), r.LagP99.Round(time.Microsecond), r.ClientCPUPerMin, r.ServerCPUPerMin,
-		r.RTTPerNodeSec, r.CmdsPerNodeSec, r.HeapPerLock, r.GoroutinesPerLock)
+		r.RTTPerNodeSec, r.CmdsPerNodeSec, r.HeapPerLock, r.GoroutinesPerLock, r.CloseTook.Round(time.Millisecond), r.KeysLeft)
 }
 
 // counting counts round trips and commands to one node.
@@ -191,10 +194,39 @@ func Measure(ctx context.Context, opts []*redis.Options, k int, mode string, ttl
 		res.LagP50, res.LagP99 = l[len(l)/2], l[len(l)*99/100]
 	}
 	fmt.Fprintf(log, "K=%d %s: %d renewals, %d losses; releasing\n", k, mode, len(l), res.Losses)
-	if err := c.Close(); err != nil {
-		fmt.Fprintf(log, "K=%d %s: close: %.200v\n", k, mode, err)
+	t1 := time.Now()
+	res.CloseErr = c.Close()
+	res.CloseTook = time.Since(t1)
+	if res.CloseErr != nil {
+		fmt.Fprintf(log, "K=%d %s: close: %.200v\n", k, mode, res.CloseErr)
 	}
+	left, err := lockKeys(nodes, "lock:hold:")
+	if err != nil {
+		return res, fmt.Errorf("counting keys after Close: %w", err)
+	}
+	res.KeysLeft = left
+	fmt.Fprintf(log, "K=%d %s: Close took %v, %d of %d lock keys left on the nodes\n", k, mode, res.CloseTook.Round(time.Millisecond), left, k*len(nodes))
 	return res, nil
+}
+
+// lockKeys counts the lock keys under prefix on every node (SCAN; not the
+// release guards, queues or fence counters beside them).
+func lockKeys(nodes []redis.UniversalClient, prefix string) (int, error) {
+	n := 0
+	ctx := context.Background()
+	for _, nd := range nodes {
+		iter := nd.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			if !strings.Contains(k, ":released:") && !strings.HasSuffix(k, ":queue") && !strings.HasSuffix(k, ":fence") {
+				n++
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func cpuTime() time.Duration {

@@ -129,6 +129,25 @@ func StartEmbedded(n int, k Kind) (*Embedded, error) {
 	return e, nil
 }
 
+// Faults returns the fault controls of embedded redis-server nodes, or nil
+// for miniredis nodes (which cannot be paused).
+func (e *Embedded) Faults() Faults {
+	if e.cluster == nil {
+		return nil
+	}
+	return e.cluster
+}
+
+// Faults pauses (SIGSTOP), resumes, kills and restarts node i. The node
+// keeps its address across Restart unless its port was taken meanwhile.
+type Faults interface {
+	Pause(i int)
+	Resume(i int)
+	Kill(i int)
+	Restart(i int)
+	Err() error
+}
+
 // Close stops every node it started. It is safe to call more than once.
 func (e *Embedded) Close() error {
 	var err error
