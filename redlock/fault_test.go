@@ -689,13 +689,17 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 	// node timeout must be below the validity, and then every round a
 	// majority grants within the node timeout leaves some).
 	opts := []Option{WithTTL(2 * time.Second), WithDriftFactor(0.5), WithAutoRenew(false),
-		WithRenewInterval(1950 * time.Millisecond), WithNodeTimeout(1900 * time.Millisecond)}
+		WithRenewInterval(1990 * time.Millisecond), WithNodeTimeout(1980 * time.Millisecond)}
 	for _, fencing := range []bool{false, true} {
 		// The last attempt's grants are released by the Client, a round
 		// trip (1.1s here) after TryLock returned (step 4).
 		if !noLockKey(t, rc, "lock:late", 5*time.Second) {
 			t.Fatalf("fencing %v: the last attempt's keys are still there", fencing)
 		}
+		// Their replies are still on the way back (550ms): a round sent
+		// meanwhile took two round trips here (noticed, not explained; see
+		// the issue 21 note), which this test is not about.
+		time.Sleep(1500 * time.Millisecond)
 		l, err := c.TryLock(t.Context(), "late", append(opts, WithFencing(fencing))...)
 		if err == nil {
 			t.Errorf("fencing %v: TryLock = a lock valid until %v (in %v); want no lock", fencing, l.ValidUntil(), time.Until(l.ValidUntil()))
