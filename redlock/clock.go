@@ -188,7 +188,7 @@ func (c *Client) probeClock(i int) error {
 		old := nc.est.Load()
 		if old != nil {
 			oldErr := old.errAt(e.at, c.cfg.drift)
-			agree := abs64(old.mid(e.at)-e.nodeUS) <= (oldErr + e.err).Microseconds()+2
+			agree := abs64(old.mid(e.at)-e.nodeUS) <= (oldErr+e.err).Microseconds()+2
 			if e.err > oldErr && agree {
 				return nil // the known estimate is as good: keep it
 			}
