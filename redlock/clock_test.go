@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -15,9 +16,9 @@ import (
 // changes nothing: the key never holds our token again.
 func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	t.Parallel()
-	const ttl = 500 * time.Millisecond // node timeout 50ms
+	const ttl, nt = 500 * time.Millisecond, 100 * time.Millisecond
 	rc := redistest.Start(t, 3)
-	c := newClient(t, rc.Clients(), WithTTL(ttl), WithAutoRenew(false))
+	c := newClient(t, rc.Clients(), WithTTL(ttl), WithNodeTimeout(nt), WithAutoRenew(false))
 	ctx := t.Context()
 	const j = 2 // the node that gets the late request
 	admin := rc.Admin(j)
@@ -29,26 +30,51 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	admin.ConfigSet(ctx, "slowlog-max-len", "1024")
 	// The clocks learned and the scripts loaded on every node: a late
 	// EVALSHA finds the script (a NOSCRIPT reply would change nothing
-	// either, and prove nothing).
-	warm, err := c.TryLock(ctx, "late-warm")
-	if err != nil {
-		t.Fatal(err)
+	// either, and prove nothing). Lock retries: a loaded machine may not
+	// fit a first round (dial, TIME, NOSCRIPT, EVAL) in the node timeout.
+	lock := func(res string) *Lock {
+		t.Helper()
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Lock(lctx, res)
+		if err != nil {
+			t.Fatalf("Lock(%q) = %v", res, err)
+		}
+		return l
 	}
-	if err := warm.Unlock(ctx); err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		w := lock("late-warm")
+		onJ := keyOn(t, rc, j, "lock:late-warm") == w.Token()
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if onJ {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("node %d granted none of 20 locks", j)
+		}
+	}
+	known := func() bool {
+		for i := range c.clocks {
+			if c.clocks[i].est.Load() == nil {
+				return false
+			}
+		}
+		return true
+	}
+	if !eventually(5*time.Second, known) {
+		t.Fatal("the nodes' clocks are not known 5s after the first Lock")
 	}
 	for trial := range 3 {
 		res := "late-paused-" + string(rune('a'+trial))
 		key := "lock:" + res
 		admin.SlowLogReset(ctx)
 		// The acquire to node j is held 4× the node timeout on its way.
-		rc.SetLatency(j, 200*time.Millisecond)
-		l, err := c.TryLock(ctx, res)
+		rc.SetLatency(j, 4*nt)
+		l := lock(res)
 		time.Sleep(20 * time.Millisecond) // the proxy has read it
 		rc.SetLatency(j, 0)
-		if err != nil {
-			t.Fatalf("trial %d: TryLock with node %d slow = %v", trial, j, err)
-		}
 		// Paused before the held request reaches it: it waits in the
 		// socket. The release to node j fails meanwhile (its retries too).
 		rc.Pause(j)
