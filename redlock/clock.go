@@ -141,6 +141,11 @@ func (c *Client) learnClock(ctx context.Context, i int) (*clockEstimate, error) 
 				nc.first, nc.lastErr = nil, err
 				nc.mu.Unlock()
 				close(ch)
+				if err == nil {
+					// The first round trip likely included the dial: one
+					// more on the pooled connection tightens the error.
+					_ = c.probeClock(i)
+				}
 			})
 		}
 		c.mu.Unlock()
