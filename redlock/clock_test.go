@@ -175,7 +175,7 @@ func TestClock_guardLifetime(t *testing.T) {
 	now := time.Now()
 	for i := range c.clocks {
 		// Node i's clock runs 10s ahead of ours, known within ±1ms.
-		c.clocks[i].est.Store(&clockEstimate{at: now, nodeUS: now.Add(10*time.Second).UnixMicro(), err: time.Millisecond})
+		c.clocks[i].est.Store(&clockEstimate{at: now, nodeUS: now.Add(10 * time.Second).UnixMicro(), err: time.Millisecond})
 	}
 	g := c.guardLifetime(ttl, timeout)
 	// A node timeout, four clock errors (each 1ms + 1% of ≤ 100ms), the
