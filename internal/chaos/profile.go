@@ -99,7 +99,7 @@ func Profiles() []Profile {
 		},
 		{
 			Name: "late-requests", Safe: true, Share: 0.2, MinTTLs: 6,
-			About:  "requests land late: short latency bursts on one node hold what it reads for 1.5–4× the node timeout, raw subscribers listen on every Client's wake-up channel, and a node is killed while clients wait in Lock and restarted empty after the TTL (sometimes paused at once); no key of a released lock may come back, and Lock must return only valid locks",
+			About:  "requests land late: short latency bursts on one node hold what it reads for 1.5–4× the node timeout, one in three followed at once by a pause of that node for 2.2–3×TTL with the held requests in its socket, raw subscribers listen on every Client's wake-up channel, and a node is killed while clients wait in Lock and restarted empty after the TTL (sometimes paused at once); no key of a released lock may come back, and Lock must return only valid locks",
 			adjust: func(c *Config) { c.Fenced = true },
 			run: func(ctx context.Context, e *env) error {
 				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.late(ctx, true) })
