@@ -22,12 +22,20 @@
 //     left is a failure, and Lock checks validity again just before it
 //     returns: it never returns an expired lock.
 //  4. A failed or cancelled Lock call releases its key on every node, on a
-//     context without the caller's cancellation. Where a request of the
-//     lock may still be in flight (it timed out, or has not answered), the
-//     release also sets a guard key beside the lock key,
-//     <key>:released:<token>, for two TTLs: an acquire or extend of ours that
-//     reaches the node later — delayed on the way, or queued on a paused
-//     node — finds it and sets nothing, whatever the lock key holds then.
+//     context without the caller's cancellation. Every acquire and extend
+//     carries a "not after" bound on the node's own clock: the latest the
+//     node's TIME can read when the client stops waiting for the request,
+//     from an estimate of the node's clock (a TIME round trip, learned on
+//     first use and refreshed every second in use, its error growing with
+//     its age by the drift factor). The scripts refuse a request that runs
+//     past it, however late it arrives — delayed on the way, or queued for
+//     any length of time in a paused node's socket — so it changes nothing.
+//     Where a request of the lock may still be in flight (it timed out, or
+//     has not answered), the release also sets a guard key beside the lock
+//     key, <key>:released:<token>, for the window the bounds' error leaves
+//     (about a node timeout plus four clock errors; see "Why a late request
+//     changes nothing"): a request that lands in it finds the guard and sets
+//     nothing, whatever the lock key holds then.
 //  5. Extend re-arms the TTL only where the key holds our token, and sets it
 //     again where the key is absent and unguarded (a node that restarted
 //     empty is healed); a node where another token holds the key counts
@@ -136,6 +144,53 @@
 // scheduling delay, which is before any other client can reach a majority.
 // A renewal that is decided after the old ValidUntil does not count: another
 // client might have held the lock in the gap.
+//
+// # Why a late request changes nothing
+//
+// Write n(t) for a node's clock (its TIME, in µs) at local instant t, and
+// suppose the two clocks' rates differ by at most the drift factor ρ
+// (assumption b). A TIME probe sent at local s and answered at r read T at
+// some instant of [s, r]; so with m = (s+r)/2 and e = (r−s)/2 + 1µs, for
+// every t: lo(t) ≤ n(t) ≤ hi(t), where lo, hi = T + (t−m) ∓ (e + ρ|t−m|).
+// A request whose caller waits for it until local D (its round's
+// deadline: the node timeout, or the caller's earlier deadline) carries
+// N = hi(D), rounded up to whole ms, and its script refuses it when the
+// node's TIME, rounded down to ms, exceeds N. It is never refused while
+// waited for: it runs at some t ≤ D, and n(t) ≤ n(D) ≤ hi(D) ≤ N. It changes
+// nothing once n has passed N, however long it was held.
+//
+// The release of the lock on a node where a request may still land is
+// sent at local s_r and runs at node time R ≥ n(s_r) ≥ lo(s_r). A request
+// of ours that runs on that node before R is undone by the release (it
+// deletes or hands over a key that holds our token); one that runs in (R,
+// R+G] finds the guard of lifetime G; one that runs later is refused by its
+// bound if N ≤ R+G. So G ≥ N − lo(s_r) for every N that can still land
+// suffices. Bounds already sent are at most the node's latest recorded
+// bound (recorded before each request goes out). A request of a round that
+// was registered before the release but computes its bound only now has D
+// ≤ s_r + node timeout, and uses the current estimate or a later one, which
+// replaces it only when its own error is no larger (so it is smaller at
+// every later instant too): its N ≤ hi'(D) ≤ n(D) + 2e'(D) ≤ hi(s_r+timeout)
+// + 2(e + ρ|s_r+timeout−m|). The release takes G as the largest of these
+// over the nodes, less lo(s_r), plus 2ms: about a node timeout plus four
+// clock errors (a clock error is half a round trip, and ρ times the
+// estimate's age, at most a second in use). A node whose clock is not known
+// yet gets 2(node timeout + probe timeout): a request that waits for the
+// first probe gets an estimate whose error is at most half the probe's
+// timeout, which is the Client's node timeout. No request goes out without a
+// bound (a round always has a deadline); one that did would keep the guard
+// of before, two TTLs.
+//
+// Hence the guard no longer has to outlast the longest pause, and a release
+// needs to reach a node only once: retried until the node answers. A key
+// that a request set before its bound lives at most a TTL from then on the
+// node's clock. The chaos checker (internal/chaos) allows a key of a released
+// lock no extra time on a node that was paused, cut or killed since the
+// release: its late-requests profile pauses a node right after a latency
+// spike, with the requests the spike held in its socket, for longer than the
+// guard used to live. The cost: the first request to each node after New
+// waits for one TIME round trip (within the node timeout), and each node
+// gets one TIME a second while the Client uses it.
 //
 // # Why fencing tokens strictly increase
 //

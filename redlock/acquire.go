@@ -203,12 +203,19 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 // try is attempt without the hook.
 func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
-	// The arguments are boxed once for every node.
+	// The arguments are boxed once for every node; each node's not-after
+	// bound (step 4, clock.go) has its slot in one slice, sent by pointer.
 	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.wakeArg())
+	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node.
 	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], args, cfg) // guard.go
+			b, err := c.notAfter(ctx, i)
+			if err != nil {
+				return reply{}, err
+			}
+			bounds[i] = b
+			ok, fence, err := acquireOn(ctx, s, l.keys[i], args, &bounds[i], cfg) // guard.go
 			return reply{ours: ok, fence: fence}, err
 		})
 	})

@@ -159,12 +159,19 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 }
 
 // extendPipeline sends the extend script for every live lock to node i in
-// pipelines. Replies that are errors for one lock (WRONGTYPE, say) stay
-// that lock's; a connection error fails the node for all.
+// pipelines, all with one not-after bound (step 4, clock.go: the round's
+// deadline on the node's clock). Replies that are errors for one lock
+// (WRONGTYPE, say) stay that lock's; a connection error fails the node for
+// all.
 func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int) (batchReply, error) {
+	b, err := c.notAfter(ctx, i)
+	if err != nil {
+		return batchReply{}, err
+	}
+	bound := &b
 	cmds, err := pipelined(ctx, c.nodes[i].c, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
 		l := locks[live[kk]]
-		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence)
+		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, bound)
 	})
 	if err != nil {
 		return batchReply{}, err

@@ -64,7 +64,8 @@ func (n *node) keys(prefix, resource string, fencing bool, token string) scripts
 // releases every lock still held.
 type Client struct {
 	nodes  []node
-	cfg    config // defaults for every lock
+	clocks []nodeClock // per node: its clock, for not-after bounds (clock.go)
+	cfg    config      // defaults for every lock
 	quorum int
 	sched  *renew.Scheduler
 	wake   *wakeups
@@ -132,6 +133,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		nodes:   make([]node, len(nodes)),
+		clocks:  make([]nodeClock, len(nodes)),
 		cfg:     cfg,
 		quorum:  quorum.Size(len(nodes)),
 		closing: make(chan struct{}),

@@ -55,9 +55,15 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	testhooks.BeforeExtendSend()
 	// Step 5: re-arm where ours, set where absent, on every node.
 	ext := l.extendCalls()
+	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
 	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			e, err := ext[i].Extend(ctx, s)
+			b, err := c.notAfter(ctx, i)
+			if err != nil {
+				return reply{}, err
+			}
+			bounds[i] = b
+			e, err := ext[i].Extend(ctx, s, &bounds[i])
 			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})

@@ -46,13 +46,14 @@ func WithRestartGuard(maxTTL time.Duration) Option {
 	return optionFunc(func(c *config) { c.restartGuard = maxTTL })
 }
 
-// acquireOn runs the acquire script on one node: with the restart guard
-// when it is on, in the same atomic step.
-func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, args []any, cfg config) (bool, int64, error) {
+// acquireOn runs the acquire script on one node, with its not-after bound
+// (clock.go): with the restart guard when it is on, in the same atomic
+// step.
+func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, args []any, notAfter *int64, cfg config) (bool, int64, error) {
 	if cfg.restartGuard <= 0 {
-		return scripts.AcquireWith(ctx, s, k, args)
+		return scripts.AcquireWith(ctx, s, k, args, notAfter)
 	}
-	ok, fence, err := scripts.AcquireGuardedWith(ctx, s, k, args, cfg.restartGuard)
+	ok, fence, err := scripts.AcquireGuardedWith(ctx, s, k, args, notAfter, cfg.restartGuard)
 	if young := (*scripts.Young)(nil); errors.As(err, &young) {
 		err = fmt.Errorf("%w: %w", ErrNodeRestarted, err)
 	} else if scriptRefused(err) {

@@ -405,17 +405,18 @@ func (l *Lock) guardFor(i int) time.Duration {
 	return 0
 }
 
-// guardTTL is how long a release's guard stays: twice the TTL. A request
-// of ours delayed on the way to a node, or queued on a paused node, cannot
-// set our key again after our release for that long. Only a request held
-// up for longer still (a node paused for over two TTLs while holding it)
-// could set the key again, for one TTL at most. The guard is a key of its
-// own, so it keeps nobody else waiting.
+// guardTTL is how long a release's guard stays: until no request of ours
+// can land on a node with its not-after bound still ahead of the node's
+// clock (clock.go guardLifetime: about a node timeout plus the clock
+// estimates' error; twice the TTL for a node that was sent a request
+// without a bound). A request that lands later is refused by its bound,
+// however late. The guard is a key of its own, so it keeps nobody else
+// waiting.
 func (l *Lock) guardTTL() time.Duration {
 	if testhooks.SkipReleaseGuard.Load() {
 		return 0 // a negative control of the chaos checker
 	}
-	return 2 * l.cfg.ttl
+	return l.c.guardLifetime(l.cfg.ttl, l.cfg.timeout())
 }
 
 // inflight is a round of requests of this lock, seen by release: where a

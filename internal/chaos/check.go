@@ -130,9 +130,13 @@ type CheckOptions struct {
 	// whole TTL; Run uses TTL/2. Default 100ms.
 	Persist time.Duration
 	// Unreachable replaces Persist for a key on a node that was
-	// unreachable (paused, cut, killed) since the release: a request of
-	// ours it held may set the key again when it comes back, for one TTL at
-	// most. Run uses the TTL. Default: Persist.
+	// unreachable (paused, cut, killed) since the release. A request of
+	// ours that such a node held runs when it comes back; its not-after
+	// bound (DESIGN step 4) has passed by then unless it came back within
+	// the bound's error of the request's deadline, and the release's guard
+	// covers that window, so no extra allowance is due: Run leaves it at
+	// the default. A library without the bounds needs one TTL here (the
+	// key set again lives that long). Default: Persist.
 	Unreachable time.Duration
 	// WaitBound, when positive, is the longest a release may be followed
 	// by no new hold of its resource while a client waited in Lock on it
@@ -414,10 +418,10 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 						since = f.End
 					}
 					// A node that was unreachable (paused, cut, killed)
-					// may run, when it comes back, a request of ours it
-					// holds from before; the promise is one TTL at most
-					// (README, "Guarantees and their assumptions"). A
-					// delayed node (latency) is reachable all along.
+					// runs, when it comes back, the requests of ours it
+					// holds from before: Unreachable is their allowance
+					// (none since the not-after bounds). A delayed node
+					// (latency) is reachable all along.
 					if f.Kind != KindLatency && f.Kind != KindSpike && !ours {
 						allow = max(allow, o.Unreachable)
 					}

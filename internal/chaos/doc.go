@@ -18,7 +18,10 @@
 // late-requests profile adds the faults of issue 12: short latency spikes on
 // one node that hold the requests it reads for 1.5–4× the node timeout, so
 // that they land after their caller gave up and can be overtaken by a later
-// release; raw subscribers on every Client's wake-up channel, so that
+// release, and one spike in three followed at once by a pause (SIGSTOP) of
+// that node for 2.2–3×TTL, so that the requests it held wait in its socket
+// while their locks are unlocked, and run when it resumes (issue 21 item
+// 10: past the release guard of before, two TTLs); raw subscribers on every Client's wake-up channel, so that
 // every handoff finds a listener; and nodes killed while clients wait in Lock and restarted empty
 // after the TTL (sometimes paused at once). The frozen-waiter profile puts
 // every client on one resource and freezes (SIGSTOP) a child process of
@@ -56,9 +59,14 @@
 //     had not landed yet (a slow, paused or cut node). Written later, a
 //     request of ours landed after the release: if the key is seen at least
 //     TTL/2 old, it came back (a violation), else it raced a release still
-//     in flight behind it, which deleted it. The negative control
-//     release-unguarded turns the release guard off
-//     (testhooks.SkipReleaseGuard) and must show a key come back.
+//     in flight behind it, which deleted it. On a node under a fault since
+//     the release, the age counts from the fault's end, with no further
+//     allowance: a request the node held is past its not-after bound when
+//     the node comes back (DESIGN step 4; the proof is in the module's
+//     doc). The negative control release-unguarded turns the release
+//     guard and the bounds off (testhooks.SkipReleaseGuard, SkipNotAfter),
+//     and late-unbounded only the bounds, keeping the short guard that
+//     they allow; both must show a key come back.
 //   - With a WaitBound (frozen-waiter), after each release of a resource
 //     that a client waits for in Lock, the next hold must begin within the
 //     bound; a handover that a frozen grantee held for its whole TTL (the

@@ -30,6 +30,7 @@ const (
 	KindFrozenWaiter   = "frozen-waiter"    // SIGSTOP a child process waiting in Lock for longer than the TTL
 	KindSpike          = "latency-spike"    // hold what one node's proxy reads in a short burst for 1.5–4× the node timeout
 	KindRestartWaiting = "restart-waiting"  // kill a node while clients wait in Lock, restart it empty after more than the TTL, sometimes paused at once
+	KindSpikePause     = "spike-pause"      // SIGSTOP the spiky node right after a spike, for 2.2–3×TTL, while the requests it held land in its socket
 )
 
 // Weights are the relative frequencies of the minority nemesis's faults.
@@ -184,6 +185,12 @@ func (n *nemesis) inject(ctx context.Context, kind string, i int, d, lat time.Du
 //     answer after their caller has stopped waiting and land late; requests
 //     sent after it pass at once and can overtake them, a release among
 //     them. The next burst waits until the last one's requests have landed.
+//   - One spike in three, the spiky node is paused (SIGSTOP) right after the
+//     burst, for 2.2–3×TTL — longer than the release guard used to live
+//     (2×TTL) — so that the requests the spike held reach the paused node
+//     and wait in its socket while their locks are unlocked (issue 21 item
+//     10); the node runs them when it resumes. Their not-after bounds have
+//     passed by then (DESIGN step 4): none may bring a key back.
 //   - With restarts, every 1.5–3×TTL, once a client is blocked in Lock,
 //     another node is killed and restarted empty after 1.1–1.5×TTL (fence
 //     counters kept, as for KindKill), and one time in two is paused
@@ -211,6 +218,16 @@ func (n *nemesis) late(ctx context.Context, restarts bool) {
 			time.Sleep(burst) // short: not cut short by ctx
 			c.SetLatency(spiky, 0)
 			n.e.hist.fault(Fault{Kind: KindSpike, Nodes: []int{spiky}, Client: -1, Start: start, End: time.Now()})
+			if rng.IntN(3) == 0 {
+				// Paused before the held requests are delivered (hold is
+				// more than the burst): they wait in its socket.
+				d := randDur(rng, ttl*11/5, 3*ttl)
+				start := time.Now()
+				c.Pause(spiky)
+				time.Sleep(d) // not cut short by ctx: the requests must wait it out
+				c.Resume(spiky)
+				n.e.hist.fault(Fault{Kind: KindSpikePause, Nodes: []int{spiky}, Client: -1, Start: start, End: time.Now()})
+			}
 			sleepCtx(ctx, hold)
 		}
 	})

@@ -2,7 +2,9 @@
 --                       key (only with fencing)]
 --              ARGV => [token, ttl in ms, member ("" when not waiting),
 --                       ticket, entry lapse in ms, wake-up argument (see serve),
---                       attempt number (see enqueue)]
+--                       attempt number (see enqueue), not after (the
+--                       node's TIME in ms past which this request changes
+--                       nothing; "0": no bound)]
 -- Sets the lock key to our token for ttl where it is absent and the queue
 -- lets us go first, or refreshes it where it already holds our token (a
 -- retried attempt is idempotent, and a key handed to us by a release is
@@ -25,6 +27,22 @@
 -- fence counter}, from every node, granted or not.
 -- A key of another type is a node error (WRONGTYPE), never taken over.
 -- One MGET reads the key and our guard (see release.lua).
+--
+-- Not after (DESIGN step 4): the client stopped waiting for this request
+-- once the node's clock passed ARGV[8] (its deadline, mapped to the node's
+-- clock with the offset's error and the drift allowed; see
+-- redlock/clock.go). A request that runs later — held by the network, or
+-- queued in a paused node's socket for any length of time — is refused
+-- before anything is read or written: no grant, no refresh, no queue entry.
+if tonumber(ARGV[8]) > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+    if KEYS[5] then
+      return {0, tonumber(redis.call('GET', KEYS[5]) or '0')}
+    end
+    return 0
+  end
+end
 local kg = redis.call('MGET', KEYS[1], KEYS[2])
 local v = kg[1]
 local ok = 0

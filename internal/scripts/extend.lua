@@ -1,5 +1,6 @@
 -- extend.lua: KEYS => [lock key, guard key, fence key (only with fencing)]
---             ARGV => [token, ttl in ms, fence t (only with fencing)]
+--             ARGV => [token, ttl in ms, fence t (0 without fencing),
+--                      not after (node TIME in ms; "0": no bound)]
 -- Re-arms the lease only where the key holds our token (returns 1), and sets
 -- it again where the key is absent (returns 2: the node restarted empty, or
 -- the key expired there; like acquire, this never takes a key that another
@@ -8,6 +9,16 @@
 -- Returns 0 otherwise. With a fence key, wherever it re-arms or heals it
 -- also raises the fence counter to t, so a node that restarted empty carries
 -- the current counter again.
+--
+-- Not after (DESIGN step 4, as in acquire.lua): past ARGV[4] on the node's
+-- clock the client no longer waits for this request, which then changes
+-- nothing and returns 0.
+if tonumber(ARGV[4]) > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[4]) then
+    return 0
+  end
+end
 local v = redis.call('GET', KEYS[1])
 local r = 0
 if redis.call('EXISTS', KEYS[2]) == 1 then

@@ -37,13 +37,14 @@ func (e *Young) Error() string {
 // ≥ 5, which replicates script effects; the ACL must allow INFO), so it
 // cannot change between the check and the grant.
 func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, wake string, guard time.Duration) (bool, int64, error) {
-	return AcquireGuardedWith(ctx, c, k, AcquireArgs(token, ttl, w, wake), guard)
+	return AcquireGuardedWith(ctx, c, k, AcquireArgs(token, ttl, w, wake), nil, guard)
 }
 
-// AcquireGuardedWith is AcquireGuarded with arguments from AcquireArgs.
-func AcquireGuardedWith(ctx context.Context, c redis.Scripter, k Keys, args []any, guard time.Duration) (bool, int64, error) {
+// AcquireGuardedWith is AcquireGuarded with arguments from AcquireArgs and
+// a not-after bound (see AcquireWith; nil or 0: none).
+func AcquireGuardedWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64, guard time.Duration) (bool, int64, error) {
 	secs := int64((guard + time.Second - 1) / time.Second)
-	v, err := acquireGuarded.Run(ctx, c, k.acq, append(args[:len(args):len(args)], secs)...).Result()
+	v, err := acquireGuarded.Run(ctx, c, k.acq, append(args[:len(args):len(args)], notAfter, secs)...).Result()
 	if err != nil {
 		return false, 0, err
 	}

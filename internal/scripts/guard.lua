@@ -1,5 +1,6 @@
 -- guard.lua: run before acquire.lua, in the same script (AcquireGuarded);
---            ARGV[8] => the restart guard, in whole seconds.
+--            ARGV[9] => the restart guard (ARGV[8] is
+--            acquire's not-after bound), in whole seconds.
 -- Restart guard: a node that restarted may have lost keys it had granted,
 -- so it grants nothing until it has been up for longer than any lease it
 -- could have granted before. Until then it returns {-1, its uptime in
@@ -13,7 +14,7 @@ do
   if up == nil then
     return redis.error_reply('ERR restart guard: no uptime_in_seconds in INFO server')
   end
-  if up <= tonumber(ARGV[8]) then
+  if up <= tonumber(ARGV[9]) then
     return {-1, up}
   end
 end

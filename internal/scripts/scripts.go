@@ -65,8 +65,8 @@ type processor interface {
 // Script.Run it does not box the keys and arguments again for each
 // request: the command is the keys and arguments of the lock, boxed once,
 // behind the script's head. A client without Process gets Script.Run.
-func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any) *redis.Cmd {
-	return s.runCmd(ctx, c, keys, s.evalshaCmd(boxed, args...))
+func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any, last ...any) *redis.Cmd {
+	return s.runCmd(ctx, c, keys, s.evalshaCmd(boxed, args, last...))
 }
 
 // runCmd is run with the whole EVALSHA command built already (see
@@ -90,12 +90,14 @@ func (s script) process(ctx context.Context, p processor, c redis.Scripter, keys
 	return r
 }
 
-// evalshaCmd returns the whole EVALSHA command of s for boxed keys and args.
-func (s script) evalshaCmd(boxed []any, args ...any) []any {
-	cmd := make([]any, 0, 2+len(boxed)+len(args))
+// evalshaCmd returns the whole EVALSHA command of s for boxed keys, args
+// and then last (one allocation for all of it).
+func (s script) evalshaCmd(boxed []any, args []any, last ...any) []any {
+	cmd := make([]any, 0, 2+len(boxed)+len(args)+len(last))
 	cmd = append(cmd, "evalsha", s.sha)
 	cmd = append(cmd, boxed...)
-	return append(cmd, args...)
+	cmd = append(cmd, args...)
+	return append(cmd, last...)
 }
 
 // numKeys are the boxed key counts of the scripts' commands.
@@ -224,9 +226,10 @@ const (
 // release hands it over; wake is from WakeArg). A refused waiter (w.Member
 // set) joins the queue, or refreshes its entry's lapse deadline. It reports
 // whether the key holds token now, and, with a fence key, the node's fence
-// counter (0 without). A key of another type is an error (WRONGTYPE).
+// counter (0 without). A key of another type is an error (WRONGTYPE). It
+// sends no not-after bound (see AcquireWith).
 func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, w Waiter, wake string) (bool, int64, error) {
-	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, wake))
+	return AcquireWith(ctx, c, k, AcquireArgs(token, ttl, w, wake), nil)
 }
 
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
@@ -235,9 +238,14 @@ func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
 	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, w.Attempt}
 }
 
-// AcquireWith is Acquire with arguments from AcquireArgs.
-func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (bool, int64, error) {
-	v, err := acquire.run(ctx, c, k.acq, k.acqv, args).Result()
+// AcquireWith is Acquire with arguments from AcquireArgs and a not-after
+// bound: the node's TIME, in ms, past which the request changes nothing
+// and is refused (DESIGN step 4: the client no longer waits for it then).
+// nil or 0 sends no bound. The bound is read when the command is written,
+// so *notAfter must not change until the call returns; a pointer (not a
+// boxed int64) lets a round keep the bounds of all its nodes in one slice.
+func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
+	v, err := acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -281,36 +289,41 @@ func Commit(ctx context.Context, c redis.Scripter, k Keys, token string, t int64
 
 // Extend re-arms the lock key for ttl where it holds token, and sets it
 // where it is absent (unless token was released there); with a fence key it
-// also raises the counter to t there.
+// also raises the counter to t there. It sends no not-after bound.
 func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
-	return PrepareExtend(k, token, ttl, t).Extend(ctx, c)
+	return PrepareExtend(k, token, ttl, t).Extend(ctx, c, nil)
 }
 
-// Prepared is one script call on one node, built once — keys, arguments
-// and all — for a lock that sends it again and again (Extend, on every
-// renewal). It is safe for concurrent use.
+// Prepared is one script call on one node, built once — keys and the
+// arguments that stay the same — for a lock that sends it again and again
+// (Extend, on every renewal). It is safe for concurrent use.
 type Prepared struct {
 	s    script
 	keys []string
-	cmd  []any // the whole EVALSHA command
+	cmd  []any // the whole EVALSHA command but the not-after bound
 }
 
 // PrepareExtend prepares Extend(k, token, ttl, t); run it with
 // Prepared.Extend.
 func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
-	return Prepared{s: extend, keys: k.ext, cmd: extend.evalshaCmd(k.extv, token, ms(ttl), t)}
+	return Prepared{s: extend, keys: k.ext, cmd: extend.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
 }
 
-// Extend runs a call prepared by PrepareExtend on c, as Extend does.
-func (p Prepared) Extend(ctx context.Context, c redis.Scripter) (Extended, error) {
-	return parseExtended(p.s.runCmd(ctx, c, p.keys, p.cmd).Int64())
+// Extend runs a call prepared by PrepareExtend on c, as Extend does, with
+// a not-after bound (see AcquireWith; nil or 0: none).
+func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64) (Extended, error) {
+	cmd := make([]any, len(p.cmd)+1)
+	copy(cmd, p.cmd)
+	cmd[len(p.cmd)] = notAfter
+	return parseExtended(p.s.runCmd(ctx, c, p.keys, cmd).Int64())
 }
 
-// ExtendCmd queues Extend on a pipeline, as EVALSHA: load the script on
-// the node first (Load), or redo the commands that fail with NOSCRIPT
-// after loading it. Read the outcome with ExtendResult after Exec.
-func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64) *redis.Cmd {
-	return extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t)
+// ExtendCmd queues Extend on a pipeline, as EVALSHA, with a not-after
+// bound (see AcquireWith; nil or 0: none): load the script on the node
+// first (Load), or redo the commands that fail with NOSCRIPT after loading
+// it. Read the outcome with ExtendResult after Exec.
+func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64, notAfter *int64) *redis.Cmd {
+	return extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
 }
 
 // ExtendResult reads the outcome of a command queued by ExtendCmd.

@@ -1,0 +1,127 @@
+package scripts
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// nodeMS returns node c's clock, in Unix ms.
+func nodeMS(t *testing.T, c redis.Cmdable) int64 {
+	t.Helper()
+	tm, err := c.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMilli()
+}
+
+// TestNotAfter: a request whose not-after bound the node's clock has
+// passed changes nothing (DESIGN step 4) — no grant, no refresh, no queue
+// entry, no extension, no heal — on the plain, fenced and guarded scripts;
+// one whose bound is ahead runs as if it had none.
+func TestNotAfter(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 1)
+	c, admin := rc.Client(0), rc.Admin(0)
+	ctx := t.Context()
+	past := func() *int64 { b := nodeMS(t, admin) - 1; return &b }
+	ahead := func() *int64 { b := nodeMS(t, admin) + 60_000; return &b }
+
+	t.Run("acquire", func(t *testing.T) {
+		k := NewKeys("lock:na", "", "tok")
+		w := Waiter{Member: Member("c", time.Second, "tok"), Ticket: 1, Lapse: time.Minute, Attempt: 1}
+		args := AcquireArgs("tok", time.Minute, w, wake)
+		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || err != nil {
+			t.Fatalf("AcquireWith(past bound) = %v, %v; want false, nil", ok, err)
+		}
+		if n, _ := admin.Exists(ctx, k.Lock, k.Queue, k.Lapse).Result(); n != 0 {
+			t.Fatalf("keys after a late acquire: %d exist; want none (no grant, no queue entry)", n)
+		}
+		if ok, _, err := AcquireWith(ctx, c, k, args, ahead()); !ok || err != nil {
+			t.Fatalf("AcquireWith(bound ahead) = %v, %v; want true, nil", ok, err)
+		}
+		admin.PExpire(ctx, k.Lock, time.Second)
+		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || err != nil {
+			t.Fatalf("AcquireWith(past bound) of a key held = %v, %v; want false, nil", ok, err)
+		}
+		if d, _ := admin.PTTL(ctx, k.Lock).Result(); d > time.Second {
+			t.Errorf("PTTL after a late refresh = %v; want ≤ 1s (not refreshed)", d)
+		}
+	})
+	t.Run("acquire fenced", func(t *testing.T) {
+		k := NewKeys("lock:naf", "lock:naf:fence", "tok")
+		admin.Set(ctx, k.Fence, 7, 0)
+		ok, fence, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), past())
+		if ok || fence != 7 || err != nil {
+			t.Fatalf("AcquireWith(fenced, past bound) = %v, %d, %v; want false, 7, nil", ok, fence, err)
+		}
+		if n, _ := admin.Exists(ctx, k.Lock).Result(); n != 0 {
+			t.Errorf("lock key after a late fenced acquire exists; want none")
+		}
+	})
+	t.Run("acquire guarded", func(t *testing.T) {
+		k := NewKeys("lock:nag", "", "tok")
+		args := AcquireArgs("tok", time.Minute, Waiter{}, wake)
+		// A guard of 0s: the node grants once up for 1s, unless the bound
+		// has passed. The restart guard's argument follows the bound.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ok, _, err := AcquireGuardedWith(ctx, c, k, args, ahead(), 0)
+			if ok && err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("AcquireGuardedWith(bound ahead, guard 0) = %v, %v; want true, nil", ok, err)
+			}
+			time.Sleep(50 * time.Millisecond) // up for 0s: not more than the guard yet
+		}
+		k2 := NewKeys("lock:nag2", "", "tok")
+		if ok, _, err := AcquireGuardedWith(ctx, c, k2, args, past(), 0); ok || err != nil {
+			t.Fatalf("AcquireGuardedWith(past bound) = %v, %v; want false, nil", ok, err)
+		}
+		if n, _ := admin.Exists(ctx, k2.Lock).Result(); n != 0 {
+			t.Errorf("lock key after a late guarded acquire exists; want none")
+		}
+	})
+	t.Run("extend", func(t *testing.T) {
+		k := NewKeys("lock:ne", "", "tok")
+		p := PrepareExtend(k, "tok", time.Minute, 0)
+		if e, err := p.Extend(ctx, c, past()); e != Refused || err != nil {
+			t.Fatalf("Extend(absent key, past bound) = %v, %v; want Refused, nil (no heal)", e, err)
+		}
+		if n, _ := admin.Exists(ctx, k.Lock).Result(); n != 0 {
+			t.Fatalf("lock key after a late extend exists; want none")
+		}
+		admin.Set(ctx, k.Lock, "tok", time.Second)
+		if e, err := p.Extend(ctx, c, past()); e != Refused || err != nil {
+			t.Fatalf("Extend(our key, past bound) = %v, %v; want Refused, nil", e, err)
+		}
+		if d, _ := admin.PTTL(ctx, k.Lock).Result(); d > time.Second {
+			t.Errorf("PTTL after a late extend = %v; want ≤ 1s (not re-armed)", d)
+		}
+		if e, err := p.Extend(ctx, c, ahead()); e != Rearmed || err != nil {
+			t.Fatalf("Extend(our key, bound ahead) = %v, %v; want Rearmed, nil", e, err)
+		}
+		pipe := c.Pipeline()
+		cmd := ExtendCmd(ctx, pipe, k, "tok", time.Minute, 0, past())
+		_, _ = pipe.Exec(ctx)
+		if e, err := ExtendResult(cmd); e != Refused || err != nil {
+			t.Errorf("ExtendCmd(past bound) = %v, %v; want Refused, nil", e, err)
+		}
+	})
+	t.Run("no bound", func(t *testing.T) {
+		k := NewKeys("lock:nn", "", "tok")
+		if ok, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), nil); !ok || err != nil {
+			t.Fatalf("AcquireWith(nil bound) = %v, %v; want true, nil", ok, err)
+		}
+		var zero int64
+		if e, err := PrepareExtend(k, "tok", time.Minute, 0).Extend(context.WithoutCancel(ctx), c, &zero); e != Rearmed || err != nil {
+			t.Fatalf("Extend(bound 0) = %v, %v; want Rearmed, nil", e, err)
+		}
+	})
+}
