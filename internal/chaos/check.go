@@ -417,12 +417,19 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 					} else if f.End.After(since) {
 						since = f.End
 					}
-					// A node that was unreachable (paused, cut, killed)
-					// runs, when it comes back, the requests of ours it
-					// holds from before: Unreachable is their allowance
-					// (none since the not-after bounds). A delayed node
-					// (latency) is reachable all along.
-					if f.Kind != KindLatency && f.Kind != KindSpike && !ours {
+					// A node that was unreachable (paused, cut, killed), or
+					// slowed past the node timeout (latency: the Client
+					// then holds back its requests, releases too, until it
+					// answers, at most a second: nodestate.go), gets our
+					// release late. Until it lands, our queue entry is still
+					// there, and another client's release may hand the key
+					// to our finished token, for one reservation (it is
+					// never renewed): Unreachable is that allowance. The
+					// requests of ours the node held change nothing when
+					// they run (their not-after bounds); latency spikes
+					// (late-requests) get no allowance, so that a late
+					// request that did set the key is still seen.
+					if f.Kind != KindSpike && !ours {
 						allow = max(allow, o.Unreachable)
 					}
 				}

@@ -60,10 +60,14 @@
 //     request of ours landed after the release: if the key is seen at least
 //     TTL/2 old, it came back (a violation), else it raced a release still
 //     in flight behind it, which deleted it. On a node under a fault since
-//     the release, the age counts from the fault's end, with no further
-//     allowance: a request the node held is past its not-after bound when
-//     the node comes back (DESIGN step 4; the proof is in the module's
-//     doc). The negative control release-unguarded turns the release
+//     the release, the age counts from the fault's end: a request the node
+//     held is past its not-after bound when the node comes back (DESIGN
+//     step 4; the proof is in the module's doc), but our release may land
+//     late there (the Client holds requests back from a stuck node for up
+//     to a second), and meanwhile another client's release may hand the
+//     key to our finished token for one reservation: nodes paused, cut,
+//     killed or slowed get one TTL and a second more; latency spikes (the
+//     late-requests profile) get none. The negative control release-unguarded turns the release
 //     guard and the bounds off (testhooks.SkipReleaseGuard, SkipNotAfter),
 //     and late-unbounded only the bounds, keeping the short guard that
 //     they allow; both must show a key come back.

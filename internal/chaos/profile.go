@@ -243,10 +243,13 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 		wait = cfg.WaitBound + slack
 	}
 	out.WaitBound = wait
-	// No allowance for a node that was unreachable (CheckOptions.
-	// Unreachable): a request it held that runs when it comes back is past
-	// its not-after bound, and the guard covers the bound's error (doc.go).
-	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: slack, Persist: cfg.TTL / 2, WaitBound: wait})
+	// A node that was unreachable or slowed may get our release late: a
+	// request it held that runs when it comes back is past its not-after
+	// bound (doc.go), but until the release lands another client's release
+	// may hand the key to our finished token for one reservation (see
+	// CheckOptions.Unreachable): one TTL covers it and the time the Client
+	// holds requests back from a stuck node (at most a second).
+	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: slack, Persist: cfg.TTL / 2, Unreachable: cfg.TTL + time.Second, WaitBound: wait})
 	out.Elapsed = time.Since(start)
 	return out, nil
 }
