@@ -35,8 +35,7 @@
 -- queued in a paused node's socket for any length of time — is refused
 -- before anything is read or written: no grant, no refresh, no queue entry.
 if tonumber(ARGV[8]) > 0 then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+  if now() > tonumber(ARGV[8]) then
     if KEYS[5] then
       return {0, tonumber(redis.call('GET', KEYS[5]) or '0')}
     end

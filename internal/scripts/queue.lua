@@ -10,10 +10,15 @@
 -- serve's "caller goes first", in a yield, in the settlement of a split —
 -- so no tie of tickets can keep two waiters apart.
 
--- now returns this node's time in ms.
+-- now returns this node's time in ms, read once per script (a script
+-- runs atomically: one reading serves its not-after check and the queue).
+local nowMs = nil
 local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not nowMs then
+    local t = redis.call('TIME')
+    nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return nowMs
 end
 
 -- bytesLess compares two strings byte by byte, as the sorted set orders
