@@ -33,7 +33,8 @@ import (
 //     (checked: at least 5% each), which is what docs/migrating-from-redsync.md
 //     recommends until the last redsync process is gone.
 //
-//	QUORUMLOCK_MIXED_SECONDS=10 go test -run TestMixedCallersShares -v .
+//	go test -run TestMixedCallersShares -v .                              # 2s each
+//	QUORUMLOCK_MIXED_SECONDS=10 go test -run TestMixedCallersShares -v . # longer
 func TestMixedCallersShares(t *testing.T) {
 	secs := envInt(t, "QUORUMLOCK_MIXED_SECONDS", 2)
 	rc := redistest.Start(t, 3)
