@@ -28,13 +28,14 @@ import (
 //     queued waiter, so a caller outside the queue is served only when
 //     nobody live is queued — its share under sustained queued contention
 //     is near zero (logged).
+//
 //   - migration: 2 quorumlock Clients with WithWakeUp(false) and 2 redsync
 //     clients: nobody queues, every client polls, and each gets a share
 //     (checked: at least 5% each), which is what docs/migrating-from-redsync.md
 //     recommends until the last redsync process is gone.
 //
-//	go test -run TestMixedCallersShares -v .                              # 2s each
-//	QUORUMLOCK_MIXED_SECONDS=10 go test -run TestMixedCallersShares -v . # longer
+//     go test -run TestMixedCallersShares -v .                              # 2s each
+//     QUORUMLOCK_MIXED_SECONDS=10 go test -run TestMixedCallersShares -v . # longer
 func TestMixedCallersShares(t *testing.T) {
 	secs := envInt(t, "QUORUMLOCK_MIXED_SECONDS", 2)
 	rc := redistest.Start(t, 3)
