@@ -21,7 +21,7 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
-	s := session{c: &c, name: name, stderr: stderr,
+	s := session{c: &c, name: name, stderr: stderr, elect: true,
 		lockOpts: []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}}
 	defer s.close()
 	for {

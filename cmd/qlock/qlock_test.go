@@ -558,3 +558,17 @@ func TestRun_tls(t *testing.T) {
 		t.Errorf("-cert without -key exited %d; want %d", code, exitUsage)
 	}
 }
+
+// qlock run -v logs its lock, never an election's leadership: a plain run
+// does not campaign for anything (issue 21, item 9).
+func TestRun_verboseLogsNoLeadership(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	code, _, stderr := run(t, rc, "run", "-v", "verbose", "--", "true")
+	if code != 0 {
+		t.Fatalf("qlock run -v exited %d; stderr:\n%s", code, stderr)
+	}
+	if strings.Contains(stderr, "leadership") {
+		t.Errorf("qlock run -v logged an election's leadership:\n%s", stderr)
+	}
+}

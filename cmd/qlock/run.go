@@ -70,6 +70,7 @@ type session struct {
 	name     string
 	stderr   io.Writer
 	lockOpts []redlock.Option
+	elect    bool // qlock elect: leadership is what it does, so -v logs it
 
 	client *redlock.Client
 	e      *election.Election
@@ -137,7 +138,9 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 		}
 		opts := []election.Option{election.WithIdentity(s.c.identity), election.WithKeyPrefix(s.c.prefix),
 			election.WithLockOptions(s.lockOpts...)}
-		if l := s.c.logger(s.stderr); l != nil {
+		// A plain run logs its lock through redlock.WithLogger (connect);
+		// "leadership acquired/resigned" would only confuse it.
+		if l := s.c.logger(s.stderr); l != nil && s.elect {
 			opts = append(opts, election.WithLogger(l))
 		}
 		s.client = client
