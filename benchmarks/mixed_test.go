@@ -30,9 +30,15 @@ import (
 //     is near zero (logged).
 //
 //   - migration: 2 quorumlock Clients with WithWakeUp(false) and 2 redsync
-//     clients: nobody queues, every client polls, and each gets a share
-//     (checked: at least 5% each), which is what docs/migrating-from-redsync.md
-//     recommends until the last redsync process is gone.
+//     clients: nobody queues, every client polls, which is what
+//     docs/migrating-from-redsync.md recommends until the last redsync
+//     process is gone. Polling promises no share per client: a caller that
+//     just released polls again at once and often re-takes the key before
+//     the others wake, so one client's share of a 2s run ranged from 1% to
+//     64% over repeated runs. What the migration needs is that neither
+//     library's processes are shut out, so that is what is checked: the
+//     quorumlock clients together, and the redsync clients together, get at
+//     least 5% each (their least over the same runs was 13%).
 //
 //     go test -run TestMixedCallersShares -v .                              # 2s each
 //     QUORUMLOCK_MIXED_SECONDS=10 go test -run TestMixedCallersShares -v . # longer
@@ -107,13 +113,17 @@ func TestMixedCallersShares(t *testing.T) {
 	names = []string{"quorumlock-1", "quorumlock-2", "redsync-1", "redsync-2"}
 	got = runShares(t, d, "mixed-migration", []caller{quorumlock(false), quorumlock(false), redsync(), redsync()})
 	t.Log("\n" + formatShares("migration mode: WithWakeUp(false) on every quorumlock Client", names, got))
-	total := 0
-	for _, n := range got {
-		total += n
+	ours, theirs := got[0]+got[1], got[2]+got[3]
+	total := ours + theirs
+	if total == 0 {
+		t.Fatal("migration mode: nobody acquired")
 	}
-	for i, n := range got {
-		if total > 0 && float64(n) < 0.05*float64(total) {
-			t.Errorf("migration mode: %s acquired %d of %d; want each at least 5%%", names[i], n, total)
+	for _, side := range []struct {
+		name string
+		n    int
+	}{{"quorumlock", ours}, {"redsync", theirs}} {
+		if float64(side.n) < 0.05*float64(total) {
+			t.Errorf("migration mode: the %s clients together acquired %d of %d; want at least 5%%", side.name, side.n, total)
 		}
 	}
 }
