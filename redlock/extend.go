@@ -28,7 +28,9 @@ var _ renew.Batcher = batcher{}
 // majority says the key is not ours, the lock is lost and the error matches
 // both ErrLockLost and ErrNotHeld. When too few nodes answer while validity
 // remains, it returns ErrNoQuorum joined with the node errors, and the lock
-// is not yet lost. After Unlock it returns ErrNotHeld; after Close,
+// is not yet lost. When ctx is cancelled before any node answered, it
+// returns an error matching context.Canceled (not ErrNoQuorum), and the
+// lock is as it was. After Unlock it returns ErrNotHeld; after Close,
 // ErrClosed.
 func (l *Lock) Extend(ctx context.Context) error {
 	if l == nil {
@@ -150,6 +152,10 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 		return l.usable() // lost meanwhile (at ValidUntil, say), unlocked or closed
 	case expired:
 		return l.expire(c.joinNodeErrors(errors.New(tally), t))
+	case cancelled(t):
+		// The caller's own cancellation, not an outage (issue 21 item 7):
+		// the lock is as it was, and the adapters count no failure.
+		return c.joinNodeErrors(ctxCancelled(tally), t)
 	}
 	return c.joinNodeErrors(fmt.Errorf("%w: %s", ErrNoQuorum, tally), t)
 }

@@ -264,7 +264,6 @@ func TestClient_cancelledCtxIsCanceled(t *testing.T) {
 		}
 	}
 	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	if len(rec.attempts) == 0 {
 		t.Error("no Attempt hook")
 	}
@@ -274,11 +273,28 @@ func TestClient_cancelledCtxIsCanceled(t *testing.T) {
 		}
 	}
 	if got, want := len(rec.acquires), 3; got != want {
-		t.Fatalf("Acquire hooks: %d; want %d", got, want)
+		t.Errorf("Acquire hooks: %d; want %d", got, want)
 	}
 	for _, a := range rec.acquires {
 		if a.Outcome != OutcomeCanceled {
 			t.Errorf("Acquire hook: outcome %q; want %q (%v)", a.Outcome, OutcomeCanceled, a.Err)
 		}
+	}
+	rec.mu.Unlock()
+
+	// Extend of a held lock: the lock stays held, and the call says why it
+	// did nothing.
+	l, err := c.Lock(t.Context(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx); !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrLockLost) {
+		t.Errorf("Extend(cancelled ctx) = %v; want context.Canceled, not ErrNoQuorum or ErrLockLost", err)
+	}
+	if !l.Valid() {
+		t.Error("the lock is no longer valid after an Extend with a cancelled ctx")
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock = %v", err)
 	}
 }
