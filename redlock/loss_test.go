@@ -334,7 +334,11 @@ func TestClose_waitsForOnLost(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		finished.Store(true)
 	}))
-	if _, err := c.TryLock(t.Context(), "r", WithTTL(1200*time.Millisecond), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false)); err != nil {
+	// Lock, not TryLock: at load 13 under -race a 300ms node timeout ran
+	// out on two of the three in-process nodes, and one attempt failed.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Lock(ctx, "r", WithTTL(1200*time.Millisecond), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false)); err != nil {
 		t.Fatal(err)
 	}
 	<-started
