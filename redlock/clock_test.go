@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -84,8 +85,13 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 		// Paused before the held request reaches it: it waits in the
 		// socket. The release to node j fails meanwhile (its retries too).
 		rc.Pause(j)
-		if err := l.Unlock(ctx); err != nil {
+		// At load 13-15 under -race the two live nodes missed the 100ms
+		// node timeout once: the Client's retry loops then release them
+		// during the pause below, and what is checked is the key.
+		if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNoQuorum) {
 			t.Fatalf("trial %d: Unlock with node %d paused = %v", trial, j, err)
+		} else if err != nil {
+			t.Logf("trial %d: Unlock with node %d paused = %v (released in the background)", trial, j, err)
 		}
 		time.Sleep(3 * ttl)
 		rc.Resume(j)

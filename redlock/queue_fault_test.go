@@ -291,7 +291,11 @@ func TestReal_releaseOfAnExpiredKeyServesTheQueue(t *testing.T) {
 	// resource when a loaded machine took longer.
 	for try := range 3 {
 		res := "gone" + strconv.Itoa(try)
-		held, err := a.Lock(t.Context(), res, WithTTL(3*time.Second), WithAutoRenew(false))
+		// An 800ms node timeout (below the 1s renew interval), not the
+		// 300ms of a 3s TTL: at load 13-15 under -race the release missed
+		// 300ms on two of three nodes, and Unlock could not tell
+		// ErrNotHeld.
+		held, err := a.Lock(t.Context(), res, WithTTL(3*time.Second), WithNodeTimeout(800*time.Millisecond), WithAutoRenew(false))
 		if err != nil {
 			t.Fatal(err)
 		}
