@@ -394,8 +394,10 @@ func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 				handoffs := rounds.handoffs.Load()
 				got := lockAsync(t, b, res, WithRetryDelay(10*time.Second, 11*time.Second))
 				// Queued on a majority (an attempt that missed a node's
-				// timeout is made again only after the 10s retry delay).
-				if !eventually(10*time.Second, func() bool {
+				// timeout is made again only after the 10s retry delay: at
+				// load 15 under -race the first one did, so 25s leaves room
+				// for the second).
+				if !eventually(25*time.Second, func() bool {
 					on := 0
 					for i := range rc.N() {
 						if n, _ := rc.Admin(i).ZCard(t.Context(), "lock:"+res+scripts.QueueSuffix).Result(); n == 1 {
