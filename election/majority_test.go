@@ -83,7 +83,19 @@ func TestElection_handoverNodePaused(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			bch := campaign(ctx, b)
-			time.Sleep(300 * time.Millisecond) // b waits in line on every node
+			// b waits in line on every node before node 0 pauses: a
+			// fixed 300ms was not always enough at load 15 under -race,
+			// and b, not queued on a node, waited the node timeout there.
+			if !eventually(10*time.Second, func() bool {
+				for i := range rc.N() {
+					if n, err := rc.Admin(i).ZCard(ctx, "lock:paused-node:queue").Result(); err != nil || n == 0 {
+						return false
+					}
+				}
+				return true
+			}) {
+				t.Fatal("b is not queued on every node 10s after its Campaign began")
+			}
 			rc.Pause(0)
 			// Before the clients close: their stragglers then end at once.
 			t.Cleanup(func() { rc.Resume(0) })
