@@ -409,7 +409,16 @@ func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 					t.Fatal("the waiter never queued on a majority")
 				}
 				time.Sleep(tc.wait)
-				if err := held.Unlock(t.Context()); err != nil {
+				if err := held.Unlock(t.Context()); errors.Is(err, ErrNoQuorum) {
+					// At load 15 under -race two nodes missed the 300ms
+					// node timeout: the handoffs come late, from the
+					// Client's retry loops. Not this test's case: again.
+					t.Logf("try %d: Unlock = %v; trying again", try, err)
+					if r := <-got; r.err == nil {
+						r.l.Unlock(context.Background())
+					}
+					continue
+				} else if err != nil {
 					t.Fatal(err)
 				}
 				unlocked := time.Now()
