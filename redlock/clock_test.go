@@ -46,7 +46,9 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	for try := 0; ; try++ {
 		w := lock("late-warm")
 		onJ := keyOn(t, rc, j, "lock:late-warm") == w.Token()
-		if err := w.Unlock(ctx); err != nil {
+		// A warm-up Unlock that missed the 100ms node timeout (load 15
+		// under -race) is finished by the Client's retry loops.
+		if err := w.Unlock(ctx); err != nil && !errors.Is(err, ErrNoQuorum) {
 			t.Fatal(err)
 		}
 		if onJ {
