@@ -99,11 +99,15 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 	a := newClient(t, rc.Clients(), WithTTL(ttl), WithAutoRenew(false))
 	rc.Cut(3)
 	rc.Cut(4)
-	r, err := a.TryLock(ctx, "r")
+	// Lock, not TryLock: all three live nodes must grant, and at load 10
+	// under -race one of them missed the 400ms node timeout once.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := a.Lock(lctx, "r")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := a.TryLock(ctx, "r2", WithTTL(2*ttl))
+	r2, err := a.Lock(lctx, "r2", WithTTL(2*ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
