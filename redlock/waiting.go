@@ -51,6 +51,11 @@ func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once boo
 		q.w = w
 		l.waiter = c.queued(l, q.ticket)
 	}
+	if !once && queuesFor(cfg.mode) {
+		// Read-write calls record their waiting on the nodes from their
+		// first attempt, without the wake-up queue (rw.lua: fairness).
+		l.waiter = c.queued(l, q.ticket)
+	}
 	return q, nil
 }
 
