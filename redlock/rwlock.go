@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Mode is what kind of lock a *Lock is (issue 24): a plain lock, a reader
@@ -125,6 +126,9 @@ func withMode(opts []Option, m Mode) []Option {
 func (n *node) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
 	switch cfg.mode {
 	case ModeRead:
+		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker
+			return scripts.NewBrokenReadKeys(n.keys(prefix, resource, false, "").Lock, token)
+		}
 		return scripts.NewReadKeys(n.keys(prefix, resource, false, "").Lock, token)
 	case ModeWrite:
 		k := n.keys(prefix, resource, cfg.fencing, "")

@@ -37,6 +37,11 @@ if MODE == 'r' then
       arm()
       ok = 1
     end
+  elseif IGNORE_WRITER then
+    -- The negative control's bug only (testhooks.ReaderIgnoresWriter):
+    -- granted beside a writer.
+    redis.call('ZADD', KEYS[3], now() + ttl, token)
+    ok = 1
   end
 else
   if v == token then

@@ -23,8 +23,17 @@ var (
 	//go:embed multi.lua
 	multiSrc string
 
-	readSet  = newRWSet("r")
-	writeSet = newRWSet("w")
+	readSet  = newRWSet("r", false)
+	writeSet = newRWSet("w", false)
+	// brokenReadSet grants readers beside a writer: the negative control
+	// of the chaos checker (NewBrokenReadKeys).
+	// Only its acquire differs: it shares the reader's extend and release
+	// (which Load loads for pipelines).
+	brokenReadSet = func() *scriptSet {
+		b := newRWSet("r", true)
+		b.extend, b.release = readSet.extend, readSet.release
+		return b
+	}()
 	multiSet = &scriptSet{
 		acquire:        newScript("local OP = 'acquire'\n" + multiSrc),
 		acquireGuarded: newScript(guardSrc + "\nlocal OP = 'acquire'\n" + multiSrc),
@@ -39,8 +48,8 @@ type scriptSet struct {
 	acquire, acquireGuarded, extend, release script
 }
 
-func newRWSet(mode string) *scriptSet {
-	head := "local MODE = '" + mode + "'\n" + rwSrc + "\n"
+func newRWSet(mode string, ignoreWriter bool) *scriptSet {
+	head := "local MODE = '" + mode + "'\nlocal IGNORE_WRITER = " + strconv.FormatBool(ignoreWriter) + "\n" + rwSrc + "\n"
 	return &scriptSet{
 		acquire:        newScript(head + rwAcquireSrc),
 		acquireGuarded: newScript(guardSrc + "\n" + head + rwAcquireSrc),
@@ -65,6 +74,12 @@ const (
 // and their lapses. Readers have no fence.
 func NewReadKeys(lock, token string) Keys {
 	return newRWKeys(readSet, lock, "", token)
+}
+
+// NewBrokenReadKeys is NewReadKeys with a reader script that grants
+// beside a writer: for negative controls only (testhooks.ReaderIgnoresWriter).
+func NewBrokenReadKeys(lock, token string) Keys {
+	return newRWKeys(brokenReadSet, lock, "", token)
 }
 
 // NewWriteKeys returns the keys of a writer of the read-write lock on lock,
