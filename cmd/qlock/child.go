@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
 )
 
 // forwarded are the signals qlock passes on to the command's process group.
@@ -120,7 +119,7 @@ func waitChild(pid int, events chan<- childEvent) {
 type job struct {
 	logf   func(format string, args ...any) // -v
 	pgid   int
-	term   lease // an election's term, or a read lock (read.go)
+	term   lease         // an election's term, or a read lock (read.go)
 	margin time.Duration // stop the command when less validity than this is left
 	tty    *os.File      // the controlling terminal; nil without one
 	gave   bool          // the group was made the terminal's foreground group
