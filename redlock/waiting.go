@@ -53,7 +53,13 @@ func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once boo
 	}
 	if !once && queuesFor(cfg.mode) {
 		// Read-write calls record their waiting on the nodes from their
-		// first attempt, without the wake-up queue (rw.lua: fairness).
+		// first attempt (rw.lua: fairness), and listen for the releases
+		// that tell them to attempt now (rw.lua wake; see wait).
+		w, err := c.wake.join(l.token)
+		if err != nil {
+			return nil, err
+		}
+		q.w = w
 		l.waiter = c.queued(l, q.ticket)
 	}
 	return q, nil
@@ -169,6 +175,11 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 		case <-q.timer.C:
 			return nil
 		case <-woken:
+			if queuesFor(q.cfg.mode) {
+				// A read-write release says it may be our turn: nothing
+				// was handed to us, so attempt now (rwlock.go).
+				return nil
+			}
 			// Releases handed us the key: on a majority of nodes, it is
 			// ours (step 9); on fewer, wait for the rest, unless only an
 			// attempt can tell.

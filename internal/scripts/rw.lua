@@ -123,3 +123,32 @@ end
 local function liveReaders()
   return redis.call('ZCARD', KEYS[3])
 end
+
+-- wake tells the waiters whose turn it may be now (after a release): none
+-- while a writer holds the key; else the first waiter in the order if it
+-- is a writer and no reader is live, or the readers before the first
+-- waiting writer. Each is told on its client's channel (wake is
+-- release.lua's wake-up argument: a flag, then the channel prefix) with
+-- its token; the message only makes its waiter attempt at once instead of
+-- after its retry delay. At most 16 are told.
+local function wake(arg)
+  local v = redis.call('GET', KEYS[1])
+  if v ~= false and v ~= MARKER then
+    return
+  end
+  local prefix = string.sub(arg, 2)
+  local live = liveReaders() > 0
+  local es = redis.call('ZRANGE', KEYS[4], 0, 15)
+  for i, e in ipairs(es) do
+    local kind, client, token = string.match(e, '^([rw])([^/]*)/%d+/(.+)$')
+    if kind == 'w' then
+      if i == 1 and not live then
+        redis.pcall('PUBLISH', prefix .. client, token .. ' 0')
+      end
+      return
+    end
+    if kind then
+      redis.pcall('PUBLISH', prefix .. client, token .. ' 0')
+    end
+  end
+end

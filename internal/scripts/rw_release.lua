@@ -8,7 +8,8 @@
 -- attempt giving its grants back between two attempts: it stays queued,
 -- its place kept). With guard ms, the token's guard is set whatever the
 -- key holds, as in release.lua, so a request of ours landing later sets
--- nothing.
+-- nothing. Then the waiters whose turn it may be are told (see wake in
+-- rw.lua), so that they attempt at once.
 prune()
 local token = ARGV[1]
 local me = ''
@@ -37,5 +38,8 @@ if me ~= '' then
 end
 if ARGV[2] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+end
+if r == 1 or me ~= '' then
+  wake(ARGV[4])
 end
 return r
