@@ -44,12 +44,13 @@ func (l *Lock) Mode() Mode {
 // RLock acquires a read lock on resource: it is held together with any
 // number of other read locks of resource, never with a write lock (WLock)
 // or with any other holder of the lock key (a plain Lock, redsync,
-// node-redlock). It blocks — retrying every retry delay (WithRetryDelay;
-// the read-write lock polls, it does not use the wake-up queue) — until
-// granted on a majority, WithRetryCount attempts were made, ctx is done,
-// or the Client is closed. While it waits, a writer that began waiting
-// earlier goes first; readers that came before a waiting writer go before
-// it (see WLock for the rule).
+// node-redlock). It blocks until granted on a majority, WithRetryCount
+// attempts were made, ctx is done, or the Client is closed: it attempts
+// again when a release on a node says it may be its turn (a message on
+// the Client's wake-up channel), and at the latest after the retry delay
+// (WithRetryDelay). While it waits, a writer that began waiting earlier
+// goes first; readers that came before a waiting writer go before it (see
+// WLock for the rule). ctx bounds the call, not the lease.
 //
 // The *Lock it returns is renewed, reported lost (Lost, Context, OnLost,
 // hooks) and unlocked exactly as a plain lock; its Fence is 0 (readers
@@ -62,7 +63,9 @@ func (l *Lock) Mode() Mode {
 // Read and write locks of a resource are keyed beside the lock key of
 // that resource (the readers set and the waiters: see
 // docs/rwlock.md); the argument that no reader majority can coexist with
-// a writer majority is in the package documentation.
+// a writer majority is in the package documentation. A waiter is told to
+// attempt, never handed the lock: unlike Lock's queue (DESIGN step 9),
+// every grant is an attempt's, on a majority.
 func (c *Client) RLock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return c.lock(ctx, resource, withMode(opts, ModeRead), false)
 }
@@ -77,8 +80,9 @@ func (c *Client) TryRLock(ctx context.Context, resource string, opts ...Option) 
 // WLock acquires the write lock on resource: exclusive of every reader
 // and every other writer, and of any holder of the lock key (a plain Lock
 // of resource, redsync or node-redlock on the same key: a writer holds
-// that key itself). It blocks, retrying every retry delay, until granted
-// on a majority, WithRetryCount attempts, ctx done or Close, as RLock.
+// that key itself). It blocks until granted on a majority, WithRetryCount
+// attempts, ctx done or Close, and attempts when told or after the retry
+// delay, as RLock.
 //
 // Fairness, on each node: a waiting call (RLock or WLock, not the Try
 // forms) is recorded with its ticket (the time the call began) and goes
@@ -107,9 +111,10 @@ func (c *Client) TryWLock(ctx context.Context, resource string, opts ...Option) 
 }
 
 // withMode appends the option that makes a call of kind m: last, so that
-// no caller's option undoes it. Read-write calls poll (no wake-up queue:
-// the plain queue hands the lock key to one token, which readers do not
-// have).
+// no caller's option undoes it. Read-write calls do not use the plain
+// wake-up queue (it hands the lock key to one token, which readers do not
+// hold): they record themselves in rw.lua's waiters and are told to
+// attempt (waiting.go).
 func withMode(opts []Option, m Mode) []Option {
 	return append(slices.Clip(opts), optionFunc(func(c *config) {
 		c.mode = m
