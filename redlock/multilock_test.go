@@ -213,3 +213,56 @@ func TestReal_LockAllRestartAndLoss(t *testing.T) {
 		t.Errorf("Unlock deleted another owner's key: %q", got)
 	}
 }
+
+// TestReal_LockAllPaused: a multi-lock holder frozen past its TTL loses
+// the lock by its ValidUntil, and another multi-lock sharing a resource
+// gets it only after that; with a node stopped (SIGSTOP) during the
+// acquire, LockAll is decided by the others in one round.
+func TestReal_LockAllPaused(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	const ttl = 600 * time.Millisecond
+	p := newPauser()
+	a := newClient(t, pausedClients(t, rc, p), WithTTL(ttl))
+	b := newClient(t, rc.Clients(), WithTTL(ttl), WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+	ctx := t.Context()
+	l, err := a.LockAll(ctx, []string{"p1", "p2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.shut()
+	frozen := time.Now()
+	other, err := b.LockAll(ctx, []string{"p2", "p3"})
+	got := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vu := l.ValidUntil(); !vu.Before(got) {
+		t.Errorf("the other multi-lock got p2 %v before the frozen holder's ValidUntil", vu.Sub(got))
+	}
+	if wait := got.Sub(frozen); wait > ttl+2*time.Second {
+		t.Errorf("frozen holder: the other waited %v; want within the TTL %v (+slack)", wait, ttl)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(2 * time.Second):
+		t.Error("frozen multi-lock: Lost() not closed")
+	}
+	p.release()
+	l.Unlock(ctx)
+	other.Unlock(ctx)
+
+	rc.Pause(0)
+	start := time.Now()
+	m, err := b.LockAll(ctx, []string{"p1", "p3"})
+	if err != nil {
+		t.Fatalf("LockAll with a node paused: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("LockAll with a node paused took %v; want one round (node timeout 60ms, +slack)", took)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Errorf("Unlock with a node paused: %v", err)
+	}
+	rc.Resume(0)
+}
