@@ -461,9 +461,16 @@ func TestReal_RWNodePausedMidAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writer after the reader left and the node resumed: %v", err)
 	}
-	// The node's held requests ran late: no reader of ours is left there.
-	if n, _ := rc.Admin(0).ZCard(ctx, "lock:mid"+scripts.ReadersSuffix).Result(); n != 0 {
-		t.Errorf("paused node: %d readers left after it resumed; want 0", n)
+	// The node's held acquire may have run after it resumed (within its
+	// not-after bound): the reader's release, pending with the Client's
+	// retry loop for that node (pauses of up to 1s), takes it out. No
+	// reader of ours is left there for long. 5s: 5× the longest pause.
+	left := func() bool {
+		n, _ := rc.Admin(0).ZCard(ctx, "lock:mid"+scripts.ReadersSuffix).Result()
+		return n == 0
+	}
+	if !eventually(5*time.Second, left) {
+		t.Error("paused node: a reader entry is left 5s after it resumed; want it released")
 	}
 	w.Unlock(ctx)
 }
