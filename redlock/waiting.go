@@ -153,11 +153,14 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 		l.waiter = c.queued(l, q.ticket)
 	}
 	d := q.delay.NextBackOff()
-	if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+	if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum && q.cfg.mode != ModeMulti {
 		// A split vote without a queue: nobody holds the lock on a
 		// majority, but the others that lost it too will retry; a short
 		// random pause breaks the tie sooner than the full retry delay.
 		// (When a majority refused, someone holds it: that is contention.)
+		// Not for a multi-lock: its splits are between overlapping sets,
+		// and a short pause for all of them makes them meet again; the
+		// jittered retry delay spreads them (multilock.go).
 		d = splitPause()
 	}
 	if q.timer == nil {
