@@ -57,7 +57,7 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	}
 	defer c.end()
 	c.noteTimeout(cfg.timeout())
-	if !once {
+	if !once && cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
 		// Fairness within this Client: its Lock calls on one resource take
 		// turns in arrival order, and only the first contends on the
 		// nodes. A goroutine that unlocks and locks again goes to the back.
@@ -165,7 +165,7 @@ func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
 			l.keys[i] = l.keys[i-1]
 			continue
 		}
-		l.keys[i] = c.nodes[i].keys(c.cfg.keyPrefix, resource, cfg.fencing, l.token)
+		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind: rwlock.go
 	}
 	return l, nil
 }

@@ -228,6 +228,8 @@ func (c *Client) checkResource(resource string) error {
 		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
 	case strings.HasSuffix(resource, scripts.QueueSuffix), strings.HasSuffix(resource, scripts.LapseSuffix):
 		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.LapseSuffix)
+	case strings.HasSuffix(resource, scripts.ReadersSuffix), strings.HasSuffix(resource, scripts.RWWaitSuffix), strings.HasSuffix(resource, scripts.RWLapseSuffix):
+		return invalid("resource %q: the suffixes %q, %q and %q are reserved for read-write locks", resource, scripts.ReadersSuffix, scripts.RWWaitSuffix, scripts.RWLapseSuffix)
 	case strings.Contains(resource, scripts.GuardSuffix):
 		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
 	case c.anyCluster && strings.ContainsAny(resource, "{}"):

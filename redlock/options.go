@@ -48,6 +48,10 @@ type config struct {
 	renewBatch    int
 	renewBatchSet bool          // WithRenewBatch was given (invalid per call)
 	restartGuard  time.Duration // 0: off; see WithRestartGuard (guard.go)
+	// mode is the kind of lock of a call (rwlock.go), set by the call,
+	// never by an option; resources are a multi-lock's (multilock.go).
+	mode      Mode
+	resources []string
 }
 
 func defaultConfig() config {

@@ -51,6 +51,17 @@ func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once boo
 		q.w = w
 		l.waiter = c.queued(l, q.ticket)
 	}
+	if !once && queuesFor(cfg.mode) {
+		// Read-write calls record their waiting on the nodes from their
+		// first attempt (rw.lua: fairness), and listen for the releases
+		// that tell them to attempt now (rw.lua wake; see wait).
+		w, err := c.wake.join(l.token)
+		if err != nil {
+			return nil, err
+		}
+		q.w = w
+		l.waiter = c.queued(l, q.ticket)
+	}
 	return q, nil
 }
 
@@ -142,11 +153,14 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 		l.waiter = c.queued(l, q.ticket)
 	}
 	d := q.delay.NextBackOff()
-	if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum {
+	if l.waiter.Member == "" && t.Yes > 0 && t.No < c.quorum && q.cfg.mode != ModeMulti {
 		// A split vote without a queue: nobody holds the lock on a
 		// majority, but the others that lost it too will retry; a short
 		// random pause breaks the tie sooner than the full retry delay.
 		// (When a majority refused, someone holds it: that is contention.)
+		// Not for a multi-lock: its splits are between overlapping sets,
+		// and a short pause for all of them makes them meet again; the
+		// jittered retry delay spreads them (multilock.go).
 		d = splitPause()
 	}
 	if q.timer == nil {
@@ -164,6 +178,11 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 		case <-q.timer.C:
 			return nil
 		case <-woken:
+			if queuesFor(q.cfg.mode) {
+				// A read-write release says it may be our turn: nothing
+				// was handed to us, so attempt now (rwlock.go).
+				return nil
+			}
 			// Releases handed us the key: on a majority of nodes, it is
 			// ours (step 9); on fewer, wait for the rest, unless only an
 			// attempt can tell.

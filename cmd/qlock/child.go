@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/quorumlock/quorumlock/election"
 )
 
 // forwarded are the signals qlock passes on to the command's process group.
@@ -121,7 +119,7 @@ func waitChild(pid int, events chan<- childEvent) {
 type job struct {
 	logf   func(format string, args ...any) // -v
 	pgid   int
-	term   *election.Term
+	term   lease         // an election's term, or a read lock (read.go)
 	margin time.Duration // stop the command when less validity than this is left
 	tty    *os.File      // the controlling terminal; nil without one
 	gave   bool          // the group was made the terminal's foreground group
@@ -145,7 +143,7 @@ type job struct {
 // it continues the group only if the lease is still valid — after the
 // renewal that was due while it was stopped, when less than ttl/3 was left —
 // and kills the group with SIGKILL otherwise.
-func runChild(term *election.Term, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer) child {
+func runChild(term lease, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer) child {
 	j := &job{term: term, margin: c.ttl / 3, logf: func(string, ...any) {}}
 	if c.verbose {
 		j.logf = func(format string, args ...any) {

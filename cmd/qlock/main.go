@@ -103,6 +103,8 @@ Flags (before RESOURCE or NAME):
                       forever (default 0)
   -grace DURATION     run, elect: time between SIGTERM and SIGKILL after a
                       loss (default 10s)
+  -read               run: take a read lock, shared with other -read runs;
+                      a plain run of RESOURCE is its writer (docs/rwlock.md)
   -v                  log what happens to stderr
 
 Exit codes:
@@ -185,6 +187,7 @@ type common struct {
 	cacert   string // PEM file of the CAs to trust for rediss URLs
 	cert     string // PEM file of a client certificate (mutual TLS)
 	key      string // PEM file of its key
+	read     bool   // run -read: under a read lock (read.go)
 }
 
 // waitFlag is -wait: a duration, or "forever" (negative).
@@ -226,6 +229,9 @@ func (c *common) flags(name string, stderr io.Writer, withRun bool) *flag.FlagSe
 		fs.StringVar(&c.identity, "identity", election.DefaultIdentity(), "")
 		fs.Var(&c.wait, "wait", "")
 		fs.DurationVar(&c.grace, "grace", 10*time.Second, "")
+		if name == "run" {
+			fs.BoolVar(&c.read, "read", false, "")
+		}
 	}
 	return fs
 }

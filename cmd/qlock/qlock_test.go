@@ -405,7 +405,7 @@ func TestStatus(t *testing.T) {
 		queued := func() bool {
 			code, out, _ = run(t, rc, "status", "statres")
 			for _, line := range strings.Split(out, "\n")[1:4] {
-				if f := strings.Fields(line); len(f) < 7 || f[len(f)-1] != "1" {
+				if f := strings.Fields(line); len(f) < 8 || f[6] != "1" { // WAITING
 					return false
 				}
 			}
@@ -570,5 +570,37 @@ func TestRun_verboseLogsNoLeadership(t *testing.T) {
 	}
 	if strings.Contains(stderr, "leadership") {
 		t.Errorf("qlock run -v logged an election's leadership:\n%s", stderr)
+	}
+}
+
+// TestRun_read: two qlock run -read share the resource while a plain run
+// (a writer to them) is refused, status shows the readers, and the plain
+// run gets the lock once they are done.
+func TestRun_read(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	dir := t.TempDir()
+	var cmds []*exec.Cmd
+	for i := range 2 {
+		file := filepath.Join(dir, fmt.Sprint(i))
+		cmd, _ := start(t, rc, "run", "-read", "readres", "--", "sh", "-c", fmt.Sprintf(`echo ready >> %s; sleep 30`, file))
+		waitFile(t, file, "ready", 30*time.Second)
+		cmds = append(cmds, cmd)
+	}
+	if code, _, errOut := run(t, rc, "run", "readres", "--", "true"); code != exitNotObtained {
+		t.Errorf("plain run beside two readers: exit %d; want %d\n%s", code, exitNotObtained, errOut)
+	}
+	code, out, _ := run(t, rc, "status", "readres")
+	if code != 0 || !strings.Contains(out, "readers: at least 2") || !strings.Contains(out, " read ") {
+		t.Errorf("status with two readers: exit %d, output:\n%s", code, out)
+	}
+	for _, cmd := range cmds {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		wait(t, cmd, 10*time.Second)
+	}
+	if code, _, errOut := run(t, rc, "run", "-wait", "10s", "readres", "--", "true"); code != 0 {
+		t.Errorf("plain run after the readers: exit %d; want 0\n%s", code, errOut)
+	}
+	if code, _, errOut := run(t, rc, "run", "-read", "readres", "--", "true"); code != 0 {
+		t.Errorf("run -read on a free resource: exit %d; want 0\n%s", code, errOut)
 	}
 }

@@ -27,6 +27,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if c.read {
+		return runRead(&c, resource, command, stdout, stderr) // read.go
+	}
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)

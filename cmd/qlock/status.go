@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -31,6 +33,8 @@ type nodeStatus struct {
 	pttl    time.Duration
 	fence   string
 	waiting int64 // Lock calls queued on this node
+	readers int64 // live read locks (qlock run -read, RLock): the key then holds the readers' marker
+	rwWait  int64 // RLock/WLock calls waiting on this node
 }
 
 // cmdStatus is qlock status: per node raw reads (never printing tokens),
@@ -65,16 +69,20 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDR\tSTATE\tHOLDER\tPTTL\tFENCE\tWAITING")
+	fmt.Fprintln(tw, "NODE\tADDR\tSTATE\tHOLDER\tPTTL\tFENCE\tWAITING\tREADERS")
 	held, free, failed := 0, 0, 0
 	for i, st := range sts {
 		if st.err != nil {
 			failed++
-			fmt.Fprintf(tw, "%d\t%s\terror: %s\t-\t-\t-\t-\n", i, st.addr, oneLine(st.err))
+			fmt.Fprintf(tw, "%d\t%s\terror: %s\t-\t-\t-\t-\t-\n", i, st.addr, oneLine(st.err))
 			continue
 		}
 		state, pttl, holder := "free", "-", "-"
 		switch {
+		case st.held && st.readers > 0:
+			held++
+			state = "read"
+			pttl = st.pttl.Round(time.Millisecond).String()
 		case st.held:
 			held++
 			state = "held"
@@ -88,7 +96,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		if st.pttl < 0 && st.held {
 			pttl = "no TTL"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", i, st.addr, state, holder, pttl, st.fence, st.waiting)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", i, st.addr, state, holder, pttl, st.fence, st.waiting+st.rwWait, st.readers)
 	}
 	tw.Flush()
 
@@ -97,6 +105,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case held >= q:
 		fmt.Fprintf(stdout, "verdict: held by a majority (%d of %d nodes, %d needed)\n", held, n, q)
+		if r := majorityReaders(sts, q); r > 0 {
+			fmt.Fprintf(stdout, "readers: at least %d (read locks; a writer waits for them)\n", r)
+		}
 		if h := majorityHolder(sts, q); h != "" {
 			fmt.Fprintf(stdout, "holder: %s\n", h)
 		}
@@ -151,7 +162,33 @@ func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
 		st.fence = f
 	}
 	st.waiting, _ = n.ZCard(ctx, lock+":queue").Result()
+	// Read-write locks (docs/rwlock.md): live readers beside the key (a
+	// sorted set scored by expiry on the node's clock), and the RLock and
+	// WLock calls waiting.
+	if st.held {
+		if now, err := n.Time(ctx).Result(); err == nil {
+			st.readers, _ = n.ZCount(ctx, lock+scripts.ReadersSuffix, fmt.Sprint(now.UnixMilli()), "+inf").Result()
+		}
+	}
+	st.rwWait, _ = n.ZCard(ctx, lock+scripts.RWWaitSuffix).Result()
 	return st
+}
+
+// majorityReaders returns the most readers a majority of nodes all count
+// (each reader holds on a majority, not necessarily the same one, so this
+// is a lower bound of the readers holding).
+func majorityReaders(sts []nodeStatus, q int) int64 {
+	var rs []int64
+	for _, st := range sts {
+		if st.err == nil {
+			rs = append(rs, st.readers)
+		}
+	}
+	if len(rs) < q {
+		return 0
+	}
+	slices.Sort(rs)
+	return rs[len(rs)-q]
 }
 
 // majorityHolder returns the identity a majority of nodes name, if any.

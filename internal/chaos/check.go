@@ -148,7 +148,8 @@ type CheckOptions struct {
 // Check checks a history:
 //
 //   - holds are intervals [Start, End], End = min(Unlock, Lost(), OnLost,
-//     ValidUntil); two holds of one resource that intersect are an overlap;
+//     ValidUntil); two holds of one resource that intersect are an overlap,
+//     unless both are read locks (Hold.Shared);
 //
 //   - sorted by Start, each hold's fencing token must exceed every earlier
 //     hold's of the same resource (when tokens are in use);
@@ -207,7 +208,9 @@ func Check(s Snapshot, o CheckOptions) Result {
 		slices.SortFunc(hs, func(a, b Hold) int { return a.Start.Compare(b.Start) })
 		var top int64
 		for i, a := range hs {
-			if a.Fence != 0 || top != 0 {
+			if a.Shared {
+				// Readers have no fence; they are not in the token order.
+			} else if a.Fence != 0 || top != 0 {
 				if i > 0 && a.Fence <= top {
 					r.TokenOrderViolations++
 					example("token order: %s hold %d (client %d) started %s with token %d, not above %d",
@@ -220,8 +223,8 @@ func Check(s Snapshot, o CheckOptions) Result {
 				if !b.Start.Before(aEnd) {
 					break // sorted by start: no later hold can overlap a
 				}
-				if b.End().Before(b.Start) {
-					continue
+				if b.End().Before(b.Start) || (a.Shared && b.Shared) {
+					continue // readers share (rwlock profiles)
 				}
 				r.Overlaps++
 				d := earlier(aEnd, b.End()).Sub(b.Start)

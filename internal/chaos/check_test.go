@@ -18,6 +18,7 @@ func TestCheck(t *testing.T) {
 		}
 		return h
 	}
+	shared := func(h Hold) Hold { h.Shared = true; return h }
 	// seen is a sighting of hold's key on node, read at ms, last written
 	// age ms before.
 	seen := func(hold, node, ms, age int) Sighting {
@@ -49,6 +50,16 @@ func TestCheck(t *testing.T) {
 				hold(1, 1, "s", 1, 50, 150, 550),
 			}},
 			want: Result{Acquisitions: 2},
+		},
+		{
+			name: "read holds share; a write hold with a read hold is an overlap",
+			s: Snapshot{Holds: []Hold{
+				shared(hold(0, 0, "r", 0, 0, 100, 500)),
+				shared(hold(1, 1, "r", 0, 50, 150, 550)),
+				hold(2, 2, "r", 3, 140, 300, 700),
+				hold(3, 3, "r", 4, 301, 400, 800),
+			}},
+			want: Result{Acquisitions: 4, Overlaps: 1, MaxOverlap: 10 * time.Millisecond},
 		},
 		{
 			name: "overlap: the second starts before the first's unlock",

@@ -75,6 +75,12 @@
 //     that a client waits for in Lock, the next hold must begin within the
 //     bound; a handover that a frozen grantee held for its whole TTL (the
 //     library before the short reservation) fails it.
+//   - The rwlock profile (issue 24) runs read-write locks, readers:writers
+//     9:1 (Config.RW), under the minority nemesis: two read holds
+//     (Hold.Shared) may overlap, a write hold and any other may not;
+//     readers have no fence and do not write to the register. Its negative
+//     control, rwlock-reader-ignores-writer, grants readers beside a writer
+//     (testhooks.ReaderIgnoresWriter) and must show overlaps.
 //
 // After a run, every client is closed and every fault undone, and the
 // nodes are scanned for lock keys left behind. The package's tests check

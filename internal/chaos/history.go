@@ -15,6 +15,9 @@ type Hold struct {
 	Client   int
 	Resource string
 	Fence    int64
+	// Shared is set for a read lock (rwlock profiles): two shared holds
+	// may overlap; a shared hold and any other may not.
+	Shared bool
 	// Start is when Lock returned the lock.
 	Start time.Time
 	// ValidAtReturn is Valid() read at Start, ValidLeft ValidUntil − Start
@@ -139,7 +142,7 @@ func (h *History) begin(client int, l *redlock.Lock, start time.Time, valid bool
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hd := &Hold{ID: len(h.holds), Client: client, Resource: l.Resource(), Fence: l.Fence(), Start: start,
-		ValidAtReturn: valid, ValidLeft: validUntil.Sub(start)}
+		ValidAtReturn: valid, ValidLeft: validUntil.Sub(start), Shared: l.Mode() == redlock.ModeRead}
 	if t, ok := h.onLost[l]; ok {
 		hd.OnLostAt = t
 		delete(h.onLost, l)

@@ -29,7 +29,10 @@ type Config struct {
 	// hold of its resource while a client waits in Lock on it (see
 	// CheckOptions.WaitBound); profiles set it.
 	WaitBound time.Duration
-	Weights   Weights // minority nemesis; default DefaultWeights
+	// RW makes the workers take read-write locks, readers:writers 9:1
+	// (readers do not write to the register); profiles set it.
+	RW      bool
+	Weights Weights // minority nemesis; default DefaultWeights
 	// Logf receives the harness's diagnostics; default none.
 	Logf func(format string, args ...any)
 }
@@ -105,6 +108,14 @@ func Profiles() []Profile {
 				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.late(ctx, true) })
 			},
 		},
+		{
+			Name: "rwlock", Safe: true, Share: 0.15, MinTTLs: 4,
+			About:  "read-write locks, readers:writers 9:1, fenced register written by writers only; the minority nemesis (pauses, kills and restarts, latency, cuts, resets of at most 2 of 5 nodes, holders paused past their TTL): no writer may hold with a reader or another writer",
+			adjust: func(c *Config) { c.Fenced, c.RW = true, true },
+			run: func(ctx context.Context, e *env) error {
+				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { n.minority(ctx) })
+			},
+		},
 		frozenProfile(),
 		{
 			Name: "pause-fenced", Safe: true, Share: 0.05,
@@ -132,6 +143,20 @@ func Profiles() []Profile {
 			adjust: func(c *Config) { c.Fenced = true },
 			run: func(ctx context.Context, e *env) error {
 				return runUnguarded(ctx, e, &testhooks.SkipNotAfter)
+			},
+		},
+		{
+			Name: "rwlock-reader-ignores-writer", Safe: false, Share: 0.05, MinTTLs: 4,
+			About: "negative: the rwlock profile without faults, with a reader script that grants beside a writer (testhooks.ReaderIgnoresWriter): a reader holds with a writer",
+			adjust: func(c *Config) {
+				c.Fenced, c.RW = true, true
+				// Long writer holds, so that readers arrive meanwhile.
+				c.HoldMin = c.TTL / 2
+			},
+			run: func(ctx context.Context, e *env) error {
+				testhooks.ReaderIgnoresWriter.Store(true)
+				defer testhooks.ReaderIgnoresWriter.Store(false)
+				return runWorkers(ctx, e, func(ctx context.Context, n *nemesis) { <-ctx.Done() })
 			},
 		},
 		{

@@ -64,12 +64,20 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 		l   *redlock.Lock
 		err error
 	)
+	lockFn, tryFn := w.cl.Lock, w.cl.TryLock
+	if w.e.cfg.RW {
+		// Read-write locks, readers:writers 9:1 (issue 24).
+		lockFn, tryFn = w.cl.WLock, w.cl.TryWLock
+		if w.rng.IntN(10) != 0 {
+			lockFn, tryFn = w.cl.RLock, w.cl.TryRLock
+		}
+	}
 	if try {
-		l, err = w.cl.TryLock(ctx, resource)
+		l, err = tryFn(ctx, resource)
 	} else {
 		w.e.waiting.Add(1)
 		start := time.Now()
-		l, err = w.cl.Lock(ctx, resource)
+		l, err = lockFn(ctx, resource)
 		w.e.hist.wait(Wait{Resource: resource, Start: start, End: time.Now()})
 		w.e.waiting.Add(-1)
 	}
@@ -108,8 +116,12 @@ func outcome(err error) string {
 	return "error"
 }
 
-// write offers one write to the register with this hold's token.
+// write offers one write to the register with this hold's token. A read
+// lock does not write (it is not fenced): it returns false.
 func (h *held) write(zombie bool) bool {
+	if h.l.Mode() == redlock.ModeRead {
+		return false
+	}
 	return h.w.e.reg.Write(h.l.Resource(), h.w.id, h.id, h.l.Fence(), zombie)
 }
 

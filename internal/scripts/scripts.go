@@ -40,6 +40,10 @@ var (
 	release = newScript(queueSrc + releaseSrc)
 	exists  = newScript(existsSrc)
 	fenced  = newScript(fencedSetSrc)
+
+	// plainSet is the plain lock's scripts; Keys of other kinds carry
+	// their own (rwkeys.go).
+	plainSet = &scriptSet{acquire: acquire, acquireGuarded: acquireGuarded, extend: extend, release: release}
 )
 
 // script is a Lua script whose EVALSHA command head is boxed once.
@@ -128,6 +132,9 @@ type Keys struct {
 	com   []string
 	// The same, boxed once for the commands, each behind its count.
 	acqv, extv, relv []any
+	// set is the scripts of this kind of lock; nil: the plain lock's
+	// (read-write and multi-resource locks: rwkeys.go).
+	set *scriptSet
 }
 
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
@@ -245,7 +252,7 @@ func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
 // so *notAfter must not change until the call returns; a pointer (not a
 // boxed int64) lets a round keep the bounds of all its nodes in one slice.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
-	v, err := acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
+	v, err := k.kind().acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -306,7 +313,8 @@ type Prepared struct {
 // PrepareExtend prepares Extend(k, token, ttl, t); run it with
 // Prepared.Extend.
 func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
-	return Prepared{s: extend, keys: k.ext, cmd: extend.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
+	s := k.kind().extend
+	return Prepared{s: s, keys: k.ext, cmd: s.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
 }
 
 // Extend runs a call prepared by PrepareExtend on c, as Extend does, with
@@ -323,7 +331,7 @@ func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64)
 // first (Load), or redo the commands that fail with NOSCRIPT after loading
 // it. Read the outcome with ExtendResult after Exec.
 func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64, notAfter *int64) *redis.Cmd {
-	return extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
+	return k.kind().extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
 }
 
 // ExtendResult reads the outcome of a command queued by ExtendCmd.
@@ -351,12 +359,20 @@ const (
 	ReleaseScript
 )
 
-// Load loads a script on a node (SCRIPT LOAD), for pipelines of EVALSHA.
+// Load loads a script on a node (SCRIPT LOAD), for pipelines of EVALSHA:
+// the script of every kind of lock (plain, reader, writer, multi), as one
+// pipeline may carry them all.
 func Load(ctx context.Context, c redis.Scripter, s Script) error {
-	if s == ReleaseScript {
-		return release.Load(ctx, c).Err()
+	for _, set := range []*scriptSet{plainSet, readSet, writeSet, multiSet} {
+		sc := set.extend
+		if s == ReleaseScript {
+			sc = set.release
+		}
+		if err := sc.Load(ctx, c).Err(); err != nil {
+			return err
+		}
 	}
-	return extend.Load(ctx, c).Err()
+	return nil
 }
 
 // IsNoScript reports whether err is a node's NOSCRIPT reply.
@@ -394,14 +410,14 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard 
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
 func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	return parseReleased(release.run(ctx, c, k.rel, k.relv, args).Int64())
+	return parseReleased(k.kind().release.run(ctx, c, k.rel, k.relv, args).Int64())
 }
 
 // ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),
 // with arguments from ReleaseArgs (not yielding). Read the outcome with
 // ReleaseResult after Exec.
 func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, args []any) *redis.Cmd {
-	return release.EvalSha(ctx, p, k.rel, args...)
+	return k.kind().release.EvalSha(ctx, p, k.rel, args...)
 }
 
 // ReleaseResult reads the outcome of a command queued by ReleaseCmd.

@@ -33,3 +33,9 @@ var AfterHold atomic.Pointer[func(resource string)]
 // held on a node past its deadline can then set the key again after the
 // guard expired.
 var SkipNotAfter atomic.Bool
+
+// ReaderIgnoresWriter makes read locks use a reader script that grants
+// beside a writer's token in the lock key (it leaves the key alone): a
+// reader and a writer then hold together, which the chaos checker's
+// rwlock profile must catch (issue 24).
+var ReaderIgnoresWriter atomic.Bool

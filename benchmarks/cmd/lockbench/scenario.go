@@ -58,6 +58,9 @@ type scenario struct {
 	// library, each its own instance (a Client of its own, like a process
 	// of its own), over the same nodes.
 	runMany func(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error
+	// only, when set, names the one library that takes part (a scenario of
+	// an API the others lack: rwlock).
+	only string
 }
 
 var scenarios = []scenario{
@@ -103,6 +106,14 @@ var scenarios = []scenario{
 		about:      "-clients goroutines Lock+Unlock a resource each",
 		concurrent: true,
 		run:        runParallel,
+	},
+	{
+		name:       "rwlock",
+		about:      "-clients goroutines, readers:writers 9:1, RLock/WLock+Unlock -resources resources; sample = wait in RLock or WLock (quorumlock only: rwlock.go)",
+		waits:      true,
+		concurrent: true,
+		only:       "quorumlock",
+		run:        runRWLock,
 	},
 	{
 		name:      "minority",

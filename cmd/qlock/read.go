@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// lease is what runChild needs of what the command runs under: an
+// election's term (qlock run, elect) or a read lock (qlock run -read).
+type lease interface {
+	Fence() int64
+	ValidUntil() time.Time
+	Context() context.Context
+	Leader() election.Leader
+}
+
+var _ lease = (*election.Term)(nil)
+
+// readLease is a read lock as a lease: readers write no identity on the
+// nodes, so Leader is this process's own.
+type readLease struct {
+	*redlock.Lock
+	identity string
+}
+
+func (r readLease) Leader() election.Leader { return election.Leader{Identity: r.identity} }
+
+// runRead is qlock run -read: the command runs under a read lock of
+// resource, shared with other readers and excluded by writers (a plain
+// qlock run of the same resource holds its lock key, so it is a writer
+// to them). Waiting, renewal, loss and release are as for qlock run.
+func runRead(c *common, resource string, command []string, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 8)
+	notifySignals(sigs)
+	defer signal.Stop(sigs)
+
+	dctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	client, nodes, err := c.connect(dctx, stderr)
+	cancel()
+	if err != nil {
+		return fail(stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
+	}
+	defer closeNodes(nodes)
+	defer client.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if c.wait.d > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.wait.d)
+		defer cancel()
+	}
+	var (
+		l    *redlock.Lock
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		if c.wait.d == 0 {
+			l, err = client.TryRLock(ctx, resource, redlock.WithTTL(c.ttl)) // one attempt, like flock -n
+		} else {
+			l, err = client.RLock(ctx, resource, redlock.WithTTL(c.ttl))
+		}
+	}()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case sig := <-sigs:
+			if isJobStop(sig.(syscall.Signal)) {
+				stopSelf(true)
+				continue
+			}
+			cancel()
+			<-done
+			if l != nil {
+				l.Unlock(context.Background())
+			}
+			fmt.Fprintf(stderr, "qlock: %s: stopped by %v while waiting for the read lock\n", resource, sig)
+			return 128 + int(sig.(syscall.Signal))
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redlock.ErrNoQuorum) {
+			err = errors.Join(redlock.ErrNotObtained, err)
+		}
+		return fail(stderr, exitFor(err), fmt.Errorf("%s: read lock: %w", resource, err))
+	}
+	res := runChild(readLease{l, c.identity}, resource, command, c, sigs, stderr)
+	uctx, ucancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer ucancel()
+	if err := l.Unlock(uctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		fail(stderr, 0, fmt.Errorf("%s: release: %w", resource, err))
+	}
+	return res.code
+}
