@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -76,7 +77,7 @@ type Profile struct {
 
 // Profiles returns every profile, safe ones first.
 func Profiles() []Profile {
-	return []Profile{
+	ps := []Profile{
 		{
 			Name: "minority", Safe: true, Share: 0.4, MinTTLs: 4,
 			About:  "C clients × R resources, fenced register; the nemesis pauses (SIGSTOP), kills and restarts after the TTL, slows, cuts and resets at most 2 of 5 nodes at a time, and pauses holders past their TTL",
@@ -141,6 +142,18 @@ func Profiles() []Profile {
 			run:    runPause,
 		},
 	}
+	ps = append(ps, semaphoreProfiles()...)
+	// Safe ones first.
+	slices.SortStableFunc(ps, func(a, b Profile) int {
+		switch {
+		case a.Safe == b.Safe:
+			return 0
+		case a.Safe:
+			return -1
+		}
+		return 1
+	})
+	return ps
 }
 
 // Plan splits a total duration among profiles by their shares.
