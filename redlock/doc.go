@@ -20,6 +20,20 @@
 // enforced by the fan-out either way, but only then does go-redis also free
 // the connection of a request that timed out.
 //
+// # Handover, introspection and a hold cap
+//
+// A lock can change hands between processes: the holder calls
+// [Lock.Detach] (renewal stops, its Client forgets the lock and will not
+// release it) and passes Resource and Token to another process, whose
+// [Client.Resume] takes it over with one round: it succeeds only when a
+// majority of nodes still hold that token, so it can never revive a lock
+// that expired or was released (a node that lost the key is healed only
+// then, as a renewal heals it). Between Detach and Resume the lock is
+// renewed by nobody: Resume must come within the TTL. [Client.Held] lists
+// the locks a Client holds now. [WithMaxHold] caps how long a lock is held:
+// after it, renewal stops and the lock is lost with a cause matching
+// [ErrMaxHold].
+//
 // # Semaphores
 //
 // [Client.Semaphore] gives K permits on the Client's N nodes. Permit i is an

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
@@ -77,6 +78,9 @@ type Lock struct {
 	// capTimer ends the lock at its WithMaxHold cap (nil: none); set by
 	// watch, stopped when the lock ends.
 	capTimer *time.Timer
+	// detached is set by Detach (handover.go): Unlock must not release a
+	// lock handed to another process.
+	detached atomic.Bool
 	// starts are when this token's latest attempts began, by attempt
 	// number (a ring): a handoff that names an attempt was set after it
 	// began (see handedUntil). Set by the call's goroutine.
