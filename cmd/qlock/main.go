@@ -320,28 +320,19 @@ func (c *common) tlsOptions() ([]redlock.Option, error) {
 	return []redlock.Option{redlock.WithTLSConfig(cfg)}, nil
 }
 
-// connect dials the nodes (redlock.Dial: it checks them with PING) and
-// builds the plain node clients the election reads and writes its identity
-// keys with. The caller closes both.
-func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, []redis.UniversalClient, error) {
+// connect dials the nodes (redlock.Dial: it checks them with PING); the
+// election reads and writes its identity keys on the Client's own nodes.
+// The caller closes the Client.
+func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, error) {
 	tlsOpts, err := c.tlsOptions()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", redlock.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: %v", redlock.ErrInvalidArgument, err)
 	}
 	opts := append([]redlock.Option{redlock.WithTTL(c.ttl), redlock.WithKeyPrefix(c.prefix)}, tlsOpts...)
 	if l := c.logger(stderr); l != nil {
 		opts = append(opts, redlock.WithLogger(l))
 	}
-	client, err := redlock.Dial(ctx, c.urls(), opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	nodes, err := redlock.NodeClients(c.urls(), tlsOpts...)
-	if err != nil {
-		client.Close()
-		return nil, nil, err
-	}
-	return client, nodes, nil
+	return redlock.Dial(ctx, c.urls(), opts...)
 }
 
 func closeNodes(nodes []redis.UniversalClient) {

@@ -124,7 +124,7 @@ func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.
 func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.Term, int) {
 	if s.e == nil {
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		client, nodes, err := s.c.connect(dctx, s.stderr)
+		client, err := s.c.connect(dctx, s.stderr)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -132,10 +132,7 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 			}
 			return nil, fail(s.stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
 		}
-		s.closer = func() {
-			client.Close()
-			closeNodes(nodes)
-		}
+		s.closer = func() { client.Close() }
 		opts := []election.Option{election.WithIdentity(s.c.identity), election.WithKeyPrefix(s.c.prefix),
 			election.WithLockOptions(s.lockOpts...)}
 		// A plain run logs its lock through redlock.WithLogger (connect);
@@ -144,7 +141,7 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 			opts = append(opts, election.WithLogger(l))
 		}
 		s.client = client
-		if s.e, err = election.New(client, nodes, s.name, opts...); err != nil {
+		if s.e, err = election.New(client, s.name, opts...); err != nil {
 			return nil, fail(s.stderr, exitUsage, err)
 		}
 	}
