@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/quorumlock/quorumlock/election"
 )
 
 // forwarded are the signals qlock passes on to the command's process group.
@@ -117,11 +115,19 @@ func waitChild(pid int, events chan<- childEvent) {
 	}
 }
 
+// lease is what a command runs under: an election's term, or a
+// semaphore's permit (a *redlock.Lock).
+type lease interface {
+	Fence() int64
+	ValidUntil() time.Time
+	Context() context.Context
+}
+
 // job is the command's process group while it runs under a term.
 type job struct {
 	logf   func(format string, args ...any) // -v
 	pgid   int
-	term   *election.Term
+	term   lease
 	margin time.Duration // stop the command when less validity than this is left
 	tty    *os.File      // the controlling terminal; nil without one
 	gave   bool          // the group was made the terminal's foreground group
@@ -145,7 +151,9 @@ type job struct {
 // it continues the group only if the lease is still valid — after the
 // renewal that was due while it was stopped, when less than ttl/3 was left —
 // and kills the group with SIGKILL otherwise.
-func runChild(term *election.Term, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer) child {
+//
+// identity is QLOCK_IDENTITY; env holds more variables for the command.
+func runChild(term lease, identity, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer, env ...string) child {
 	j := &job{term: term, margin: c.ttl / 3, logf: func(string, ...any) {}}
 	if c.verbose {
 		j.logf = func(format string, args ...any) {
@@ -167,8 +175,9 @@ func runChild(term *election.Term, resource string, command []string, c *common,
 		"QLOCK_RESOURCE="+resource,
 		"QLOCK_FENCE="+strconv.FormatInt(term.Fence(), 10),
 		"QLOCK_VALID_UNTIL="+term.ValidUntil().UTC().Format(time.RFC3339Nano),
-		"QLOCK_IDENTITY="+term.Leader().Identity,
+		"QLOCK_IDENTITY="+identity,
 	)
+	cmd.Env = append(cmd.Env, env...)
 	// Its own process group, so that a loss stops the command and all it
 	// started, and so that qlock stays between the shell's SIGCONT and the
 	// command (see suspend). The reaper ends the group if qlock dies.

@@ -17,6 +17,9 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if c.permits != 0 {
+		return fail(stderr, exitUsage, fmt.Errorf("elect: -n is for run and status (see qlock help)"))
+	}
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
@@ -29,7 +32,7 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 		if term == nil {
 			return code
 		}
-		res := runChild(term, name, command, &c, sigs, stderr)
+		res := runChild(term, term.Leader().Identity, name, command, &c, sigs, stderr)
 		s.resign(term)
 		if res.lost == nil {
 			return res.code

@@ -30,6 +30,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
+	if c.permits > 0 {
+		return runPermit(&c, resource, command, sigs, stderr) // permit.go
+	}
 
 	lockOpts := []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}
 	if c.wait.d == 0 {
@@ -41,7 +44,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if term == nil {
 		return code
 	}
-	res := runChild(term, resource, command, &c, sigs, stderr)
+	res := runChild(term, term.Leader().Identity, resource, command, &c, sigs, stderr)
 	s.resign(term)
 	return res.code
 }
