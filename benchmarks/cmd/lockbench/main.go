@@ -292,7 +292,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var jobs []job
 	for _, s := range selScen {
 		for _, l := range selLibs {
-			if (s.waits && !l.Waits) || (s.multiNode && l.MaxNodes == 1) || (s.noFloor && l.Name == "floor") {
+			if (s.waits && !l.Waits) || (s.multiNode && l.MaxNodes == 1) || (s.noFloor && l.Name == "floor") || (s.only != "" && l.Name != s.only) {
 				continue
 			}
 			jobs = append(jobs, job{s, l})

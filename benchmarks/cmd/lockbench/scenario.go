@@ -53,7 +53,9 @@ type scenario struct {
 	// noFloor: the floor takes no part (it sets the key on every node, so
 	// a faulty node fails it).
 	noFloor bool
-	run     func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+	// only: only this library takes part (quorumlock's own types).
+	only string
+	run  func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
 	// runMany, when set, replaces run: it gets -clients lockers of the
 	// library, each its own instance (a Client of its own, like a process
 	// of its own), over the same nodes.
@@ -111,6 +113,7 @@ var scenarios = []scenario{
 		noFloor:   true,
 		run:       runMinority,
 	},
+	semaphoreScenario, permitScenario, trylockScenario, // semaphore.go
 }
 
 func scenarioNames() []string {
