@@ -13,9 +13,11 @@ import (
 func TestResume_handover(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	ttl := 300 * time.Millisecond
-	scheduler := newClient(t, nodes, WithTTL(ttl))
-	worker := newClient(t, nodes)
+	// A TTL a loaded machine keeps renewed: node timeout 300ms.
+	ttl := 1500 * time.Millisecond
+	opts := []Option{WithTTL(ttl), WithNodeTimeout(300 * time.Millisecond), WithRenewInterval(500 * time.Millisecond)}
+	scheduler := newClient(t, nodes, opts...)
+	worker := newClient(t, nodes, opts...)
 	l, err := scheduler.Lock(t.Context(), "job:7")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +34,7 @@ func TestResume_handover(t *testing.T) {
 	if err := l.Detach(); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("second Detach = %v; want ErrNotHeld", err)
 	}
-	w, err := worker.Resume(t.Context(), l.Resource(), l.Token(), WithTTL(ttl))
+	w, err := worker.Resume(t.Context(), l.Resource(), l.Token())
 	if err != nil {
 		t.Fatalf("Resume = %v", err)
 	}
@@ -46,10 +48,10 @@ func TestResume_handover(t *testing.T) {
 	if err := scheduler.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The worker renews it past several TTLs.
-	time.Sleep(4 * ttl)
+	// The worker renews it past its TTL.
+	time.Sleep(2 * ttl)
 	if ok, err := worker.IsLocked(t.Context(), "job:7"); !ok || err != nil || !w.Valid() {
-		t.Errorf("after 4×TTL: IsLocked = %v, %v, Valid %v; want held, renewed by the worker", ok, err, w.Valid())
+		t.Errorf("after 2×TTL: IsLocked = %v, %v, Valid %v; want held, renewed by the worker", ok, err, w.Valid())
 	}
 	if err := w.Unlock(t.Context()); err != nil {
 		t.Fatalf("worker Unlock = %v", err)
@@ -62,7 +64,7 @@ func TestResume_handover(t *testing.T) {
 func TestResume_refused(t *testing.T) {
 	t.Parallel()
 	ms, nodes := miniNodes(t, 3)
-	c := newClient(t, nodes, WithTTL(time.Second))
+	c := newClient(t, nodes, WithTTL(10*time.Second), WithNodeTimeout(2*time.Second))
 	keysOf := func(key string) int {
 		n := 0
 		for _, m := range ms {
@@ -82,13 +84,13 @@ func TestResume_refused(t *testing.T) {
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		other := newClient(t, nodes)
-		l, err := other.Lock(t.Context(), "r2", WithTTL(200*time.Millisecond), WithAutoRenew(false))
+		other := newClient(t, nodes, WithNodeTimeout(300*time.Millisecond))
+		l, err := other.Lock(t.Context(), "r2", WithTTL(time.Second), WithAutoRenew(false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Detach()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(1200 * time.Millisecond)
 		if _, err := c.Resume(t.Context(), "r2", l.Token()); !errors.Is(err, ErrNotHeld) {
 			t.Errorf("Resume(expired) = %v; want ErrNotHeld", err)
 		}
@@ -127,13 +129,13 @@ func TestResume_refused(t *testing.T) {
 func TestResume_noQuorum(t *testing.T) {
 	t.Parallel()
 	ms, nodes := miniNodes(t, 3)
-	a := newClient(t, nodes)
+	a := newClient(t, nodes, WithNodeTimeout(2*time.Second))
 	l, err := a.Lock(t.Context(), "nq")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Detach()
-	b := newClient(t, nodes)
+	b := newClient(t, nodes, WithNodeTimeout(2*time.Second))
 	ms[1].SetError("LOADING")
 	ms[2].SetError("LOADING")
 	_, err = b.Resume(t.Context(), "nq", l.Token())
@@ -155,7 +157,7 @@ func TestResume_noQuorum(t *testing.T) {
 func TestClient_Held(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	c := newClient(t, nodes)
+	c := newClient(t, nodes, WithNodeTimeout(2*time.Second))
 	if got := c.Held(); len(got) != 0 {
 		t.Errorf("Held() = %d locks; want none", len(got))
 	}

@@ -20,9 +20,12 @@ func TestWithMaxHold_lostWithCause(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
 	ext := &extendCount{}
-	c := newClient(t, nodes, WithTTL(600*time.Millisecond), WithHooks(ext))
+	// TTL 3s, renewed every second, node timeout 500ms: a loaded machine
+	// keeps it renewed until the cap.
+	ttl := 3 * time.Second
+	c := newClient(t, nodes, WithTTL(ttl), WithNodeTimeout(500*time.Millisecond), WithRenewInterval(time.Second), WithHooks(ext))
 	onLost := make(chan error, 1)
-	const holdCap = 500 * time.Millisecond
+	const holdCap = 1500 * time.Millisecond
 	start := time.Now()
 	l, err := c.Lock(t.Context(), "capped", WithMaxHold(holdCap), WithOnLost(func(_ *Lock, err error) { onLost <- err }))
 	if err != nil {
@@ -31,13 +34,13 @@ func TestWithMaxHold_lostWithCause(t *testing.T) {
 	select {
 	case <-l.Lost():
 	case <-time.After(10 * time.Second):
-		t.Fatal("not lost within 10s of a 500ms cap")
+		t.Fatal("not lost within 10s of a 1.5s cap")
 	}
 	if d := time.Since(start); d < holdCap {
 		t.Errorf("lost after %v; want ≥ the cap %v", d, holdCap)
 	}
 	if ext.n.Load() == 0 {
-		t.Errorf("no renewal before the cap; want the lock renewed until then (TTL 600ms, cap 500ms)")
+		t.Errorf("no renewal before the cap; want the lock renewed until then (renewed every 1s, cap 1.5s)")
 	}
 	cause := context.Cause(l.Context())
 	if !errors.Is(cause, ErrMaxHold) || !errors.Is(cause, ErrLockLost) {
@@ -60,8 +63,8 @@ func TestWithMaxHold_lostWithCause(t *testing.T) {
 	if ok, err := c.IsLocked(t.Context(), "capped"); err != nil || !ok {
 		t.Errorf("IsLocked right after the cap = %v, %v; want true: the key stays until its TTL", ok, err)
 	}
-	if !eventually(10*time.Second, func() bool { ok, _ := c.IsLocked(t.Context(), "capped"); return !ok }) {
-		t.Errorf("key still held 10s after the cap; want it gone within its 600ms TTL")
+	if !eventually(5*ttl, func() bool { ok, _ := c.IsLocked(t.Context(), "capped"); return !ok }) {
+		t.Errorf("key still held 5×TTL after the cap; want it gone within its TTL")
 	}
 	if got := ext.n.Load(); got != n {
 		t.Errorf("%d renewals after the cap; want 0", got-n)
@@ -72,7 +75,7 @@ func TestWithMaxHold_lostWithCause(t *testing.T) {
 func TestWithMaxHold_unlockedBeforeCap(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	c := newClient(t, nodes, WithMaxHold(200*time.Millisecond))
+	c := newClient(t, nodes, WithMaxHold(200*time.Millisecond), WithNodeTimeout(2*time.Second))
 	l, err := c.Lock(t.Context(), "early")
 	if err != nil {
 		t.Fatal(err)

@@ -183,7 +183,7 @@ func (s *Semaphore) try(ctx context.Context, opts []Option) (*Lock, error) {
 	if got != nil {
 		return got, nil
 	}
-	return nil, s.verdict(errs)
+	return nil, s.verdict(ctx, errs)
 }
 
 // contended reports whether err leaves other permits worth trying: the
@@ -194,14 +194,20 @@ func contended(err error) bool {
 
 // verdict is the error of an acquire that got no permit: ErrNotObtained
 // when every permit was refused by its holder, else the first error that is
-// not (a permit that too few nodes answered for may be free).
-func (s *Semaphore) verdict(errs []error) error {
+// not (a permit that too few nodes answered for may be free); joined with
+// ctx's error when ctx ended.
+func (s *Semaphore) verdict(ctx context.Context, errs []error) error {
+	err := fmt.Errorf("%w: semaphore %q: all %d permits are held", ErrNotObtained, s.name, len(s.slots))
 	for _, e := range errs {
 		if !errors.Is(e, ErrNotObtained) {
-			return fmt.Errorf("semaphore %q: %w", s.name, e)
+			err = fmt.Errorf("semaphore %q: %w", s.name, e)
+			break
 		}
 	}
-	return fmt.Errorf("%w: semaphore %q: all %d permits are held", ErrNotObtained, s.name, len(s.slots))
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = errors.Join(err, ctx.Err())
+	}
+	return err
 }
 
 // giveBack releases permits granted to a fan-out beyond the one it keeps,
@@ -238,24 +244,38 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 	opts = s.callOpts(opts)
 	l, err := s.try(ctx, opts)
 	if err == nil || !contended(err) || ctx.Err() != nil {
-		if ctx.Err() != nil && err != nil && !errors.Is(err, ctx.Err()) {
-			err = errors.Join(err, ctx.Err())
-		}
 		return l, err
+	}
+	// The verdict of the last round that ended before ctx did: a call cut
+	// short by ctx says nothing about the nodes (as in Lock), so when ctx
+	// ends while all permits are held, the caller learns ErrNotObtained,
+	// not an outage.
+	verdict := err
+	settled := func(err error) error {
+		if ctx.Err() != nil && verdict != nil {
+			return errors.Join(verdict, ctx.Err())
+		}
+		return err
 	}
 	// In line: the waiters' lock orders the waiters and keeps all but one
 	// off the permits. It protects nothing: safety comes from the permits
 	// alone, so its loss only lets a second waiter onto the permits.
 	line, err := s.c.Lock(ctx, s.turnstile, append(opts[:len(opts):len(opts)], WithFencing(false), WithMaxHold(0), WithOnLost(nil))...)
 	if err != nil {
-		return nil, err
+		return nil, settled(err)
 	}
 	defer func() { _ = line.Unlock(context.WithoutCancel(ctx)) }()
 	// A permit may have come free while we waited in line.
-	if l, err := s.try(ctx, opts); err == nil || !contended(err) || ctx.Err() != nil {
+	if l, err := s.try(ctx, opts); err == nil || !contended(err) {
 		return l, err
+	} else if ctx.Err() == nil {
+		verdict = err
 	}
-	return s.wait(ctx, opts)
+	l, err = s.wait(ctx, opts)
+	if err != nil {
+		return nil, settled(err)
+	}
+	return l, nil
 }
 
 // wait is the head waiter's wait: a Lock call on every permit at once,
@@ -296,11 +316,7 @@ func (s *Semaphore) wait(ctx context.Context, opts []Option) (*Lock, error) {
 	if got != nil {
 		return got, nil
 	}
-	err := s.verdict(errs)
-	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		err = errors.Join(err, ctx.Err())
-	}
-	return nil, err
+	return nil, s.verdict(ctx, errs)
 }
 
 // Do acquires a permit (as Acquire does, with opts), runs fn, and releases

@@ -83,7 +83,7 @@ func ExampleSemaphore_Do() {
 func ExampleWithMaxHold() {
 	nodes, stop := nodes(3)
 	defer stop()
-	client, err := redlock.New(nodes, redlock.WithTTL(time.Second))
+	client, err := redlock.New(nodes)
 	if err != nil {
 		panic(err)
 	}

@@ -69,8 +69,11 @@ func TestSemaphore_invalid(t *testing.T) {
 func TestSemaphore_atMostKPermits(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	a := newClient(t, nodes)
-	b := newClient(t, nodes)
+	// Node timeouts far above what a loaded machine needs (-race, miniredis
+	// in this process).
+	slack := []Option{WithNodeTimeout(2 * time.Second)}
+	a := newClient(t, nodes, slack...)
+	b := newClient(t, nodes, slack...)
 	sa := newSemaphore(t, a, "jobs", 3)
 	sb := newSemaphore(t, b, "jobs", 3)
 	var held []*Lock
@@ -96,11 +99,11 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	if n, err := sb.InUse(t.Context()); n != 3 || err != nil {
 		t.Errorf("InUse = %d, %v; want 3, nil", n, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	_, err := sb.Acquire(ctx)
 	cancel()
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire while full, ctx 100ms = %v; want ErrNotObtained and DeadlineExceeded", err)
+		t.Errorf("Acquire while full, ctx 1s = %v; want ErrNotObtained and DeadlineExceeded", err)
 	}
 	if err := held[1].Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -179,7 +182,7 @@ func TestSemaphore_uncontendedRoundTrips(t *testing.T) {
 		n.(*redis.Client).AddHook(slowHook{100 * time.Millisecond})
 	}
 	log := &attemptLog{}
-	c := newClient(t, nodes, WithAutoRenew(false), WithTTL(20*time.Second), WithHooks(log))
+	c := newClient(t, nodes, WithAutoRenew(false), WithTTL(20*time.Second), WithNodeTimeout(5*time.Second), WithHooks(log))
 	s := newSemaphore(t, c, "rt", 1)
 	log.rounds()
 	l, err := s.TryAcquire(t.Context())
@@ -223,8 +226,11 @@ func TestSemaphore_uncontendedRoundTrips(t *testing.T) {
 func TestSemaphore_waitersInOrder(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	opts := []Option{WithTTL(2 * time.Second), WithRetryDelay(2*time.Second, 2*time.Second)}
-	holder := newClient(t, nodes)
+	// Long TTL and node timeout, so that a loaded machine loses no lock;
+	// a retry delay of 5s, so that a grant within 4s of a release is a
+	// handoff.
+	opts := []Option{WithTTL(15 * time.Second), WithNodeTimeout(2 * time.Second), WithRetryDelay(5*time.Second, 5*time.Second)}
+	holder := newClient(t, nodes, opts...)
 	sh := newSemaphore(t, holder, "line", 2, opts...)
 	var held []*Lock
 	for range 2 {
@@ -239,7 +245,7 @@ func TestSemaphore_waitersInOrder(t *testing.T) {
 	grants := make(chan *Lock, waiters)
 	var wg sync.WaitGroup
 	for w := range waiters {
-		c := newClient(t, nodes)
+		c := newClient(t, nodes, opts...)
 		s := newSemaphore(t, c, "line", 2, opts...)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -274,9 +280,9 @@ func TestSemaphore_waitersInOrder(t *testing.T) {
 		select {
 		case w := <-got:
 			order = append(order, w)
-			// The retry delay is 2s: a grant well before it was a handoff.
-			if d := time.Since(start); d > 1500*time.Millisecond {
-				t.Errorf("waiter %d got the permit %v after the release; want a handoff, well below the 2s retry delay", w, d)
+			// The retry delay is 5s: a grant well before it was a handoff.
+			if d := time.Since(start); d > 4*time.Second {
+				t.Errorf("waiter %d got the permit %v after the release; want a handoff, well below the 5s retry delay", w, d)
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatalf("no waiter got the released permit")

@@ -1,10 +1,12 @@
 // Command qlock runs a command under a Redlock lock held on a majority of
-// independent Redis nodes, runs a command only while it is the elected
-// leader, and shows who holds a lock.
+// independent Redis nodes (or under one of K permits of a semaphore), runs
+// a command only while it is the elected leader, and shows who holds a
+// lock or the permits.
 //
 //	qlock run    [flags] RESOURCE -- COMMAND [ARGS...]
+//	qlock run    -n K [flags] RESOURCE -- COMMAND [ARGS...]
 //	qlock elect  [flags] NAME -- COMMAND [ARGS...]
-//	qlock status [flags] RESOURCE
+//	qlock status [-n K] [flags] RESOURCE
 //
 // Install it with go install github.com/quorumlock/quorumlock/cmd/qlock@latest;
 // run qlock help for the flags, the exit codes and examples.

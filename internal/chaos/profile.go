@@ -275,10 +275,11 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	if err != nil {
 		return err
 	}
-	resources := make([]string, e.cfg.Resources)
-	for i := range resources {
-		resources[i] = resourceName(i)
-	}
+	return runLoops(ctx, e, workers, nem, func(ctx context.Context, w *worker) { w.loop(ctx) })
+}
+
+// runLoops is runWorkers with workers made and loop for the workers' life.
+func runLoops(ctx context.Context, e *env, workers []*worker, nem func(context.Context, *nemesis), loop func(context.Context, *worker)) error {
 	subs := startSubscribers(e)
 	defer subs.close()
 	n := newNemesis(e, workers)
@@ -289,7 +290,7 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	wctx, wcancel := context.WithTimeout(ctx, e.cfg.Duration)
 	var wg sync.WaitGroup
 	for _, w := range workers {
-		wg.Go(func() { w.loop(wctx) })
+		wg.Go(func() { loop(wctx, w) })
 	}
 	wg.Wait()
 	wcancel()

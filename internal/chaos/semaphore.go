@@ -75,37 +75,25 @@ func runSemWorkers(ctx context.Context, e *env, nem func(context.Context, *nemes
 			return err
 		}
 	}
-	subs := startSubscribers(e)
-	defer subs.close()
-	n := newNemesis(e, workers)
-	nctx, ncancel := context.WithCancel(ctx)
-	var ndone sync.WaitGroup
-	ndone.Go(func() { nem(nctx, n) })
-
-	wctx, wcancel := context.WithTimeout(ctx, e.cfg.Duration)
-	var wg sync.WaitGroup
+	sem := make(map[*worker]*redlock.Semaphore, len(workers))
 	for i, w := range workers {
-		wg.Go(func() {
-			for wctx.Err() == nil {
-				actx, cancel := context.WithTimeout(wctx, 4*e.cfg.TTL)
-				h, err := w.acquire(actx, sems[i])
-				cancel()
-				if err != nil {
-					if outcome(err) == "error" {
-						e.logf("chaos: client %d: Acquire: %v", w.id, err)
-					}
-					continue
-				}
-				w.critical(wctx, h)
-				h.unlock()
-			}
-		})
+		sem[w] = sems[i]
 	}
-	wg.Wait()
-	wcancel()
-	ncancel()
-	ndone.Wait()
-	return closeWorkers(workers)
+	return runLoops(ctx, e, workers, nem, func(ctx context.Context, w *worker) {
+		for ctx.Err() == nil {
+			actx, cancel := context.WithTimeout(ctx, 4*e.cfg.TTL)
+			h, err := w.acquire(actx, sem[w])
+			cancel()
+			if err != nil {
+				if outcome(err) == "error" {
+					e.logf("chaos: client %d: Acquire: %v", w.id, err)
+				}
+				continue
+			}
+			w.critical(ctx, h)
+			h.unlock()
+		}
+	})
 }
 
 // acquire is lock for a permit of s (Acquire: it waits).

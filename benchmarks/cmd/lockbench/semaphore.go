@@ -49,12 +49,17 @@ func client(lk libs.Locker) (*redlock.Client, error) {
 	return q.Client(), nil
 }
 
-func runSemaphore(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+// semaphore returns the K-permit semaphore res of lk's Client.
+func semaphore(lk libs.Locker, res string) (*redlock.Semaphore, error) {
 	c, err := client(lk)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s, err := c.Semaphore(res, semPermits)
+	return c.Semaphore(res, semPermits)
+}
+
+func runSemaphore(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
+	s, err := semaphore(lk, res)
 	if err != nil {
 		return err
 	}
@@ -90,11 +95,7 @@ func runSemaphore(ctx context.Context, e *env, lk libs.Locker, res string, r *re
 }
 
 func runPermit(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
-	c, err := client(lk)
-	if err != nil {
-		return err
-	}
-	s, err := c.Semaphore(res, semPermits)
+	s, err := semaphore(lk, res)
 	if err != nil {
 		return err
 	}
