@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -97,19 +95,7 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		return nil, invalid("Resume: this Client holds that lock already")
 	}
 	l := c.newLockToken(resource, cfg, token)
-	ext := l.extendCalls()
-	bounds := make([]int64, len(c.nodes))
-	r := quorum.Start(ctx, len(c.nodes), cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{cfg.obs, "extend", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i)
-			if err != nil {
-				return reply{}, err
-			}
-			bounds[i] = b
-			e, err := ext[i].Extend(ctx, s, &bounds[i])
-			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
-		})
-	})
+	r := l.startExtend(ctx) // extend.go
 	l.track(roundRef{r})
 	// Only a node where the key still held the token counts: a node that
 	// was healed only says the key was absent there.

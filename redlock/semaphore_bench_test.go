@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -15,15 +13,8 @@ import (
 //
 //	go test -run '^$' -bench Permit -count 5 ./redlock | benchstat -
 func BenchmarkPermit(b *testing.B) {
-	rc := redistest.Start(b, 5)
 	ctx := context.Background()
-	var nodes []redis.UniversalClient
-	for i := range 5 {
-		cl := redis.NewClient(&redis.Options{Addr: rc.ServerAddr(i), ContextTimeoutEnabled: true})
-		b.Cleanup(func() { cl.Close() })
-		nodes = append(nodes, cl)
-	}
-	c, err := New(nodes)
+	c, err := New(directClients(b, redistest.Start(b, 5)))
 	if err != nil {
 		b.Fatal(err)
 	}

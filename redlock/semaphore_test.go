@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -134,7 +135,7 @@ func (h *attemptLog) Attempt(_ context.Context, i AttemptInfo) {
 	end := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.spans = append(h.spans, span{end.Add(-i.Latency), end})
+	h.spans = append(h.spans, span{start: end.Add(-i.Latency), end: end})
 }
 
 // rounds counts the waves of attempts since the log was last reset:
@@ -388,6 +389,7 @@ func gatedClient(t *testing.T, rc *redistest.Cluster, opts ...Option) (*Client, 
 // holder has no right to act).
 type span struct {
 	start, end time.Time
+	what       string // which permit, for a failure's message
 }
 
 // maxConcurrent returns the most spans that intersect at one instant.
@@ -425,9 +427,9 @@ func TestMaxConcurrent(t *testing.T) {
 		want  int
 	}{
 		{"none", nil, 0},
-		{"disjoint", []span{{at(0), at(10)}, {at(20), at(30)}}, 1},
-		{"touching", []span{{at(0), at(10)}, {at(10), at(20)}}, 1},
-		{"three of four", []span{{at(0), at(50)}, {at(10), at(40)}, {at(20), at(30)}, {at(45), at(60)}}, 3},
+		{"disjoint", []span{{start: at(0), end: at(10)}, {start: at(20), end: at(30)}}, 1},
+		{"touching", []span{{start: at(0), end: at(10)}, {start: at(10), end: at(20)}}, 1},
+		{"three of four", []span{{start: at(0), end: at(50)}, {start: at(10), end: at(40)}, {start: at(20), end: at(30)}, {start: at(45), end: at(60)}}, 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -441,18 +443,22 @@ func TestMaxConcurrent(t *testing.T) {
 
 // TestReal_semaphoreNeverMoreThanK runs clients that take and give back
 // permits of a K=2 semaphore on 5 real nodes while, in turn, two nodes are
-// down, a node restarts empty, a holder pauses past its TTL, and a node is
+// down (then restarted empty), a node restarts empty at once (the clients
+// use WithRestartGuard), a holder pauses past its TTL, and a node is
 // paused (SIGSTOP) while clients acquire; no instant may have more than K
 // holders.
 func TestReal_semaphoreNeverMoreThanK(t *testing.T) {
 	t.Parallel()
 	const k, clients = 2, 5
-	ttl := 500 * time.Millisecond
+	// 1s: a node timeout of 100ms, which a loaded machine meets (at 50ms,
+	// under -race -count=10 beside other tests, rounds kept failing).
+	ttl := time.Second
 	rc := redistest.Start(t, 5)
 	var (
-		mu    sync.Mutex
-		spans []span
-		got   atomic.Int64
+		mu       sync.Mutex
+		spans    []span
+		failures = map[Outcome]int{}
+		got      atomic.Int64
 	)
 	record := func(start time.Time, l *Lock, unlock time.Time) {
 		end := l.ValidUntil()
@@ -460,16 +466,22 @@ func TestReal_semaphoreNeverMoreThanK(t *testing.T) {
 			end = unlock
 		}
 		mu.Lock()
-		spans = append(spans, span{start, end})
+		spans = append(spans, span{start, end, l.Resource()})
 		mu.Unlock()
 		got.Add(1)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	gates := make([]*gateHook, clients)
 	var wg sync.WaitGroup
 	for w := range clients {
-		c, g := gatedClient(t, rc, WithTTL(ttl), WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+		// The restart guard: a node restarted empty at once grants nothing
+		// for 2s. Without it (or a restart delayed by a TTL), a permit held
+		// on exactly a majority, not yet healed onto the nodes that came back,
+		// can be granted again through the restarted node: Redlock's
+		// documented hazard (seen here once in about 20 runs: 3 holders).
+		c, g := gatedClient(t, rc, WithTTL(ttl), WithRetryDelay(5*time.Millisecond, 20*time.Millisecond), WithRestartGuard(2*time.Second))
 		gates[w] = g
 		s := newSemaphore(t, c, "k2", k)
 		wg.Go(func() {
@@ -477,6 +489,11 @@ func TestReal_semaphoreNeverMoreThanK(t *testing.T) {
 				l, err := s.Acquire(ctx)
 				start := time.Now()
 				if err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						failures[outcomeOf(err)]++
+						mu.Unlock()
+					}
 					continue
 				}
 				if w == 0 && got.Load()%7 == 3 {
@@ -500,28 +517,43 @@ func TestReal_semaphoreNeverMoreThanK(t *testing.T) {
 		})
 	}
 	// The faults, one after another.
-	time.Sleep(time.Second)
+	var faults []string
+	note := func(what string) { faults = append(faults, fmt.Sprintf("%v %s", time.Since(t0), what)) }
+	time.Sleep(ttl)
 	rc.Kill(3)
 	rc.Kill(4)
-	time.Sleep(time.Second)
+	note("killed 3, 4")
+	time.Sleep(2 * ttl)
 	rc.Restart(3)
 	rc.Restart(4)
-	time.Sleep(500 * time.Millisecond)
-	rc.Restart(0) // empty, at once: a minority of any holder's nodes
-	time.Sleep(time.Second)
+	note("restarted 3, 4")
+	time.Sleep(ttl) // renewals heal 3 and 4
+	rc.Restart(0)   // empty, at once: a minority of any holder's nodes
+	note("restarted 0")
+	time.Sleep(ttl)
 	rc.Pause(1) // mid-acquire
-	time.Sleep(3 * ttl)
+	note("paused 1")
+	time.Sleep(2 * ttl)
 	rc.Resume(1)
+	note("resumed 1")
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(spans) < 20 {
-		t.Errorf("only %d permits taken in 6s; want ≥ 20", len(spans))
+	if len(spans) < 10 {
+		t.Errorf("only %d permits taken in 8s; want ≥ 10 (failed Acquire calls: %v)", len(spans), failures)
 	}
 	if n := maxConcurrent(spans); n > k {
 		t.Errorf("%d holders at once; want ≤ %d", n, k)
+		for i, a := range spans {
+			for _, b := range spans[i+1:] {
+				if a.start.Before(b.end) && b.start.Before(a.end) && a.what == b.what {
+					t.Logf("overlap on %s: [%v, %v] and [%v, %v]", a.what, a.start.Sub(t0), a.end.Sub(t0), b.start.Sub(t0), b.end.Sub(t0))
+				}
+			}
+		}
+		t.Logf("faults: %v", faults)
 	}
-	t.Logf("%d permits taken", len(spans))
+	t.Logf("%d permits taken; failed Acquire calls: %v", len(spans), failures)
 }
 
 // TestReal_semaphoreCrashedHolderReturnsWithinTTL: a holder of every permit

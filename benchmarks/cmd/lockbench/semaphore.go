@@ -99,19 +99,7 @@ func runPermit(ctx context.Context, e *env, lk libs.Locker, res string, r *recor
 	if err != nil {
 		return err
 	}
-	hard := hardCtx(ctx)
-	for ctx.Err() == nil {
-		start := time.Now()
-		l, err := s.TryAcquire(hard)
-		if err != nil {
-			return err
-		}
-		if err := l.Unlock(hard); err != nil {
-			return err
-		}
-		r.add(0, time.Since(start))
-	}
-	return nil
+	return acquireRelease(ctx, r, s.TryAcquire)
 }
 
 func runTryLock(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
@@ -119,10 +107,18 @@ func runTryLock(ctx context.Context, e *env, lk libs.Locker, res string, r *reco
 	if err != nil {
 		return err
 	}
+	return acquireRelease(ctx, r, func(ctx context.Context, opts ...redlock.Option) (*redlock.Lock, error) {
+		return c.TryLock(ctx, res, opts...)
+	})
+}
+
+// acquireRelease records acquire + Unlock, one after another, until ctx
+// ends.
+func acquireRelease(ctx context.Context, r *recorder, acquire func(context.Context, ...redlock.Option) (*redlock.Lock, error)) error {
 	hard := hardCtx(ctx)
 	for ctx.Err() == nil {
 		start := time.Now()
-		l, err := c.TryLock(hard, res)
+		l, err := acquire(hard)
 		if err != nil {
 			return err
 		}
