@@ -232,9 +232,12 @@ func (s *Semaphore) giveBack(ctx context.Context, ls []*Lock) {
 // semaphore queue on its lock "<name>:permits" in the nodes' order (step
 // 9), and its holder alone waits on every permit, queued on each, so a
 // release hands its permit to the first waiter and tells that waiter alone.
-// A waiter that crashes holds up the line by one reservation of the
-// waiters' lock at most (two node timeouts at the defaults). The returned
-// *Lock is the permit (see TryAcquire).
+// A waiter that crashes as the line is handed to it holds the others up by
+// one reservation of the waiters' lock (two node timeouts at the
+// defaults); a head waiter that crashes later, until the waiters' lock
+// expires: one TTL at most, as a crashed holder of any lock (permits freed
+// meanwhile go to callers that try them, such as a newcomer's first round
+// trips). The returned *Lock is the permit (see TryAcquire).
 //
 // ctx bounds the call, not the permit. It returns the errors of
 // TryAcquire (ErrNotObtained once ctx ended, joined with ctx's error) and
