@@ -115,19 +115,11 @@ func waitChild(pid int, events chan<- childEvent) {
 	}
 }
 
-// lease is what a command runs under: an election's term, or a
-// semaphore's permit (a *redlock.Lock).
-type lease interface {
-	Fence() int64
-	ValidUntil() time.Time
-	Context() context.Context
-}
-
 // job is the command's process group while it runs under a term.
 type job struct {
 	logf   func(format string, args ...any) // -v
 	pgid   int
-	term   lease
+	term   lease         // an election's term, or a read lock (read.go)
 	margin time.Duration // stop the command when less validity than this is left
 	tty    *os.File      // the controlling terminal; nil without one
 	gave   bool          // the group was made the terminal's foreground group
@@ -151,9 +143,7 @@ type job struct {
 // it continues the group only if the lease is still valid — after the
 // renewal that was due while it was stopped, when less than ttl/3 was left —
 // and kills the group with SIGKILL otherwise.
-//
-// identity is QLOCK_IDENTITY; env holds more variables for the command.
-func runChild(term lease, identity, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer, env ...string) child {
+func runChild(term lease, resource string, command []string, c *common, sigs <-chan os.Signal, stderr io.Writer) child {
 	j := &job{term: term, margin: c.ttl / 3, logf: func(string, ...any) {}}
 	if c.verbose {
 		j.logf = func(format string, args ...any) {
@@ -175,9 +165,8 @@ func runChild(term lease, identity, resource string, command []string, c *common
 		"QLOCK_RESOURCE="+resource,
 		"QLOCK_FENCE="+strconv.FormatInt(term.Fence(), 10),
 		"QLOCK_VALID_UNTIL="+term.ValidUntil().UTC().Format(time.RFC3339Nano),
-		"QLOCK_IDENTITY="+identity,
+		"QLOCK_IDENTITY="+term.Leader().Identity,
 	)
-	cmd.Env = append(cmd.Env, env...)
 	// Its own process group, so that a loss stops the command and all it
 	// started, and so that qlock stays between the shell's SIGCONT and the
 	// command (see suspend). The reaper ends the group if qlock dies.

@@ -32,7 +32,7 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 		if term == nil {
 			return code
 		}
-		res := runChild(term, term.Leader().Identity, name, command, &c, sigs, stderr)
+		res := runChild(term, name, command, &c, sigs, stderr)
 		s.resign(term)
 		if res.lost == nil {
 			return res.code

@@ -198,11 +198,11 @@ type common struct {
 	identity string
 	verbose  bool
 	wait     waitFlag
+	permits  int // -n: run, status: one of K permits of a semaphore; 0: a lock
 	grace    time.Duration
 	cacert   string // PEM file of the CAs to trust for rediss URLs
 	cert     string // PEM file of a client certificate (mutual TLS)
 	key      string // PEM file of its key
-	permits  int    // -n: run, status: one of K permits of a semaphore; 0: a lock
 }
 
 // waitFlag is -wait: a duration, or "forever" (negative).
@@ -341,19 +341,29 @@ func (c *common) tlsOptions() ([]redlock.Option, error) {
 	return []redlock.Option{redlock.WithTLSConfig(cfg)}, nil
 }
 
-// connect dials the nodes (redlock.Dial: it checks them with PING); the
-// election reads and writes its identity keys on the Client's own nodes.
-// The caller closes the Client.
-func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, error) {
+// connect dials the nodes (redlock.Dial: it checks them with PING) and
+// builds plain clients of the same nodes (they connect on first use). The
+// election no longer needs them: it uses the Client's own nodes. The caller
+// closes both.
+func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, []redis.UniversalClient, error) {
 	tlsOpts, err := c.tlsOptions()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", redlock.ErrInvalidArgument, err)
+		return nil, nil, fmt.Errorf("%w: %v", redlock.ErrInvalidArgument, err)
 	}
 	opts := append([]redlock.Option{redlock.WithTTL(c.ttl), redlock.WithKeyPrefix(c.prefix)}, tlsOpts...)
 	if l := c.logger(stderr); l != nil {
 		opts = append(opts, redlock.WithLogger(l))
 	}
-	return redlock.Dial(ctx, c.urls(), opts...)
+	client, err := redlock.Dial(ctx, c.urls(), opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes, err := redlock.NodeClients(c.urls(), tlsOpts...)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, nodes, nil
 }
 
 func closeNodes(nodes []redis.UniversalClient) {

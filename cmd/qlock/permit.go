@@ -31,11 +31,12 @@ func runPermit(c *common, resource string, command []string, sigs <-chan os.Sign
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, dialTimeout)
-	client, err := c.connect(dctx, stderr)
+	client, nodes, err := c.connect(dctx, stderr)
 	dcancel()
 	if err != nil {
 		return fail(stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
 	}
+	defer closeNodes(nodes)
 	defer client.Close()
 	sem, err := client.Semaphore(resource, c.permits, redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing))
 	if err != nil {
@@ -81,9 +82,12 @@ func runPermit(c *common, resource string, command []string, sigs <-chan os.Sign
 	if err != nil {
 		return fail(stderr, exitFor(err), fmt.Errorf("%s: %w", resource, err))
 	}
-	i := sem.Permit(l)
+	// The command inherits qlock's environment: QLOCK_PERMIT and
+	// QLOCK_PERMITS join the variables runChild sets.
+	os.Setenv("QLOCK_PERMIT", strconv.Itoa(sem.Permit(l)))
+	os.Setenv("QLOCK_PERMITS", strconv.Itoa(c.permits))
 	id := startIdentity(client, c, l)
-	res := runChild(l, c.identity, resource, command, c, sigs, stderr, "QLOCK_PERMIT="+strconv.Itoa(i), "QLOCK_PERMITS="+strconv.Itoa(c.permits))
+	res := runChild(permitLease{l, c.identity}, resource, command, c, sigs, stderr)
 	id.stop()
 	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer rcancel()
@@ -92,6 +96,28 @@ func runPermit(c *common, resource string, command []string, sigs <-chan os.Sign
 	}
 	return res.code
 }
+
+// lease is what runChild needs of what the command runs under: an
+// election's term (qlock run, elect) or a permit (qlock run -n).
+//
+// The rw branch (qlock run -read) defines the same interface in read.go:
+// keep one of the two when merging.
+type lease interface {
+	Fence() int64
+	ValidUntil() time.Time
+	Context() context.Context
+	Leader() election.Leader
+}
+
+var _ lease = (*election.Term)(nil)
+
+// permitLease is a permit as a lease, with this process's identity.
+type permitLease struct {
+	*redlock.Lock
+	identity string
+}
+
+func (p permitLease) Leader() election.Leader { return election.Leader{Identity: p.identity} }
 
 // identityScript writes the holder's identity beside a permit's key, only
 // while the key holds the permit's token (KEYS: lock key, identity key;

@@ -44,7 +44,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if term == nil {
 		return code
 	}
-	res := runChild(term, term.Leader().Identity, resource, command, &c, sigs, stderr)
+	res := runChild(term, resource, command, &c, sigs, stderr)
 	s.resign(term)
 	return res.code
 }
@@ -127,7 +127,7 @@ func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.
 func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.Term, int) {
 	if s.e == nil {
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		client, err := s.c.connect(dctx, s.stderr)
+		client, nodes, err := s.c.connect(dctx, s.stderr)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -135,7 +135,10 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 			}
 			return nil, fail(s.stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
 		}
-		s.closer = func() { client.Close() }
+		s.closer = func() {
+			client.Close()
+			closeNodes(nodes)
+		}
 		opts := []election.Option{election.WithIdentity(s.c.identity), election.WithKeyPrefix(s.c.prefix),
 			election.WithLockOptions(s.lockOpts...)}
 		// A plain run logs its lock through redlock.WithLogger (connect);
