@@ -42,13 +42,13 @@ type config struct {
 	fencing       bool
 	wakeUp        bool
 	onLost        func(*Lock, error)
+	maxHold       time.Duration // 0: none; see WithMaxHold (maxhold.go)
 	hooks         Hooks
 	logger        *slog.Logger
 	obs           Hooks // hooks and logger together; set by buildConfig
 	renewBatch    int
 	renewBatchSet bool          // WithRenewBatch was given (invalid per call)
 	restartGuard  time.Duration // 0: off; see WithRestartGuard (guard.go)
-	maxHold       time.Duration // 0: none; see WithMaxHold (maxhold.go)
 }
 
 func defaultConfig() config {
