@@ -53,13 +53,14 @@ type scenario struct {
 	// noFloor: the floor takes no part (it sets the key on every node, so
 	// a faulty node fails it).
 	noFloor bool
-	// only: only this library takes part (quorumlock's own types).
-	only string
-	run  func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
+	run     func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
 	// runMany, when set, replaces run: it gets -clients lockers of the
 	// library, each its own instance (a Client of its own, like a process
 	// of its own), over the same nodes.
 	runMany func(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error
+	// only, when set, names the one library that takes part (a scenario of
+	// an API the others lack: rwlock).
+	only string
 }
 
 var scenarios = []scenario{
