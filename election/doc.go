@@ -6,11 +6,10 @@
 // cancelled), and, with redlock.WithFencing, a fencing token that strictly
 // increases from term to term.
 //
-// Start with [New] over a [redlock.Client] and clients of its nodes (the
-// same ones, or redlock.NodeClients for a Client made with redlock.Dial),
-// then [Election.Run] for the common case:
+// Start with [New] over a [redlock.Client] (the election acts on its nodes,
+// [redlock.Client.Nodes]), then [Election.Run] for the common case:
 //
-//	e, err := election.New(client, nodes, "scheduler")
+//	e, err := election.New(client, "scheduler")
 //	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
 //		return schedule(ctx, t.Fence()) // ctx is cancelled when leadership is lost
 //	})
@@ -49,13 +48,13 @@
 // with go-redis's default options (no ContextTimeoutEnabled, whose reads
 // ignore context deadlines and end at the 3s read timeout) hold up no step
 // either. The node timeout is the lock's by default (see
-// [WithNodeTimeout]): the election's requests share the node clients'
-// connection pools with the lock's when New is given the very clients of
-// redlock.New, and go-redis closes a connection whose request timed out, so
-// an election request times out only where a lock request would. Each
-// request is one round trip (the scripts go out with EVAL, never a
-// NOSCRIPT retry). With redlock.Dial and redlock.NodeClients, as above, the
-// election has connections of its own.
+// [WithNodeTimeout]): the election's requests share the Client's node
+// clients' connection pools with the lock's, and go-redis closes a
+// connection whose request timed out, so an election request times out
+// only where a lock request would. Each request is one round trip (the
+// scripts go out with EVAL, never a NOSCRIPT retry). The deprecated
+// [NewWithNodes] gives the election connections of its own, to the same
+// nodes.
 //
 // The identity is not proof of leadership: only the lock is. A deposed
 // leader whose process was paused past its lease learns it when it runs

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -54,26 +55,60 @@ type Election struct {
 	lockTimeout time.Duration
 }
 
-// New returns an election named name over client, whose locks it uses, and
-// nodes, clients of the client's nodes in the same order: the election
-// reads and writes the leader's identity on them directly (a
-// redlock.Client does not hand out its node clients). They may be the very
-// clients given to redlock.New: the election's requests then share their
-// connection pools with the lock's, which is safe because they time out
-// where the lock's would (see WithNodeTimeout). Or they are clients of
-// their own — redlock.NodeClients for a Client made with redlock.Dial — and
-// an election request that times out (go-redis then closes its connection)
-// can cost the lock nothing. New does no I/O.
+// New returns an election named name over client, whose locks it uses and
+// on whose nodes (client.Nodes) it reads and writes the leader's identity
+// directly, so that it cannot be given other nodes than its locks'. The
+// election's requests share the node clients' connection pools with the
+// lock's, which is safe because they time out where the lock's would (see
+// WithNodeTimeout). New does no I/O.
 //
 // New returns an error matching redlock.ErrInvalidArgument when client is
-// nil, nodes is empty or holds a nil client, name is empty or ends with
-// LeaderSuffix, or an option is invalid (the options of WithLockOptions
-// included: client.Lock would refuse them).
-func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
+// nil, name is empty or ends with LeaderSuffix, or an option is invalid
+// (the options of WithLockOptions included: client.Lock would refuse
+// them).
+func New(client *redlock.Client, name string, opts ...Option) (*Election, error) {
+	if client == nil {
+		return nil, invalid("client must not be nil")
+	}
+	return newElection(client, client.Nodes(), name, opts)
+}
+
+// NewWithNodes is New with nodes given separately: clients of client's
+// nodes, in the same order, for instance clients of their own so that an
+// election request that times out (go-redis then closes its connection)
+// costs the lock's pools nothing. Each must reach the node client's node
+// at the same index (the same address), or NewWithNodes returns an error
+// matching redlock.ErrInvalidArgument, as New does for its other errors.
+//
+// Deprecated: use New, which takes the nodes from the Client and so cannot
+// be given others. NewWithNodes is New's signature of before, kept for
+// compatibility.
+func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
+	if client == nil {
+		return nil, invalid("client must not be nil")
+	}
+	own := client.Nodes()
+	if len(nodes) != len(own) {
+		return nil, invalid("nodes: %d given, the Client has %d: an election must use the Client's nodes", len(nodes), len(own))
+	}
+	for i, n := range nodes {
+		if isNil(n) {
+			return nil, invalid("nodes[%d] is nil", i)
+		}
+		if got, want := nodeaddr.Of(n), nodeaddr.Of(own[i]); got != want {
+			return nil, invalid("nodes[%d] reaches %s, the Client's node %d is %s: an election must use the Client's nodes", i, got, i, want)
+		}
+	}
+	return newElection(client, nodes, name, opts)
+}
+
+func isNil(n redis.UniversalClient) bool {
+	return n == nil || reflect.ValueOf(n).Kind() == reflect.Pointer && reflect.ValueOf(n).IsNil()
+}
+
+func newElection(client *redlock.Client, nodes []redis.UniversalClient, name string, opts []Option) (*Election, error) {
 	cfg := buildConfig(opts)
 	switch {
-	case client == nil:
-		return nil, invalid("client must not be nil")
 	case len(nodes) == 0:
 		return nil, invalid("nodes: at least one node is needed")
 	case name == "":
@@ -94,7 +129,7 @@ func New(client *redlock.Client, nodes []redis.UniversalClient, name string, opt
 		e.nodeTimeout = cfg.nodeTimeout
 	}
 	for i, n := range nodes {
-		if n == nil || reflect.ValueOf(n).Kind() == reflect.Pointer && reflect.ValueOf(n).IsNil() {
+		if isNil(n) {
 			return nil, invalid("nodes[%d] is nil", i)
 		}
 		_, c := n.(*redis.ClusterClient)

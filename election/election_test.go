@@ -33,7 +33,7 @@ func newCandidate(t testing.TB, rc *redistest.Cluster, name, id string, lockOpts
 	}
 	t.Cleanup(func() { client.Close() })
 	opts = append([]election.Option{election.WithIdentity(id), election.WithLockOptions(lockOpts...)}, opts...)
-	e, err := election.New(client, nodes, name, opts...)
+	e, err := election.New(client, name, opts...)
 	if err != nil {
 		t.Fatalf("election.New: %v", err)
 	}
@@ -93,7 +93,8 @@ func leaderIs(t *testing.T, e *election.Election, want string) {
 func TestNew_invalid(t *testing.T) {
 	t.Parallel()
 	nodes := []redis.UniversalClient{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}
-	t.Cleanup(func() { nodes[0].Close() })
+	other := []redis.UniversalClient{redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"})}
+	t.Cleanup(func() { nodes[0].Close(); other[0].Close() })
 	client, err := redlock.New(nodes)
 	if err != nil {
 		t.Fatal(err)
@@ -102,30 +103,55 @@ func TestNew_invalid(t *testing.T) {
 	cases := []struct {
 		name   string
 		client *redlock.Client
-		nodes  []redis.UniversalClient
 		elect  string
 		opts   []election.Option
 	}{
-		{"nil client", nil, nodes, "x", nil},
-		{"no nodes", client, nil, "x", nil},
-		{"nil node", client, []redis.UniversalClient{nil}, "x", nil},
-		{"typed nil node", client, []redis.UniversalClient{(*redis.Client)(nil)}, "x", nil},
-		{"empty name", client, nodes, "", nil},
-		{"reserved suffix", client, nodes, "x" + election.LeaderSuffix, nil},
-		{"empty identity", client, nodes, "x", []election.Option{election.WithIdentity("")}},
-		{"empty prefix", client, nodes, "x", []election.Option{election.WithKeyPrefix("")}},
-		{"zero node timeout", client, nodes, "x", []election.Option{election.WithNodeTimeout(0)}},
-		{"negative poll", client, nodes, "x", []election.Option{election.WithPollInterval(-time.Second)}},
-		{"zero retry delay", client, nodes, "x", []election.Option{election.WithRetryDelay(0)}},
+		{"nil client", nil, "x", nil},
+		{"empty name", client, "", nil},
+		{"reserved suffix", client, "x" + election.LeaderSuffix, nil},
+		{"empty identity", client, "x", []election.Option{election.WithIdentity("")}},
+		{"empty prefix", client, "x", []election.Option{election.WithKeyPrefix("")}},
+		{"zero node timeout", client, "x", []election.Option{election.WithNodeTimeout(0)}},
+		{"negative poll", client, "x", []election.Option{election.WithPollInterval(-time.Second)}},
+		{"zero retry delay", client, "x", []election.Option{election.WithRetryDelay(0)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e, err := election.New(tc.client, tc.nodes, tc.elect, tc.opts...)
+			e, err := election.New(tc.client, tc.elect, tc.opts...)
 			if e != nil || !errors.Is(err, redlock.ErrInvalidArgument) {
 				t.Errorf("New() = %v, %v; want nil, ErrInvalidArgument", e, err)
 			}
 		})
+	}
+	// The deprecated constructor refuses nodes that are not the Client's.
+	withNodes := []struct {
+		name  string
+		nodes []redis.UniversalClient
+	}{
+		{"no nodes", nil},
+		{"nil node", []redis.UniversalClient{nil}},
+		{"typed nil node", []redis.UniversalClient{(*redis.Client)(nil)}},
+		{"another node", other},
+		{"one node too many", append(nodes[:1:1], other...)},
+	}
+	for _, tc := range withNodes {
+		t.Run("NewWithNodes/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := election.NewWithNodes(client, tc.nodes, "x")
+			if e != nil || !errors.Is(err, redlock.ErrInvalidArgument) {
+				t.Errorf("NewWithNodes() = %v, %v; want nil, ErrInvalidArgument", e, err)
+			}
+		})
+	}
+	if _, err := election.NewWithNodes(nil, nodes, "x"); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("NewWithNodes(nil client) = %v; want ErrInvalidArgument", err)
+	}
+	// Clients of their own, on the Client's nodes, are accepted.
+	own := []redis.UniversalClient{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}
+	t.Cleanup(func() { own[0].Close() })
+	if _, err := election.NewWithNodes(client, own, "x"); err != nil {
+		t.Errorf("NewWithNodes(clients of the Client's nodes) = %v; want nil", err)
 	}
 }
 

@@ -43,7 +43,7 @@ func Example() {
 	}
 	defer client.Close()
 
-	e, err := election.New(client, nodes, "scheduler", election.WithIdentity("host-a"),
+	e, err := election.New(client, "scheduler", election.WithIdentity("host-a"),
 		election.WithLockOptions(redlock.WithFencing(true)))
 	if err != nil {
 		panic(err)
@@ -77,7 +77,7 @@ func ExampleElection_Campaign() {
 		panic(err)
 	}
 	defer client.Close()
-	e, err := election.New(client, nodes, "reports", election.WithIdentity("host-b"))
+	e, err := election.New(client, "reports", election.WithIdentity("host-b"))
 	if err != nil {
 		panic(err)
 	}
@@ -105,7 +105,7 @@ func ExampleElection_Observe() {
 		panic(err)
 	}
 	defer client.Close()
-	e, err := election.New(client, nodes, "indexer", election.WithIdentity("host-c"))
+	e, err := election.New(client, "indexer", election.WithIdentity("host-c"))
 	if err != nil {
 		panic(err)
 	}

@@ -24,7 +24,7 @@ func candidateOn(t *testing.T, nodes []redis.UniversalClient, name, id string, c
 		t.Fatalf("redlock.New: %v", err)
 	}
 	t.Cleanup(func() { client.Close() })
-	e, err := election.New(client, nodes, name, append([]election.Option{election.WithIdentity(id)}, opts...)...)
+	e, err := election.New(client, name, append([]election.Option{election.WithIdentity(id)}, opts...)...)
 	if err != nil {
 		t.Fatalf("election.New: %v", err)
 	}

@@ -53,7 +53,7 @@ func directCandidateWith(t *testing.T, rc *redistest.Cluster, ctxTimeout bool, n
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	e, err := election.New(client, nodes, name, election.WithIdentity(id), election.WithLockOptions(lockOpts...))
+	e, err := election.New(client, name, election.WithIdentity(id), election.WithLockOptions(lockOpts...))
 	if err != nil {
 		t.Fatal(err)
 	}

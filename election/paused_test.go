@@ -49,7 +49,7 @@ func TestHelperCandidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	e, err := election.New(client, nodes, os.Getenv(helperEnv+"_NAME"), election.WithIdentity("paused"))
+	e, err := election.New(client, os.Getenv(helperEnv+"_NAME"), election.WithIdentity("paused"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestHooks_Leadership(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	e, err := election.New(client, nodes, "jobs", election.WithHooks(h))
+	e, err := election.New(client, "jobs", election.WithHooks(h))
 	if err != nil {
 		t.Fatal(err)
 	}

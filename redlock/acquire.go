@@ -148,12 +148,17 @@ func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token: %w", err)
 	}
+	return c.newLockToken(resource, cfg, id.String()), nil
+}
+
+// newLockToken is newLock with a given token (Resume's).
+func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	n := len(c.nodes)
 	l := &Lock{
 		c:        c,
 		resource: resource,
 		keys:     make([]scripts.Keys, n),
-		token:    id.String(),
+		token:    token,
 		cfg:      cfg,
 		lost:     make(chan struct{}),
 		lostDone: make(chan struct{}),
@@ -167,7 +172,7 @@ func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind: rwlock.go
 	}
-	return l, nil
+	return l
 }
 
 // drop takes back a lock granted but never handed out: its renewal stops

@@ -24,6 +24,12 @@ func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, l, fn)
+}
+
+// runHeld runs fn under l and releases l afterwards: the rest of Do, shared
+// with Semaphore.Do.
+func runHeld(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
 	ferr := fn(fctx)

@@ -69,6 +69,66 @@
 // waiting. On Redis Cluster nodes a script touches one slot only: a set
 // whose keys are on different slots is refused with a [*CrossSlotError].
 //
+// # Handover, introspection and a hold cap
+//
+// A lock can change hands between processes: the holder calls
+// [Lock.Detach] (renewal stops, its Client forgets the lock and will not
+// release it) and passes Resource and Token to another process, whose
+// [Client.Resume] takes it over with one round: it succeeds only when a
+// majority of nodes still hold that token, so it can never revive a lock
+// that expired or was released (a node that lost the key is healed only
+// then, as a renewal heals it). Between Detach and Resume the lock is
+// renewed by nobody: Resume must come within the TTL. [Client.Held] lists
+// the locks a Client holds now. [WithMaxHold] caps how long a lock is held:
+// after it, renewal stops and the lock is lost with a cause matching
+// [ErrMaxHold].
+//
+// # Semaphores
+//
+// [Client.Semaphore] gives K permits on the Client's N nodes. Permit i is an
+// ordinary lock on the resource "<name>:permit:<i>" (its key
+// "<prefix><name>:permit:<i>" on every node), and holding a permit means
+// holding one of these K locks. Counting holders on each node and asking a
+// majority would not be safe for K ≥ 2: with K = 2 and N = 3, holders
+// granted by nodes {1,2}, {2,3} and {1,3} each have a majority and no node
+// counts more than 2, yet 3 hold.
+//
+// Safety. Each permit is a Redlock lock, so under the assumptions that
+// make a lock safe (below, and in the module's documentation) at most one
+// holder has permit i at any instant: two holders of it would need two
+// majorities of N that granted the same key to two tokens in overlapping
+// validity windows, and any two majorities share a node, which grants a
+// key to one token at a time. A holder holds exactly one permit (an
+// acquire that is granted several keeps one and releases the others before
+// it returns), so at most K hold at once. Renewal, loss, fencing and
+// release are those of a lock: a permit is lost when it can no longer be
+// trusted, no later than its ValidUntil, before another holder can get it.
+//
+// Faults. Each permit tolerates what a lock tolerates: ⌊(N−1)/2⌋ nodes
+// down, paused or cut (2 of 5), whatever K is; a node restarted empty is
+// the lock's case too (see WithRestartGuard). A holder that crashes gives
+// its permit back when its key expires: within one TTL of its last renewal
+// (a permit handed to a waiter that then crashed, within one reservation).
+//
+// Waiting. An acquire first tries one permit chosen at random (one round
+// trip, as TryLock), then, if that one is held, every other permit at once
+// (a second round trip): an uncontended acquire takes at most two. A
+// waiter ([Semaphore.Acquire]) then queues on the lock "<name>:permits",
+// in the nodes' waiter order (DESIGN step 9), and only its holder — the
+// head waiter — waits on the permits, with a Lock call on each, queued on
+// each. A release hands its permit to that one waiter and tells it alone;
+// the others wait on the waiters' lock, so a release wakes no herd. That
+// lock protects nothing: safety rests on the permits alone, and if it is
+// lost two waiters may wait on the permits at once, which costs requests,
+// never a (K+1)th holder. A caller that does not wait (TryAcquire, or a
+// newcomer's first two round trips) takes a permit only when it is free
+// and no waiter is queued on it, as a TryLock does.
+//
+// Limits. Every Client must give a semaphore the same K (one that says
+// K+1 adds a permit). Fencing tokens (WithFencing) increase per permit,
+// not across the semaphore. Permit keys are ordinary lock keys: a plain
+// Lock on "<name>:permit:0" takes that permit.
+//
 // The algorithm, its guarantees and its limits are described in the module's
 // top-level package, github.com/quorumlock/quorumlock.
 package redlock

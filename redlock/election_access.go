@@ -1,11 +1,29 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // This file holds what packages built on a Client (package election) need
-// of it beyond locks: the node timeout its locks use, so that their own
-// requests time out where the lock's do, and an owner for their requests to
-// the nodes, so that Close waits for those as it waits for its own.
+// of it beyond locks: its nodes, so that they cannot be given others; the
+// node timeout its locks use, so that their own requests time out where
+// the lock's do; and an owner for their requests to the nodes, so that
+// Close waits for those as it waits for its own.
+
+// Nodes returns the Client's node clients, in the order given to New (or
+// the URLs given to Dial): a new slice each call, of the clients the
+// Client runs its requests on. Packages built on a Client (election) use
+// them, so that they act on the very nodes its locks are on. Do not close
+// them: New's caller, or Close for a Dial'ed Client, does. It does no I/O.
+func (c *Client) Nodes() []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(c.nodes))
+	for i := range c.nodes {
+		out[i] = c.nodes[i].c
+	}
+	return out
+}
 
 // NodeTimeout returns the per-node request timeout of a lock this Client
 // takes with the per-call options opts: the value of WithNodeTimeout, or by

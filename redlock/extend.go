@@ -55,10 +55,25 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 		return err
 	}
 	testhooks.BeforeExtendSend()
-	// Step 5: re-arm where ours, set where absent, on every node.
+	r := l.startExtend(ctx)
+	p.attach(roundRef{r})
+	t := r.Collect(ctx, classify, quorum.Majority)
+	healed := 0
+	for i, v := range t.Votes {
+		if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
+			healed++
+		}
+	}
+	return l.settle(ctx, r.Started(), t, healed, due)
+}
+
+// startExtend sends the extension script to every node at once (step 5:
+// re-arm where ours, set where absent) and returns the round.
+func (l *Lock) startExtend(ctx context.Context) *quorum.Round[reply] {
+	c := l.c
 	ext := l.extendCalls()
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
-	r := quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	return quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			b, err := c.notAfter(ctx, i)
 			if err != nil {
@@ -69,15 +84,6 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})
-	p.attach(roundRef{r})
-	t := r.Collect(ctx, classify, quorum.Majority)
-	healed := 0
-	for i, v := range t.Votes {
-		if rep, ok := r.Reply(i); ok && v == quorum.Yes && rep.Val.healed {
-			healed++
-		}
-	}
-	return l.settle(ctx, r.Started(), t, healed, due)
 }
 
 // extendCalls returns the extend script's call per node, built at the

@@ -49,7 +49,7 @@ func holders(t *testing.T, rc *redistest.Cluster, key, token string) int {
 
 // directClients returns clients that reach the servers directly, bypassing
 // the proxies (whose latency or cuts then affect other clients only).
-func directClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient {
+func directClients(t testing.TB, rc *redistest.Cluster) []redis.UniversalClient {
 	t.Helper()
 	var direct []redis.UniversalClient
 	for i := range rc.N() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
@@ -74,6 +75,12 @@ type Lock struct {
 	// message from before the yield may then name a node that is no
 	// longer ours, so the call confirms with an attempt instead.
 	yielded bool
+	// capTimer ends the lock at its WithMaxHold cap (nil: none); set by
+	// watch, stopped when the lock ends.
+	capTimer *time.Timer
+	// detached is set by Detach (handover.go): Unlock must not release a
+	// lock handed to another process.
+	detached atomic.Bool
 	// starts are when this token's latest attempts began, by attempt
 	// number (a ring): a handoff that names an attempt was set after it
 	// began (see handedUntil). Set by the call's goroutine.
@@ -161,6 +168,7 @@ func (l *Lock) handOut() bool {
 // being watched, so its loss can never reach the caller's OnLost. A
 // deadline that passes from here on is the returned lock's loss.
 func (l *Lock) watch() {
+	l.armMaxHold() // maxhold.go
 	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
 	if err != nil { // closed meanwhile; Close releases it
 		return
@@ -257,6 +265,7 @@ func (l *Lock) lose(err error) {
 	}
 	l.state, l.lostErr = stateLost, err
 	h, returned := l.handle, l.returned
+	l.stopMaxHold()
 	l.mu.Unlock()
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
@@ -328,6 +337,7 @@ func (l *Lock) finish(cause error) {
 			l.state = stateFinished
 		}
 	}
+	l.stopMaxHold()
 	l.mu.Unlock()
 	if l.cancel != nil {
 		l.cancel(cause)

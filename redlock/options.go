@@ -42,6 +42,7 @@ type config struct {
 	fencing       bool
 	wakeUp        bool
 	onLost        func(*Lock, error)
+	maxHold       time.Duration // 0: none; see WithMaxHold (maxhold.go)
 	hooks         Hooks
 	logger        *slog.Logger
 	obs           Hooks // hooks and logger together; set by buildConfig
@@ -155,6 +156,8 @@ func (c *config) validate() error {
 			c.interval(), c.timeout(), c.ttl, c.drift, quorum.ClockDriftMin)
 	case c.restartGuard < 0 || (c.restartGuard > 0 && c.restartGuard < c.ttl):
 		return invalid("WithRestartGuard: maxTTL %v must be 0 (off) or at least the TTL %v", c.restartGuard, c.ttl)
+	case c.maxHold < 0:
+		return invalid("WithMaxHold: d must be ≥ 0 (0 = no cap), got %v", c.maxHold)
 	case c.retryCount < 0:
 		return invalid("WithRetryCount: count must be ≥ 0 (0 = until ctx is done), got %d", c.retryCount)
 	case c.renewBatch < 0:

@@ -213,8 +213,8 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 // after Close. Nodes that had not answered when Unlock returned are
 // released in the background either way.
 func (l *Lock) Unlock(ctx context.Context) error {
-	if l == nil {
-		return ErrNotHeld
+	if l == nil || l.detached.Load() {
+		return ErrNotHeld // handed over by Detach: not ours to release
 	}
 	c := l.c
 	if err := c.begin(); err != nil {

@@ -17,6 +17,9 @@ func cmdElect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if c.permits != 0 {
+		return fail(stderr, exitUsage, fmt.Errorf("elect: -n is for run and status (see qlock help)"))
+	}
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)

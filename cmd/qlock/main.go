@@ -1,10 +1,12 @@
 // Command qlock runs a command under a Redlock lock held on a majority of
-// independent Redis nodes, runs a command only while it is the elected
-// leader, and shows who holds a lock.
+// independent Redis nodes (or under one of K permits of a semaphore), runs
+// a command only while it is the elected leader, and shows who holds a
+// lock or the permits.
 //
 //	qlock run    [flags] RESOURCE -- COMMAND [ARGS...]
+//	qlock run    -n K [flags] RESOURCE -- COMMAND [ARGS...]
 //	qlock elect  [flags] NAME -- COMMAND [ARGS...]
-//	qlock status [flags] RESOURCE
+//	qlock status [-n K] [flags] RESOURCE
 //
 // Install it with go install github.com/quorumlock/quorumlock/cmd/qlock@latest;
 // run qlock help for the flags, the exit codes and examples.
@@ -47,8 +49,9 @@ const usage = `qlock runs a command under a lock held on a majority of Redis nod
 
 Usage:
   qlock run    [flags] RESOURCE -- COMMAND [ARGS...]
+  qlock run    -n K [flags] RESOURCE -- COMMAND [ARGS...]
   qlock elect  [flags] NAME -- COMMAND [ARGS...]
-  qlock status [flags] RESOURCE
+  qlock status [-n K] [flags] RESOURCE
   qlock help
 
 run      Acquire the lock on RESOURCE, run COMMAND with the lock renewed
@@ -56,6 +59,12 @@ run      Acquire the lock on RESOURCE, run COMMAND with the lock renewed
          COMMAND's exit code. -wait 0 (the default) fails at once when the
          lock is held, like flock -n; -wait 30s waits up to 30s; -wait forever
          waits until acquired.
+run -n K Run COMMAND under one of K permits of the semaphore RESOURCE (as
+         consul lock -n): at most K commands run at once, across hosts.
+         The permit is renewed, lost and released as the lock is; -wait
+         works the same way. Every run -n of RESOURCE must give the same
+         K. COMMAND also gets QLOCK_PERMIT (the permit's number, 0..K-1)
+         and QLOCK_PERMITS (K).
 elect    Campaign for the leadership NAME; run COMMAND while leader. If
          leadership is lost, stop COMMAND and campaign again. If COMMAND
          exits on its own, resign and exit with its code. A campaign that
@@ -64,7 +73,9 @@ elect    Campaign for the leadership NAME; run COMMAND while leader. If
 status   Show, per node, whether RESOURCE is held, by whom (the identity
          qlock run or elect wrote; never the token), its PTTL, the fence
          counter and the Lock calls waiting in the node's queue, then the
-         verdict a client reaches.
+         verdict a client reaches. With -n K: one line per permit of the
+         semaphore RESOURCE (held on how many nodes, by whom, its PTTL),
+         the waiters, and how many permits are held.
 
 The command gets QLOCK_RESOURCE, QLOCK_FENCE (the fencing token; 0 without
 -fencing), QLOCK_VALID_UNTIL (the lease's deadline at start, RFC 3339; it
@@ -101,6 +112,8 @@ Flags (before RESOURCE or NAME):
   -identity STRING    run, elect: the identity status shows (default HOSTNAME:PID)
   -wait DURATION      run: how long to wait for the lock: 0, a duration, or
                       forever (default 0)
+  -n K                run, status: a semaphore of K permits, not a lock
+                      (default 0: a lock)
   -grace DURATION     run, elect: time between SIGTERM and SIGKILL after a
                       loss (default 10s)
   -read               run: take a read lock, shared with other -read runs;
@@ -109,8 +122,8 @@ Flags (before RESOURCE or NAME):
 
 Exit codes:
   COMMAND's code  run, elect: COMMAND's exit code; 128+N if signal N killed it
-  0               status: held by a majority
-  1               status: free
+  0               status: held by a majority (-n: every permit held)
+  1               status: free (-n: a permit is free)
   64              bad usage
   69              no quorum: too few nodes answered
   70              other failure of qlock itself (e.g. a node refused the
@@ -134,6 +147,10 @@ Examples:
 
   # Who holds it?
   qlock status nightly-report
+
+  # At most 4 backups at once across the fleet; who runs them?
+  qlock run -n 4 -wait forever backups -- ./backup.sh
+  qlock status -n 4 backups
 `
 
 func main() {
@@ -183,6 +200,7 @@ type common struct {
 	identity string
 	verbose  bool
 	wait     waitFlag
+	permits  int // -n: run, status: one of K permits of a semaphore; 0: a lock
 	grace    time.Duration
 	cacert   string // PEM file of the CAs to trust for rediss URLs
 	cert     string // PEM file of a client certificate (mutual TLS)
@@ -225,6 +243,7 @@ func (c *common) flags(name string, stderr io.Writer, withRun bool) *flag.FlagSe
 	fs.StringVar(&c.cacert, "cacert", "", "")
 	fs.StringVar(&c.cert, "cert", "", "")
 	fs.StringVar(&c.key, "key", "", "")
+	fs.IntVar(&c.permits, "n", 0, "")
 	if withRun {
 		fs.StringVar(&c.identity, "identity", election.DefaultIdentity(), "")
 		fs.Var(&c.wait, "wait", "")
@@ -267,6 +286,8 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (resou
 		return "", nil, errors.New("-grace must be ≥ 0")
 	case (c.cert == "") != (c.key == ""):
 		return "", nil, errors.New("-cert and -key go together")
+	case c.permits < 0 || c.permits > maxPermits:
+		return "", nil, fmt.Errorf("-n must be in [1, %d] (or 0: a lock), got %d", maxPermits, c.permits)
 	}
 	return resource, command, nil
 }
@@ -327,8 +348,9 @@ func (c *common) tlsOptions() ([]redlock.Option, error) {
 }
 
 // connect dials the nodes (redlock.Dial: it checks them with PING) and
-// builds the plain node clients the election reads and writes its identity
-// keys with. The caller closes both.
+// builds plain clients of the same nodes (they connect on first use). The
+// election no longer needs them: it uses the Client's own nodes. The caller
+// closes both.
 func (c *common) connect(ctx context.Context, stderr io.Writer) (*redlock.Client, []redis.UniversalClient, error) {
 	tlsOpts, err := c.tlsOptions()
 	if err != nil {

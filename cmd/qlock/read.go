@@ -15,7 +15,8 @@ import (
 )
 
 // lease is what runChild needs of what the command runs under: an
-// election's term (qlock run, elect) or a read lock (qlock run -read).
+// election's term (qlock run, elect), a read lock (qlock run -read) or a
+// permit (qlock run -n, permit.go).
 type lease interface {
 	Fence() int64
 	ValidUntil() time.Time

@@ -33,6 +33,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
+	if c.permits > 0 {
+		return runPermit(&c, resource, command, sigs, stderr) // permit.go
+	}
 
 	lockOpts := []redlock.Option{redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing)}
 	if c.wait.d == 0 {
@@ -147,7 +150,7 @@ func (s *session) campaign(ctx context.Context, wait time.Duration) (*election.T
 			opts = append(opts, election.WithLogger(l))
 		}
 		s.client = client
-		if s.e, err = election.New(client, nodes, s.name, opts...); err != nil {
+		if s.e, err = election.New(client, s.name, opts...); err != nil {
 			return nil, fail(s.stderr, exitUsage, err)
 		}
 	}

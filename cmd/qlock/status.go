@@ -60,6 +60,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, fmt.Errorf("status: %w", err))
 	}
 	defer closeNodes(nodes)
+	if c.permits > 0 {
+		return statusPermits(nodes, &c, resource, stdout) // permit.go
+	}
 
 	sts := make([]nodeStatus, len(nodes))
 	var wg sync.WaitGroup

@@ -101,6 +101,12 @@ type Result struct {
 	SlowHandovers int           `json:"slow_handovers"`
 	MaxHandover   time.Duration `json:"max_handover_ns"`
 
+	// Semaphores (Snapshot.Permits): the holds that began while K holds of
+	// the semaphore's permits were alive (a violation), and the most alive
+	// at once.
+	PermitOverflows  int `json:"permit_overflows"`
+	MaxPermitHolders int `json:"max_permit_holders"`
+
 	Examples []string `json:"examples,omitempty"`
 }
 
@@ -111,7 +117,7 @@ type Result struct {
 // ValidUntil, expiries never reported), and locks returned not valid.
 func (r Result) Violations() int {
 	return r.Overlaps + r.TokenOrderViolations + r.StaleAccepted + r.OutsideAcceptedAfterTakes +
-		r.LateReports + r.SilentExpiries + r.InvalidReturns + r.ReleasedKeysReappeared + r.SlowHandovers
+		r.LateReports + r.SilentExpiries + r.InvalidReturns + r.ReleasedKeysReappeared + r.SlowHandovers + r.PermitOverflows
 }
 
 // CheckOptions tune the checker.
@@ -303,6 +309,7 @@ func Check(s Snapshot, o CheckOptions) Result {
 	}
 
 	r.checkSightings(s, o, holds, rel, example)
+	r.checkPermits(s, rel, example) // semaphore.go
 
 	// Loss reports.
 	var afterExpiry []time.Duration

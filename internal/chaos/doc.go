@@ -32,6 +32,15 @@
 // must show 0 violations (safe) or at least one (a negative control, which
 // proves the checker sees).
 //
+// The semaphore profiles run redlock.Semaphore (K=2): "semaphore" has the
+// clients share one semaphore under the minority nemesis; "semaphore-split"
+// has K+1 clients acquire, each with a different minority of nodes cut, so
+// that their majorities are ones that fool a per-node count ({0,1,2},
+// {3,4,0}, {1,2,3} of 5: no node sees more than 2); its negative control,
+// "semaphore-counted", runs that scenario on a semaphore that counts holders
+// per node and asks a majority (a test-only design in this package, never
+// in redlock), and must show K+1 holders.
+//
 // # The checker
 //
 // [Check] works on a [Snapshot] of the history; every time in it is a
@@ -71,6 +80,9 @@
 //     guard and the bounds off (testhooks.SkipReleaseGuard, SkipNotAfter),
 //     and late-unbounded only the bounds, keeping the short guard that
 //     they allow; both must show a key come back.
+//   - Semaphores: the holds of a semaphore's permits (resources
+//     "<name>:permit:…") are intervals as above; a hold that begins while K
+//     others are alive is a violation (more than K holders).
 //   - With a WaitBound (frozen-waiter), after each release of a resource
 //     that a client waits for in Lock, the next hold must begin within the
 //     bound; a handover that a frozen grantee held for its whole TTL (the

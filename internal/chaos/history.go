@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -118,6 +119,7 @@ type History struct {
 	seen     []Sighting
 	waits    []Wait
 	failed   map[string]int // failed Lock calls by outcome
+	permits  map[string]int // semaphores: name → K (semaphore.go)
 }
 
 // Wait is one Lock call (not TryLock): from its start to its return.
@@ -231,6 +233,7 @@ type Snapshot struct {
 	Seen     []Sighting
 	Waits    []Wait
 	Failed   map[string]int
+	Permits  map[string]int // semaphores: name → K; their holds are of resources name:permit:…
 }
 
 // Snapshot copies what was recorded so far.
@@ -252,5 +255,6 @@ func (h *History) Snapshot() Snapshot {
 	for k, v := range h.failed {
 		s.Failed[k] = v
 	}
+	s.Permits = maps.Clone(h.permits)
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,7 @@ type Profile struct {
 
 // Profiles returns every profile, safe ones first.
 func Profiles() []Profile {
-	return []Profile{
+	ps := []Profile{
 		{
 			Name: "minority", Safe: true, Share: 0.4, MinTTLs: 4,
 			About:  "C clients × R resources, fenced register; the nemesis pauses (SIGSTOP), kills and restarts after the TTL, slows, cuts and resets at most 2 of 5 nodes at a time, and pauses holders past their TTL",
@@ -166,6 +167,18 @@ func Profiles() []Profile {
 			run:    runPause,
 		},
 	}
+	ps = append(ps, semaphoreProfiles()...)
+	// Safe ones first.
+	slices.SortStableFunc(ps, func(a, b Profile) int {
+		switch {
+		case a.Safe == b.Safe:
+			return 0
+		case a.Safe:
+			return -1
+		}
+		return 1
+	})
+	return ps
 }
 
 // Plan splits a total duration among profiles by their shares.
@@ -287,10 +300,11 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	if err != nil {
 		return err
 	}
-	resources := make([]string, e.cfg.Resources)
-	for i := range resources {
-		resources[i] = resourceName(i)
-	}
+	return runLoops(ctx, e, workers, nem, func(ctx context.Context, w *worker) { w.loop(ctx) })
+}
+
+// runLoops is runWorkers with workers made and loop for the workers' life.
+func runLoops(ctx context.Context, e *env, workers []*worker, nem func(context.Context, *nemesis), loop func(context.Context, *worker)) error {
 	subs := startSubscribers(e)
 	defer subs.close()
 	n := newNemesis(e, workers)
@@ -301,7 +315,7 @@ func runWorkers(ctx context.Context, e *env, nem func(context.Context, *nemesis)
 	wctx, wcancel := context.WithTimeout(ctx, e.cfg.Duration)
 	var wg sync.WaitGroup
 	for _, w := range workers {
-		wg.Go(func() { w.loop(wctx) })
+		wg.Go(func() { loop(wctx, w) })
 	}
 	wg.Wait()
 	wcancel()

@@ -70,6 +70,9 @@ func WriteOutcome(w io.Writer, o Outcome) {
 		line("handovers", "%d slow; longest from a release to the next hold while a client waited %v (bound %v)",
 			r.SlowHandovers, ms(r.MaxHandover), ms(o.WaitBound))
 	}
+	if r.MaxPermitHolders > 0 {
+		line("semaphore holders", "%d holds began with K already held; at most %d at once", r.PermitOverflows, r.MaxPermitHolders)
+	}
 	line("sampler", "every %v: %d reads of a node, %d failed (node down or paused); %d wake-up messages to raw subscribers",
 		o.Sampler.Period, o.Sampler.Reads, o.Sampler.Failed, o.WakeUps)
 	k := o.KeysLeft

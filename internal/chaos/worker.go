@@ -86,6 +86,12 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 		w.e.hist.failedLock(outcome(err))
 		return nil, err
 	}
+	return w.track(l, now), nil
+}
+
+// track records the hold of l, returned by Lock (or a semaphore's Acquire)
+// at now, and watches its Lost().
+func (w *worker) track(l *redlock.Lock, now time.Time) *held {
 	// Read at once: Lock and TryLock must never return a lock that is not
 	// valid.
 	valid, validUntil := l.Valid(), l.ValidUntil()
@@ -99,7 +105,7 @@ func (w *worker) lock(ctx context.Context, resource string, try bool) (*held, er
 		case <-h.done:
 		}
 	})
-	return h, nil
+	return h
 }
 
 func outcome(err error) string {

@@ -122,6 +122,7 @@ var scenarios = []scenario{
 		noFloor:   true,
 		run:       runMinority,
 	},
+	semaphoreScenario, permitScenario, trylockScenario, // semaphore.go
 }
 
 func scenarioNames() []string {

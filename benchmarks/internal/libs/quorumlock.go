@@ -30,3 +30,7 @@ func (q quorumlock) Lock(ctx context.Context, resource string) (Held, error) {
 }
 
 func (q quorumlock) Close() error { return q.c.Close() }
+
+// Client returns the redlock Client, for the scenarios of quorumlock's own
+// types (the semaphore scenarios of lockbench), which no other library has.
+func (q quorumlock) Client() *redlock.Client { return q.c }

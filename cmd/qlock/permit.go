@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// maxPermits bounds -n: qlock status reads every permit on every node.
+const maxPermits = redlock.MaxPermits
+
+// runPermit is qlock run -n K: the command runs under one of K permits of
+// the semaphore RESOURCE (redlock.Semaphore, as consul lock -n), renewed,
+// stopped on loss and released as under a lock. The permit's identity is
+// written beside its key, as an election writes a leader's, for qlock
+// status -n.
+func runPermit(c *common, resource string, command []string, sigs <-chan os.Signal, stderr io.Writer) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, dialTimeout)
+	client, nodes, err := c.connect(dctx, stderr)
+	dcancel()
+	if err != nil {
+		return fail(stderr, exitFor(err), fmt.Errorf("connecting: %w", err))
+	}
+	defer closeNodes(nodes)
+	defer client.Close()
+	sem, err := client.Semaphore(resource, c.permits, redlock.WithTTL(c.ttl), redlock.WithFencing(c.fencing))
+	if err != nil {
+		return fail(stderr, exitUsage, err)
+	}
+
+	var (
+		l    *redlock.Lock
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		actx := ctx
+		if c.wait.d > 0 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, c.wait.d)
+			defer cancel()
+		}
+		if c.wait.d == 0 {
+			l, err = sem.TryAcquire(actx) // like flock -n
+		} else {
+			l, err = sem.Acquire(actx)
+		}
+	}()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case sig := <-sigs:
+			if isJobStop(sig.(syscall.Signal)) {
+				stopSelf(true) // nothing runs under a permit yet
+				continue
+			}
+			cancel()
+			<-done
+			if l != nil {
+				l.Unlock(context.Background())
+			}
+			fmt.Fprintf(stderr, "qlock: %s: stopped by %v while waiting for a permit\n", resource, sig)
+			return 128 + int(sig.(syscall.Signal))
+		}
+	}
+	if err != nil {
+		return fail(stderr, exitFor(err), fmt.Errorf("%s: %w", resource, err))
+	}
+	// The command inherits qlock's environment: QLOCK_PERMIT and
+	// QLOCK_PERMITS join the variables runChild sets.
+	os.Setenv("QLOCK_PERMIT", strconv.Itoa(sem.Permit(l)))
+	os.Setenv("QLOCK_PERMITS", strconv.Itoa(c.permits))
+	id := startIdentity(client, c, l)
+	res := runChild(permitLease{l, c.identity}, resource, command, c, sigs, stderr)
+	id.stop()
+	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer rcancel()
+	if err := l.Unlock(rctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		fail(stderr, 0, fmt.Errorf("%s: release: %w", resource, err))
+	}
+	return res.code
+}
+
+// permitLease is a permit as a lease, with this process's identity.
+type permitLease struct {
+	*redlock.Lock
+	identity string
+}
+
+func (p permitLease) Leader() election.Leader { return election.Leader{Identity: p.identity} }
+
+// identityScript writes the holder's identity beside a permit's key, only
+// while the key holds the permit's token (KEYS: lock key, identity key;
+// ARGV: token, identity, PX in ms), or, with PX 0, deletes it.
+var identityScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[3] == '0' then return redis.call('DEL', KEYS[2]) end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// identity keeps the permit holder's identity on the nodes while the
+// command runs: written at once and every TTL/3, with a TTL of its own, so
+// that status can name the holder and a crashed holder's name goes with
+// its permit.
+type identity struct {
+	stopOnce sync.Once
+	quit     chan struct{}
+	done     chan struct{}
+	write    func(px time.Duration)
+}
+
+func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity {
+	val, _ := json.Marshal(election.Leader{Identity: c.identity, Fence: l.Fence(), Since: time.Now()})
+	nodes := client.Nodes()
+	write := func(px time.Duration) {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+				defer cancel()
+				key := lockKey(n, c.prefix, l.Resource())
+				identityScript.Run(ctx, n, []string{key, key + election.LeaderSuffix}, l.Token(), string(val), px.Milliseconds())
+			})
+		}
+		wg.Wait()
+	}
+	id := &identity{quit: make(chan struct{}), done: make(chan struct{}), write: write}
+	write(c.ttl)
+	go func() {
+		defer close(id.done)
+		t := time.NewTicker(c.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-id.quit:
+				return
+			case <-l.Context().Done():
+				return
+			case <-t.C:
+				write(c.ttl)
+			}
+		}
+	}()
+	return id
+}
+
+// stop ends the refresh and deletes the identity while the permit is
+// still ours.
+func (id *identity) stop() {
+	id.stopOnce.Do(func() {
+		close(id.quit)
+		<-id.done
+		id.write(0)
+	})
+}
+
+// lockKey is redlock's key for resource on node n: a hash tag on Cluster
+// nodes.
+func lockKey(n redis.UniversalClient, prefix, resource string) string {
+	if _, ok := n.(*redis.ClusterClient); ok {
+		return prefix + "{" + resource + "}"
+	}
+	return prefix + resource
+}
+
+// statusPermits is qlock status -n K: per permit of the semaphore
+// resource, on how many nodes it is held, by whom and for how long; the
+// waiters in line; and the verdict.
+func statusPermits(nodes []redis.UniversalClient, c *common, resource string, stdout io.Writer) int {
+	k := c.permits
+	n := len(nodes)
+	q := n/2 + 1
+	sts := make([][]nodeStatus, k+1) // per permit; the last: the waiters' lock
+	var wg sync.WaitGroup
+	for p := range k + 1 {
+		r := resource + ":permit:" + strconv.Itoa(p)
+		if p == k {
+			r = resource + ":permits"
+		}
+		sts[p] = make([]nodeStatus, n)
+		for i, nd := range nodes {
+			wg.Go(func() { sts[p][i] = readNode(nd, c.prefix, r) })
+		}
+	}
+	wg.Wait()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PERMIT\tSTATE\tNODES\tHOLDER\tPTTL")
+	held, free, unknown := 0, 0, 0
+	for p := range k {
+		h, f := 0, 0
+		var pttl time.Duration = -1
+		for _, st := range sts[p] {
+			switch {
+			case st.err != nil:
+			case st.held:
+				h++
+				if pttl < 0 || st.pttl < pttl {
+					pttl = st.pttl
+				}
+			default:
+				f++
+			}
+		}
+		state, holder, left := "free", "-", "-"
+		switch {
+		case h >= q:
+			held++
+			state = "held"
+			if id := majorityHolder(sts[p], q); id != "" {
+				holder = id
+			}
+			left = pttl.Round(time.Millisecond).String()
+		case f > n-q:
+			free++
+		default:
+			unknown++
+			state = "unknown"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%s\t%s\n", p, state, h, n, holder, left)
+	}
+	tw.Flush()
+	var waiting int64
+	for _, st := range sts[k] {
+		waiting = max(waiting, st.waiting)
+	}
+	fmt.Fprintf(stdout, "waiting: %d\n", waiting)
+	switch {
+	case held == k:
+		fmt.Fprintf(stdout, "verdict: all %d permits held\n", k)
+		return 0
+	case free > 0:
+		fmt.Fprintf(stdout, "verdict: %d of %d permits held, %d free\n", held, k, free)
+		return exitFree
+	}
+	fmt.Fprintf(stdout, "verdict: unknown: %d of %d permits held, %d undecided (too few nodes answered)\n", held, k, unknown)
+	return exitNoQuorum
+}

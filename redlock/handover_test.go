@@ -1,0 +1,192 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func TestResume_handover(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	// A TTL a loaded machine keeps renewed: node timeout 300ms.
+	ttl := 1500 * time.Millisecond
+	opts := []Option{WithTTL(ttl), WithNodeTimeout(300 * time.Millisecond), WithRenewInterval(500 * time.Millisecond)}
+	scheduler := newClient(t, nodes, opts...)
+	worker := newClient(t, nodes, opts...)
+	l, err := scheduler.Lock(t.Context(), "job:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Detach(); err != nil {
+		t.Fatalf("Detach = %v", err)
+	}
+	if got := context.Cause(l.Context()); !errors.Is(got, ErrDetached) {
+		t.Errorf("Cause after Detach = %v; want ErrDetached", got)
+	}
+	if l.Valid() {
+		t.Errorf("Valid() after Detach = true; want false")
+	}
+	if err := l.Detach(); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Detach = %v; want ErrNotHeld", err)
+	}
+	w, err := worker.Resume(t.Context(), l.Resource(), l.Token())
+	if err != nil {
+		t.Fatalf("Resume = %v", err)
+	}
+	if got, want := w.Token(), l.Token(); got != want || !w.Valid() {
+		t.Errorf("resumed Token() = %q, Valid %v; want the handed-over token, valid", got, w.Valid())
+	}
+	// The scheduler lets go entirely: its Unlock and Close release nothing.
+	if err := l.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock after Detach = %v; want ErrNotHeld", err)
+	}
+	if err := scheduler.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The worker renews it past its TTL.
+	time.Sleep(2 * ttl)
+	if ok, err := worker.IsLocked(t.Context(), "job:7"); !ok || err != nil || !w.Valid() {
+		t.Errorf("after 2×TTL: IsLocked = %v, %v, Valid %v; want held, renewed by the worker", ok, err, w.Valid())
+	}
+	if err := w.Unlock(t.Context()); err != nil {
+		t.Fatalf("worker Unlock = %v", err)
+	}
+	if ok, _ := worker.IsLocked(t.Context(), "job:7"); ok {
+		t.Errorf("IsLocked after the worker's Unlock = true; want false")
+	}
+}
+
+func TestResume_refused(t *testing.T) {
+	t.Parallel()
+	ms, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second), WithNodeTimeout(2*time.Second))
+	keysOf := func(key string) int {
+		n := 0
+		for _, m := range ms {
+			if m.Exists(key) {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("unknown token", func(t *testing.T) {
+		_, err := c.Resume(t.Context(), "r1", uuid.NewString())
+		if !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Resume(unknown token) = %v; want ErrNotHeld", err)
+		}
+		if !eventually(5*time.Second, func() bool { return keysOf("lock:r1") == 0 }) {
+			t.Errorf("lock key left on %d nodes 5s later; want 0 (what the round healed is taken back)", keysOf("lock:r1"))
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		other := newClient(t, nodes, WithNodeTimeout(300*time.Millisecond))
+		l, err := other.Lock(t.Context(), "r2", WithTTL(time.Second), WithAutoRenew(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Detach()
+		time.Sleep(1200 * time.Millisecond)
+		if _, err := c.Resume(t.Context(), "r2", l.Token()); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Resume(expired) = %v; want ErrNotHeld", err)
+		}
+	})
+	t.Run("held on a minority", func(t *testing.T) {
+		tok := uuid.NewString()
+		ms[0].Set("lock:r3", tok)
+		ms[0].SetTTL("lock:r3", 10*time.Second)
+		if _, err := c.Resume(t.Context(), "r3", tok); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Resume(minority) = %v; want ErrNotHeld", err)
+		}
+		if !eventually(5*time.Second, func() bool { return keysOf("lock:r3") == 0 }) {
+			t.Errorf("key on %d nodes 5s later; want 0: no majority held it, so it is released everywhere", keysOf("lock:r3"))
+		}
+	})
+	t.Run("invalid", func(t *testing.T) {
+		for _, tok := range []string{"", "abc", "{" + uuid.NewString() + "}"} {
+			if _, err := c.Resume(t.Context(), "r4", tok); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("Resume(token %q) = %v; want ErrInvalidArgument", tok, err)
+			}
+		}
+		if _, err := c.Resume(t.Context(), "", uuid.NewString()); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Resume(empty resource) = %v; want ErrInvalidArgument", err)
+		}
+		l, err := c.Lock(t.Context(), "r5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Resume(t.Context(), "r5", l.Token()); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Resume of a lock this Client holds = %v; want ErrInvalidArgument", err)
+		}
+		l.Unlock(t.Context())
+	})
+}
+
+func TestResume_noQuorum(t *testing.T) {
+	t.Parallel()
+	ms, nodes := miniNodes(t, 3)
+	a := newClient(t, nodes, WithNodeTimeout(2*time.Second))
+	l, err := a.Lock(t.Context(), "nq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Detach()
+	b := newClient(t, nodes, WithNodeTimeout(2*time.Second))
+	ms[1].SetError("LOADING")
+	ms[2].SetError("LOADING")
+	_, err = b.Resume(t.Context(), "nq", l.Token())
+	var ne *NodeError
+	if !errors.Is(err, ErrNoQuorum) || !errors.As(err, &ne) {
+		t.Fatalf("Resume with 2 of 3 nodes failing = %v; want ErrNoQuorum with node errors", err)
+	}
+	// The keys that held the token are left: a retry once the nodes are
+	// back resumes it.
+	ms[1].SetError("")
+	ms[2].SetError("")
+	r, err := b.Resume(t.Context(), "nq", l.Token())
+	if err != nil {
+		t.Fatalf("Resume retried = %v", err)
+	}
+	r.Unlock(t.Context())
+}
+
+func TestClient_Held(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithNodeTimeout(2*time.Second))
+	if got := c.Held(); len(got) != 0 {
+		t.Errorf("Held() = %d locks; want none", len(got))
+	}
+	b, _ := c.Lock(t.Context(), "b")
+	a, _ := c.Lock(t.Context(), "a")
+	d, _ := c.Lock(t.Context(), "d")
+	s := newSemaphore(t, c, "s", 2)
+	p, err := s.TryAcquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources := func() []string {
+		var out []string
+		for _, l := range c.Held() {
+			out = append(out, l.Resource())
+		}
+		return out
+	}
+	if got, want := resources(), []string{"a", "b", "d", p.Resource()}; !slices.Equal(got, want) {
+		t.Errorf("Held() = %q; want %q", got, want)
+	}
+	b.Unlock(t.Context())
+	d.Detach()
+	if got, want := resources(), []string{"a", p.Resource()}; !slices.Equal(got, want) {
+		t.Errorf("Held() after Unlock(b), Detach(d) = %q; want %q", got, want)
+	}
+	c.Close()
+	if got := c.Held(); got != nil {
+		t.Errorf("Held() after Close = %v; want nil", got)
+	}
+	_ = a
+}
