@@ -49,6 +49,7 @@ type nodeState struct {
 	due      atomic.Int64
 	probing  atomic.Bool   // a probe of a down node is running
 	verified atomic.Bool   // identify found the node distinct from the others
+	idSent   atomic.Bool   // identify sent its script: the node may hold our identity key
 	idTurn   chan struct{} // buffered 1: one identify at a time on the node
 	idReady  chan struct{} // closed once verified: wakes every call waiting for the turn
 	// grace is how late past its deadline a request in flight must be
@@ -406,6 +407,7 @@ func (c *Client) identify(ctx context.Context, i int) error {
 		return nil
 	}
 	keys := c.idKeys()
+	n.state.idSent.Store(true) // the key may be there from now on, even if the reply is lost
 	j, err := n.c.Eval(ctx, identifyScript, keys, i+1, identifyTTL.Milliseconds()).Int()
 	if err != nil {
 		return err
@@ -472,16 +474,20 @@ func ctxCancelled(detail string) error {
 }
 
 // forgetIdentity deletes this Client's identity keys (identify) from the
-// nodes that have one, for Close: one DEL per node, in parallel, on the
-// Client's goroutines (Close waits for them with its bound); nodes down or
-// stuck are skipped, and their keys expire with identifyTTL.
+// nodes that may have one (the script was sent, whether or not its reply
+// came), for Close: one DEL per node, in parallel, on the Client's
+// goroutines (Close waits for them with its bound). Only nodes known down
+// (their dials fail) are skipped, and their keys expire with identifyTTL: a
+// node that merely looks stuck gets the DEL too, since on a loaded machine
+// a late reply is no proof of a pause (an identity key was left for its
+// hour at load 6 under -race).
 func (c *Client) forgetIdentity(timeout time.Duration) {
 	if len(c.nodes) == 1 {
 		return
 	}
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		if n.cluster || !n.state.verified.Load() || c.refuse(i) != nil {
+		if n.cluster || !n.state.idSent.Load() || n.state.dials.down() != nil {
 			continue
 		}
 		key := c.idKeys()[i]
