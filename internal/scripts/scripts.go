@@ -45,8 +45,8 @@ var (
 	// goes first, whatever the members, so a yielding waiter keeps its
 	// nodes on a tie.
 	releaseTieKeeps = newScript(strings.Replace(queueSrc, tieRule, "return ticket <= t", 1) + releaseSrc)
-	exists  = newScript(existsSrc)
-	fenced  = newScript(fencedSetSrc)
+	exists          = newScript(existsSrc)
+	fenced          = newScript(fencedSetSrc)
 )
 
 // script is a Lua script whose EVALSHA command head is boxed once.
