@@ -57,19 +57,22 @@ func (cl *cluster) node(i int) *miniredis.Miniredis {
 	return cl.nodes[i]
 }
 
-// kill stops node i: its connections reset, dials refused, its data gone.
-func (cl *cluster) kill(i int) {
+// kill stops node i: its connections reset, dials refused. With wipe its
+// data is gone; else it is kept for the restart (appendfsync always).
+func (cl *cluster) kill(i int, wipe bool) {
 	cl.net.setDown(i, true)
 	cl.mu.Lock()
 	m := cl.nodes[i]
-	cl.nodes[i] = nil
+	if wipe {
+		cl.nodes[i] = nil
+	}
 	cl.mu.Unlock()
 	if m != nil {
 		m.Close()
 	}
 }
 
-// restart brings node i back empty.
+// restart brings node i back, empty if it was wiped.
 func (cl *cluster) restart(i int) {
 	cl.mu.Lock()
 	if cl.nodes[i] == nil {

@@ -20,6 +20,6 @@ func TestCount(t *testing.T) {
 	defer func() { hookUp = nil }()
 	for s := uint64(1); s <= 10; s++ {
 		res := runSeed(t, NewPlan(s))
-		t.Logf("seed %d: holds %d, chunks %d, evals %d, time %d", s, res.Holds, upChunks.Swap(0), evals.Swap(0), times.Swap(0))
+		t.Logf("seed %d: holds %d, goroutines %d (bound %d), chunks %d, evals %d, time %d", s, res.Holds, res.Goroutines, goroutineBound(res.Plan, res.Plan.Clients+1), upChunks.Swap(0), evals.Swap(0), times.Swap(0))
 	}
 }

@@ -159,11 +159,12 @@ func firstLine(err error) string {
 }
 
 // checkHolds checks the invariants of holds and writes: no two holds of a
-// resource overlap; fencing tokens strictly increase in the order holds
-// started; no write is applied with a token below that of a hold that
+// resource overlap; with fence (no node restarted empty: DESIGN step 8
+// needs the counters kept), fencing tokens strictly increase in the order
+// holds started, and no write is applied with a token below that of a hold that
 // started before it (the register saw it, or must have: every holder
 // writes the moment it holds).
-func (h *History) checkHolds() {
+func (h *History) checkHolds(fence bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	end := time.Now()
@@ -188,8 +189,8 @@ func (h *History) checkHolds() {
 						r, a.ID, a.Client, h.since(a.Start), h.since(ae), b.ID, b.Client, h.since(b.Start))})
 				}
 			}
-			if a.Fence < 0 {
-				continue // Do: its fence is not known
+			if a.Fence < 0 || !fence {
+				continue // Do: its fence is not known; or counters were wiped
 			}
 			if a.Fence <= lastFence {
 				h.viol = append(h.viol, Violation{"fence", h.since(a.Start), fmt.Sprintf("%s: hold %d fence %d after hold %d fence %d",
@@ -199,7 +200,7 @@ func (h *History) checkHolds() {
 		}
 	}
 	for _, w := range h.writes {
-		if !w.Applied {
+		if !w.Applied || !fence {
 			continue
 		}
 		for _, x := range by[w.Resource] {

@@ -86,6 +86,7 @@ type Result struct {
 	Plan       Plan
 	Violations []Violation
 	Holds      int
+	Goroutines int    // in the bubble at the end of the quiet phase
 	Report     string // the compact history (events and violations)
 }
 
@@ -130,10 +131,21 @@ func Run(p Plan, profiles ...Profile) Result {
 	for _, pr := range profiles {
 		pr.Start(env)
 	}
+	// Bounded goroutines: sampled at the end of the quiet phase, before
+	// the workers stop.
+	var peak int
+	env.Go(func() {
+		if env.SleepUntil(env.At(p.Duration() - time.Millisecond)) {
+			peak = countBubble()
+		}
+	})
 	env.wg.Wait()
 	cancel()
 	h.Note("run over")
-	h.checkHolds()
+	if bound := goroutineBound(p, clients); peak > bound {
+		h.Violate("goroutines", "%d goroutines in the bubble at the end of the quiet phase; the bound is %d", peak, bound)
+	}
+	h.checkHolds(!p.Wipes())
 	for _, pr := range profiles {
 		pr.Check(env)
 	}
@@ -155,7 +167,7 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	cl.close()
 	synctest.Wait()
-	res := Result{Plan: p, Violations: h.Violations(), Holds: len(h.holds)}
+	res := Result{Plan: p, Violations: h.Violations(), Holds: len(h.holds), Goroutines: peak}
 	if res.Failed() {
 		res.Report = h.Report()
 	}
@@ -164,27 +176,62 @@ func Run(p Plan, profiles ...Profile) Result {
 
 var bubbleRE = regexp.MustCompile(`synctest bubble (\d+)`)
 
-// bubbleGoroutines returns the first stack of a goroutine in this bubble
-// with a frame in one of pkgs, and how many there are; "" if none.
-func bubbleGoroutines(pkgs ...string) string {
+// goroutineBound is how many goroutines a run may have once faults
+// stopped: per Client and node, its pooled connections (two forwarders
+// and miniredis's two goroutines each, at most 8 connections in use) and
+// the library's per-node workers and loops; and the run's own.
+func goroutineBound(p Plan, clients int) int {
+	return clients*p.Nodes*(8*4+8) + clients*p.Workers*4 + 64
+}
+
+// countBubble counts the goroutines of this bubble.
+func countBubble() int {
+	tag := ownBubble()
+	if tag == "" {
+		return 0
+	}
+	n := 0
+	for _, g := range allStacks() {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, tag) {
+			n++
+		}
+	}
+	return n
+}
+
+// ownBubble is the tag that names this goroutine's bubble in a stack's
+// head ("synctest bubble N]"), "" outside one.
+func ownBubble() string {
 	own := make([]byte, 1024)
 	own = own[:runtime.Stack(own, false)]
 	m := bubbleRE.FindSubmatch(own)
 	if m == nil {
 		return ""
 	}
-	tag := "synctest bubble " + string(m[1]) + "]"
+	return "synctest bubble " + string(m[1]) + "]"
+}
+
+func allStacks() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return strings.Split(string(buf[:n]), "\n\n")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// bubbleGoroutines returns the first stack of a goroutine in this bubble
+// with a frame in one of pkgs, and how many there are; "" if none.
+func bubbleGoroutines(pkgs ...string) string {
+	tag := ownBubble()
+	if tag == "" {
+		return ""
+	}
 	count, first := 0, ""
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range allStacks() {
 		head, _, _ := strings.Cut(g, "\n")
 		if !strings.Contains(head, tag) || strings.Contains(head, "running") {
 			continue
@@ -212,11 +259,11 @@ type faultLog struct {
 	mu    sync.Mutex
 	nodes [][][2]time.Time // per node
 	cl    [][][2]time.Time // per client: frozen
-	links map[linkID][][2]time.Time
+	resets map[linkID][][2]time.Time
 }
 
 func newFaultLog(nodes, clients int) *faultLog {
-	return &faultLog{nodes: make([][][2]time.Time, nodes), cl: make([][][2]time.Time, clients), links: make(map[linkID][][2]time.Time)}
+	return &faultLog{nodes: make([][][2]time.Time, nodes), cl: make([][][2]time.Time, clients), resets: make(map[linkID][][2]time.Time)}
 }
 
 func (f *faultLog) add(fl Fault, from, to time.Time) {
@@ -224,9 +271,10 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	defer f.mu.Unlock()
 	s := [2]time.Time{from, to}
 	switch fl.Kind {
-	case LinkDelay, LinkReset:
+	case LinkDelay:
+	case LinkReset:
 		id := linkID{fl.Client, fl.Node}
-		f.links[id] = append(f.links[id], s)
+		f.resets[id] = append(f.resets[id], s)
 	case ClientFreeze:
 		f.cl[fl.Client] = append(f.cl[fl.Client], s)
 	default:
@@ -234,20 +282,21 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	}
 }
 
-// touched reports whether node i, client c's link to it, or client c was
-// under a fault at any time in [from, to].
-func (f *faultLog) touched(c, i int, from, to time.Time) bool {
+// allows reports whether a fault on node i, or on client c's connections
+// to it, or of client c, other than a link delay, was under way at t or
+// ended less than after before it.
+func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in := func(ss [][2]time.Time) bool {
 		for _, s := range ss {
-			if !s[0].After(to) && !s[1].Before(from) {
+			if !s[0].After(t) && !s[1].Add(after).Before(t) {
 				return true
 			}
 		}
 		return false
 	}
-	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
+	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.resets[linkID{c, i}])
 }
 
 // fault applies f at its time and undoes it after its duration.
@@ -268,13 +317,13 @@ func (e *Env) fault(f Fault) {
 		n.pauseNode(f.Node, true)
 	case NodeSlow:
 		n.setSlow(f.Node, f.Delay)
-	case NodeKill:
-		e.cl.kill(f.Node)
+	case NodeKill, NodeWipe:
+		e.cl.kill(f.Node, f.Kind == NodeWipe)
 	case ClientFreeze:
 		n.freezeClient(f.Client, true)
 	}
-	// Undone at its end even when the run is over, so that Close finds
-	// every node and pipe working.
+	// Undone at its end, or at the run's end, so that Close finds every
+	// node and pipe working.
 	if f.For > 0 {
 		t := time.NewTimer(f.For)
 		select {
@@ -290,7 +339,7 @@ func (e *Env) fault(f Fault) {
 		n.pauseNode(f.Node, false)
 	case NodeSlow:
 		n.setSlow(f.Node, 0)
-	case NodeKill:
+	case NodeKill, NodeWipe:
 		e.cl.restart(f.Node)
 	case ClientFreeze:
 		n.freezeClient(f.Client, false)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,10 @@ import (
 var (
 	seeds = flag.Int("sim.seeds", defaultSeeds(), "how many seeds TestSim runs (1..N); 500 by default, 60 under -race")
 	seed  = flag.Uint64("sim.seed", 0, "replay this one seed (with the Client hooks traced) and print its history")
-	first = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
+	first   = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
+	replays = flag.Int("sim.replays", 1, "with -sim.seed: run the seed this many times and report how many failed")
+	shrinkF = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
+	ctlName = flag.String("sim.control", "", "apply this negative control (see controls) to TestSim's seeds")
 )
 
 func defaultSeeds() int {
@@ -37,14 +41,35 @@ func runSeed(t *testing.T, p Plan) Result {
 // fails with each failing seed's plan and compact history. -sim.seed=S
 // replays one seed with tracing.
 func TestSim(t *testing.T) {
+	if *ctlName != "" {
+		c, ok := controlNamed(*ctlName)
+		if !ok {
+			t.Fatalf("-sim.control=%q: no such control", *ctlName)
+		}
+		c.set(t)
+	}
 	if *seed != 0 {
 		p := NewPlan(*seed)
-		p.Trace = true
-		res := runSeed(t, p)
-		t.Logf("%v: %d holds, %d violations", p, res.Holds, len(res.Violations))
-		if res.Failed() {
-			t.Errorf("seed %d failed (replay: go test ./internal/sim -run 'TestSim$' -sim.seed=%d):\n%s", p.Seed, p.Seed, res.Report)
+		p.Trace = *replays == 1
+		failures := 0
+		var res, failure Result
+		for range *replays {
+			res = runSeed(t, p)
+			if res.Failed() {
+				failures++
+				failure = res
+			}
 		}
+		t.Logf("%v: %d holds; failed %d of %d runs", p, res.Holds, failures, *replays)
+		if failures == 0 {
+			return
+		}
+		if *shrinkF {
+			small := shrink(t, failure)
+			t.Logf("shrunk to %v", small.Plan)
+			failure = small
+		}
+		t.Errorf("seed %d failed (replay: go test ./internal/sim -run 'TestSim$' -sim.seed=%d):\n%s", p.Seed, p.Seed, failure.Report)
 		return
 	}
 	start := time.Now()
@@ -118,4 +143,70 @@ func compact(res Result) string {
 		}
 	}
 	return b.String()
+}
+
+// shrink retries a failing run's plan with less in it — each fault
+// removed, the frozen waiter, a Client, a worker, a resource, five nodes
+// down to three — and keeps each change after which the plan still fails
+// with the same invariant (in one of two runs: scheduling is not fully
+// deterministic), until no change keeps it failing.
+func shrink(t *testing.T, res Result) Result {
+	t.Helper()
+	want := res.Violations[0].Invariant
+	fails := func(p Plan) (Result, bool) {
+		for range 2 {
+			r := runSeed(t, p)
+			if slices.ContainsFunc(r.Violations, func(v Violation) bool { return v.Invariant == want }) {
+				return r, true
+			}
+		}
+		return Result{}, false
+	}
+	for {
+		p := res.Plan
+		var cands []Plan
+		for i := range p.Faults {
+			c := p
+			c.Faults = slices.Delete(slices.Clone(p.Faults), i, i+1)
+			cands = append(cands, c)
+		}
+		if p.FrozenWaiter {
+			c := p
+			c.FrozenWaiter = false
+			cands = append(cands, c)
+		}
+		if p.Clients > 1 {
+			c := p
+			c.Clients--
+			c.Queue = p.Queue[:c.Clients]
+			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Client >= c.Clients })
+			cands = append(cands, c)
+		}
+		if p.Workers > 1 {
+			c := p
+			c.Workers--
+			cands = append(cands, c)
+		}
+		if p.Resources > 1 {
+			c := p
+			c.Resources--
+			cands = append(cands, c)
+		}
+		if p.Nodes > 3 {
+			c := p
+			c.Nodes = 3
+			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Node >= 3 })
+			cands = append(cands, c)
+		}
+		shrunk := false
+		for _, c := range cands {
+			if r, ok := fails(c); ok {
+				res, shrunk = r, true
+				break
+			}
+		}
+		if !shrunk {
+			return res
+		}
+	}
 }
