@@ -35,6 +35,13 @@ var controls = []control{
 	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness"},
 }
 
+// extraControls can be applied with -sim.control, and are not asserted:
+// release-guard-only leaves the not-after bounds on, which refuse every
+// late request but those landing within the bounds' error.
+var extraControls = []control{
+	{"release-guard-only", []*atomic.Bool{&testhooks.SkipReleaseGuard}, "key-back"},
+}
+
 // set turns the control on until the end of t.
 func (c control) set(t *testing.T) {
 	for _, h := range c.hooks {
@@ -48,7 +55,7 @@ func (c control) set(t *testing.T) {
 }
 
 func controlNamed(name string) (control, bool) {
-	for _, c := range controls {
+	for _, c := range append(slices.Clone(controls), extraControls...) {
 		if c.name == name {
 			return c, true
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -162,6 +163,9 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 		// An Extend racing the Unlock: started first, on its own
 		// goroutine, as a renewal of the caller's own would be.
 		wg.Go(func() { _ = l.Extend(context.WithoutCancel(ctx)) })
+		// Let it start: its requests then leave at the Unlock's
+		// instant, and the jitter decides, per node, which lands first.
+		runtime.Gosched()
 	}
 	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
 	err = l.Unlock(context.WithoutCancel(ctx))
