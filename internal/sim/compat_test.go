@@ -134,4 +134,3 @@ func isRedisError(err error, prefix string) bool {
 	var re redis.Error
 	return errors.As(err, &re) && len(re.Error()) >= len(prefix) && re.Error()[:len(prefix)] == prefix
 }
-

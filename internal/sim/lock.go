@@ -314,16 +314,22 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 }
 
 // sampler reads every lock key on every node every TTL/20 and once at the
-// end, directly from the nodes: a key that still holds the token of a lock
-// TTL/2 after its Unlock returned came back (or was never released),
-// unless the node, or the holder, was under a fault that the release may
-// have to wait out — the node paused, slowed or killed, the holder's
-// connections to it reset, the holder frozen — from its start to one TTL
-// and a second after its end: until the release lands there, our queue
-// entry may get the key handed for one reservation, as the chaos checker
-// allows (docs/reliability.md). Delays on a link get no allowance: a
-// release that timed out still lands (a delay is far below TTL/2), and a
-// request of ours that lands after it is what this invariant is for.
+// end, directly from the nodes, for keys that hold the token of a lock
+// whose Unlock had returned (at rel):
+//
+//   - left: the key is still there TTL/2 after rel (its release never
+//     landed, or a request of ours set it again right after);
+//   - back: its PTTL says a request of ours wrote it (for the TTL) more
+//     than 20ms after rel, and it is seen TTL/2 after that write (not a
+//     write that a release still in flight deleted).
+//
+// Either is a violation, unless the node, or the holder's connections to
+// it, or the holder, was under a fault — a pause, slowness, kill or wipe,
+// a reset or a long delay, a freeze — from its start to one TTL and a
+// second after its end: until the release lands there, the key may stay,
+// or our queue entry may get it handed for one reservation (the chaos
+// checker's allowance, docs/reliability.md). Short spikes get none: what
+// they hold lands soon, and the release right after it.
 func (p *LockProfile) sampler(env *Env) {
 	pl := env.Plan
 	h := env.History
@@ -371,13 +377,16 @@ func (p *LockProfile) sampler(env *Env) {
 				}
 				ttl := m.TTL(key)
 				now := time.Now()
-				if now.Sub(rel) < pl.TTL/2 || env.faults.allows(x.Client, i, now, pl.TTL+time.Second) {
+				written := now.Add(ttl - pl.TTL)
+				left := now.Sub(rel) >= pl.TTL/2
+				back := written.After(rel.Add(20*time.Millisecond)) && now.Sub(written) >= pl.TTL/2
+				if !left && !back || env.faults.allows(x.Client, i, now, pl.TTL+time.Second) {
 					continue
 				}
 				if k := fmt.Sprint(tok, i); !seen[k] {
 					seen[k] = true
-					h.Violate("key-back", "%s on node %d: the key of hold %d (c%d), unlocked at %v, is there at %v with %v left",
-						key, i, x.ID, x.Client, h.since(rel), h.since(now), ttl)
+					h.Violate("key-back", "%s on node %d: the key of hold %d (c%d), unlocked at %v, is there at %v with %v left (written at %v or later)",
+						key, i, x.ID, x.Client, h.since(rel), h.since(now), ttl, h.since(written))
 				}
 			}
 		}

@@ -86,7 +86,8 @@ func (n *network) dial(ctx context.Context, c, i int) (net.Conn, error) {
 }
 
 // conn is one connection: the client's end, our end of its pipe, and the
-// server's end.
+// server's end. done is closed by close: a reset, a kill or the network's
+// close, which lose the bytes in flight.
 type conn struct {
 	n    *network
 	id   linkID
@@ -119,12 +120,19 @@ func (k *conn) close() {
 // before it, as on a TCP stream. go-redis writes a request (or a
 // pipeline) at once and then reads, so a request held here is one that
 // was sent and will land late.
+//
+// As on TCP, a client that gives up and closes its connection does not
+// take back what it sent: the requests already read are still delivered
+// (late, or when a paused node resumes) and run, and only then does the
+// server see the connection end; its replies are read and dropped. Only
+// a reset, a killed node or the network's close (k.close) loses bytes in
+// flight.
 func (k *conn) forward(src, dst net.Conn, up bool) {
-	defer k.close()
 	buf := make([]byte, 4096)
+	gone := false // down: the client closed its end; replies are dropped
 	for {
 		m, err := src.Read(buf)
-		if m > 0 {
+		if m > 0 && !gone {
 			b := buf[:m]
 			if up {
 				k.noteUp(b)
@@ -144,18 +152,30 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			if !k.n.waitGates(k.id, k.done) {
 				return
 			}
-			if _, err := dst.Write(b); err != nil {
-				return
-			}
-			k.n.mu.Lock()
-			if up {
-				k.up = time.Now()
+			if _, werr := dst.Write(b); werr != nil {
+				if up {
+					k.close()
+					return
+				}
+				gone = true
 			} else {
-				k.down = time.Now()
+				k.n.mu.Lock()
+				if up {
+					k.up = time.Now()
+				} else {
+					k.down = time.Now()
+				}
+				k.n.mu.Unlock()
 			}
-			k.n.mu.Unlock()
 		}
 		if err != nil {
+			if up {
+				// The client closed: everything it sent was delivered;
+				// now the server sees the end.
+				_ = dst.Close()
+				return
+			}
+			k.close() // the server closed (or was killed): the connection is over
 			return
 		}
 	}

@@ -52,7 +52,8 @@ type FaultKind int
 
 // The faults of a plan.
 const (
-	LinkDelay    FaultKind = iota // one Client's pipes to one node add Delay each way (beyond the node timeout: requests land late)
+	LinkDelay    FaultKind = iota // one Client's pipes to one node add Delay each way for up to a TTL (a slow link: half a node timeout or more makes it a cut)
+	LinkSpike                     // a short delay spike (1.5–4 node timeouts, as long): the requests it holds land after their caller gave up
 	LinkReset                     // one Client's connections to one node are closed (a reset; bytes in flight are lost)
 	NodePause                     // the node stops reading (SIGSTOP): requests wait in its socket
 	NodeSlow                      // every pipe to the node adds Delay each way
@@ -61,7 +62,7 @@ const (
 	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
 )
 
-var kindNames = [...]string{"delay", "reset", "pause", "slow", "kill", "wipe", "freeze"}
+var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze"}
 
 func (k FaultKind) String() string { return kindNames[k] }
 
@@ -80,7 +81,7 @@ func (f Fault) String() string {
 		s += "+" + f.For.String()
 	}
 	switch f.Kind {
-	case LinkDelay, LinkReset:
+	case LinkDelay, LinkSpike, LinkReset:
 		s += fmt.Sprintf(" c%d-n%d", f.Client, f.Node)
 	case ClientFreeze:
 		s += fmt.Sprintf(" c%d", f.Client)
@@ -134,9 +135,13 @@ func (p *Plan) drawFault(r *rand.Rand) Fault {
 	f.At = time.Duration(r.Int64N(int64(p.FaultPhase * 3 / 4)))
 	f.For = to + time.Duration(r.Int64N(int64(p.TTL)))
 	switch k := r.IntN(10); {
+	case k < 2:
+		f.Kind = LinkSpike
+		f.Delay = 3*to/2 + time.Duration(r.Int64N(int64(5*to/2)))
+		f.For = 3*to/2 + time.Duration(r.Int64N(int64(5*to/2)))
 	case k < 3:
 		f.Kind = LinkDelay
-		// From half the node timeout to four: most land late.
+		// From half the node timeout to four and a half: most land late.
 		f.Delay = to/2 + time.Duration(r.Int64N(int64(4*to)))
 	case k < 4:
 		f.Kind, f.For = LinkReset, 0

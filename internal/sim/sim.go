@@ -257,13 +257,13 @@ func bubbleGoroutines(pkgs ...string) string {
 // could not reach yet).
 type faultLog struct {
 	mu    sync.Mutex
-	nodes [][][2]time.Time // per node
-	cl    [][][2]time.Time // per client: frozen
-	resets map[linkID][][2]time.Time
+	nodes [][][2]time.Time          // per node
+	cl    [][][2]time.Time          // per client: frozen
+	links map[linkID][][2]time.Time // delays and resets
 }
 
 func newFaultLog(nodes, clients int) *faultLog {
-	return &faultLog{nodes: make([][][2]time.Time, nodes), cl: make([][][2]time.Time, clients), resets: make(map[linkID][][2]time.Time)}
+	return &faultLog{nodes: make([][][2]time.Time, nodes), cl: make([][][2]time.Time, clients), links: make(map[linkID][][2]time.Time)}
 }
 
 func (f *faultLog) add(fl Fault, from, to time.Time) {
@@ -271,10 +271,12 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	defer f.mu.Unlock()
 	s := [2]time.Time{from, to}
 	switch fl.Kind {
-	case LinkDelay:
-	case LinkReset:
+	case LinkSpike:
+		// No allowance: what a spike holds lands soon after it, and the
+		// release right after that (the chaos checker's rule).
+	case LinkDelay, LinkReset:
 		id := linkID{fl.Client, fl.Node}
-		f.resets[id] = append(f.resets[id], s)
+		f.links[id] = append(f.links[id], s)
 	case ClientFreeze:
 		f.cl[fl.Client] = append(f.cl[fl.Client], s)
 	default:
@@ -283,8 +285,8 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 }
 
 // allows reports whether a fault on node i, or on client c's connections
-// to it, or of client c, other than a link delay, was under way at t or
-// ended less than after before it.
+// to it, or of client c, other than a spike, was under way at t or ended
+// less than after before it.
 func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -296,7 +298,7 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 		}
 		return false
 	}
-	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.resets[linkID{c, i}])
+	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
 }
 
 // fault applies f at its time and undoes it after its duration.
@@ -309,7 +311,7 @@ func (e *Env) fault(f Fault) {
 	e.faults.add(f, from, from.Add(f.For))
 	e.History.Note("fault %v", f)
 	switch f.Kind {
-	case LinkDelay:
+	case LinkDelay, LinkSpike:
 		n.setDelay(f.Client, f.Node, f.Delay)
 	case LinkReset:
 		n.reset(f.Client, f.Node)
@@ -333,7 +335,7 @@ func (e *Env) fault(f Fault) {
 		}
 	}
 	switch f.Kind {
-	case LinkDelay:
+	case LinkDelay, LinkSpike:
 		n.setDelay(f.Client, f.Node, 0)
 	case NodePause:
 		n.pauseNode(f.Node, false)

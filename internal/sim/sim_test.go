@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	seeds = flag.Int("sim.seeds", defaultSeeds(), "how many seeds TestSim runs (1..N); 500 by default, 60 under -race")
-	seed  = flag.Uint64("sim.seed", 0, "replay this one seed (with the Client hooks traced) and print its history")
+	seeds   = flag.Int("sim.seeds", defaultSeeds(), "how many seeds TestSim runs (1..N); 500 by default, 60 under -race")
+	seed    = flag.Uint64("sim.seed", 0, "replay this one seed (with the Client hooks traced) and print its history")
 	first   = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
 	replays = flag.Int("sim.replays", 1, "with -sim.seed: run the seed this many times and report how many failed")
 	shrinkF = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
