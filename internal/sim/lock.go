@@ -238,7 +238,8 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	pl := env.Plan
 	h := env.History
 	res := resourceName(0)
-	if !env.SleepUntil(env.At(pl.Healed())) {
+	// A moment after the workers: someone holds, and it queues.
+	if !env.SleepUntil(env.At(pl.Healed() + 5*grid)) {
 		return
 	}
 	rc := env.Clients[c]
@@ -271,7 +272,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	defer finish()
 	// Queued (a refused attempt, then one that joins), then quiet: no
 	// request of its own in flight, so that none lands after the freeze.
-	ok := env.SleepUntil(time.Now().Add(3 * pl.RetryMax))
+	ok := env.SleepUntil(time.Now().Add(2 * pl.RetryMax))
 	for ok && !env.cl.net.idle(c, 10*time.Millisecond) {
 		ok = env.SleepUntil(time.Now().Add(time.Millisecond))
 	}

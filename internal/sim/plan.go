@@ -118,7 +118,7 @@ func NewPlan(seed uint64) Plan {
 	for range p.Clients {
 		p.Queue = append(p.Queue, r.IntN(4) != 0)
 	}
-	if r.IntN(2) == 0 {
+	if r.IntN(3) != 0 {
 		p.FrozenWaiter = true
 		p.FrozenFor = p.TTL
 	}
