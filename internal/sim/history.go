@@ -43,7 +43,9 @@ type Wait struct {
 	Start    time.Time
 	End      time.Time // zero while waiting
 	Deadline time.Time // the call's ctx deadline (zero: none)
-	Frozen   bool      // the frozen waiter's: not counted by the liveness bound while frozen
+	// Frozen is when the frozen waiter's pipes were frozen: the liveness
+	// bound does not count it as waiting then (zero: never).
+	Frozen [2]time.Time
 	Got      bool
 }
 
@@ -123,10 +125,10 @@ func (h *History) released(x *Hold, err error) {
 	}
 }
 
-func (h *History) wait(client int, resource string, deadline time.Time, frozen bool) *Wait {
+func (h *History) wait(client int, resource string, deadline time.Time) *Wait {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	w := &Wait{Client: client, Resource: resource, Start: time.Now(), Deadline: deadline, Frozen: frozen}
+	w := &Wait{Client: client, Resource: resource, Start: time.Now(), Deadline: deadline}
 	h.waits = append(h.waits, w)
 	return w
 }
@@ -227,11 +229,14 @@ func (h *History) checkLiveness(from, to time.Time, bound time.Duration, skip ma
 	}
 	for r := range res {
 		var gapStart time.Time
+		var gapWho *Wait
 		for t := from; t.Before(to); t = t.Add(step) {
 			waiting, held := false, false
+			var who *Wait
 			for _, w := range h.waits {
-				if w.Resource == r && !w.Frozen && !w.Start.After(t) && (w.End.IsZero() || w.End.After(t)) && (w.Deadline.IsZero() || w.Deadline.After(t)) {
-					waiting = true
+				frozen := !w.Frozen[0].IsZero() && !t.Before(w.Frozen[0]) && (w.Frozen[1].IsZero() || t.Before(w.Frozen[1]))
+				if w.Resource == r && !frozen && !w.Start.After(t) && (w.End.IsZero() || w.End.After(t)) && (w.Deadline.IsZero() || w.Deadline.After(t)) {
+					waiting, who = true, w
 					break
 				}
 			}
@@ -248,12 +253,13 @@ func (h *History) checkLiveness(from, to time.Time, bound time.Duration, skip ma
 			}
 			switch {
 			case waiting && !held && gapStart.IsZero():
-				gapStart = t
+				gapStart, gapWho = t, who
 			case (!waiting || held) && !gapStart.IsZero():
 				gapStart = time.Time{}
 			}
 			if !gapStart.IsZero() && t.Sub(gapStart) > bound {
-				h.viol = append(h.viol, Violation{"liveness", h.since(gapStart), fmt.Sprintf("%s: waiters and no holder for more than %v from %v", r, bound, h.since(gapStart))})
+				h.viol = append(h.viol, Violation{"liveness", h.since(gapStart), fmt.Sprintf("%s: waiters and no holder for more than %v from %v (c%d waiting since %v)",
+					r, bound, h.since(gapStart), gapWho.Client, h.since(gapWho.Start))})
 				break
 			}
 		}

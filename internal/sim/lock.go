@@ -95,7 +95,7 @@ func (p *LockProfile) worker(env *Env, c int, r *rand.Rand) {
 			p.lockOnce(env, c, rc, r, res, true)
 		default:
 			ctx, cancel := p.callCtx(env, r)
-			w := h.wait(c, res, deadline(ctx), false)
+			w := h.wait(c, res, deadline(ctx))
 			var x *Hold
 			err := rc.Do(ctx, res, func(ctx context.Context) error {
 				x = h.hold(c, res, "", -1, "Do")
@@ -133,7 +133,7 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 	defer cancel()
 	var w *Wait
 	if !try {
-		w = h.wait(c, res, deadline(ctx), false)
+		w = h.wait(c, res, deadline(ctx))
 	}
 	var l *redlock.Lock
 	var err error
@@ -245,7 +245,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	rc := env.Clients[c]
 	ctx, cancel := context.WithCancel(env.ctx)
 	defer cancel()
-	w := h.wait(c, res, time.Time{}, false)
+	w := h.wait(c, res, time.Time{})
 	done := make(chan struct{})
 	var l *redlock.Lock
 	var x *Hold
@@ -286,7 +286,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	}
 	from := time.Now()
 	h.mu.Lock()
-	w.Frozen = true
+	w.Frozen[0] = from
 	h.mu.Unlock()
 	env.cl.net.freezeClient(c, true)
 	env.faults.add(Fault{Kind: ClientFreeze, Client: c}, from, from.Add(pl.FrozenFor))
@@ -304,7 +304,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	env.cl.net.freezeClient(c, false)
 	h.Note("c%d (frozen waiter) thawed", c)
 	h.mu.Lock()
-	w.Frozen = false
+	w.Frozen[1] = time.Now()
 	if got {
 		// A grant that came in just before the freeze: a frozen holder,
 		// whose key holds the others up until its lease runs out.
