@@ -20,7 +20,17 @@ var (
 	replays = flag.Int("sim.replays", 1, "with -sim.seed: run the seed this many times and report how many failed")
 	shrinkF = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
 	ctlName = flag.String("sim.control", "", "apply this negative control (see controls) to TestSim's seeds")
+	xrace   = flag.Float64("sim.extend-race", -1, "the share of holds that end with an Extend racing the Unlock (default: the plan's, 0.2)")
 )
+
+// plan is seed's plan with the flags' changes.
+func plan(seed uint64) Plan {
+	p := NewPlan(seed)
+	if *xrace >= 0 {
+		p.ExtendRace = *xrace
+	}
+	return p
+}
 
 func defaultSeeds() int {
 	if RaceEnabled {
@@ -49,7 +59,7 @@ func TestSim(t *testing.T) {
 		c.set(t)
 	}
 	if *seed != 0 {
-		p := NewPlan(*seed)
+		p := plan(*seed)
 		p.Trace = *replays == 1
 		failures := 0
 		var res, failure Result
@@ -84,7 +94,7 @@ func TestSim(t *testing.T) {
 			for s := b; s < min(b+batch, end); s++ {
 				t.Run(fmt.Sprint(s), func(t *testing.T) {
 					t.Parallel()
-					res := runSeed(t, NewPlan(s))
+					res := runSeed(t, plan(s))
 					holds.Add(int64(res.Holds))
 					if res.Failed() {
 						failed.Add(1)
