@@ -46,7 +46,7 @@ type Wait struct {
 	// Frozen is when the frozen waiter's pipes were frozen: the liveness
 	// bound does not count it as waiting then (zero: never).
 	Frozen [2]time.Time
-	Got      bool
+	Got    bool
 }
 
 // Write is one write offered to the fenced register.
@@ -65,6 +65,7 @@ type Violation struct {
 	Detail    string
 }
 
+// String is the violation in one line.
 func (v Violation) String() string { return fmt.Sprintf("%s at %v: %s", v.Invariant, v.At, v.Detail) }
 
 func newHistory() *History {

@@ -64,6 +64,7 @@ const (
 
 var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze"}
 
+// String is the fault's name in a plan's line.
 func (k FaultKind) String() string { return kindNames[k] }
 
 // Fault is one fault of a plan: it starts At after the run's start and
@@ -75,6 +76,7 @@ type Fault struct {
 	Delay        time.Duration
 }
 
+// String is the fault in a plan's line: kind@start+duration, target, delay.
 func (f Fault) String() string {
 	s := fmt.Sprintf("%v@%v", f.Kind, f.At)
 	if f.For > 0 {
