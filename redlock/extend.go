@@ -50,12 +50,25 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	// Registered before anything is sent, in the same step as the check
 	// that the lock is held: an Unlock either finds the round pending (and
 	// guards the nodes against it) or is seen here, and nothing is sent.
-	p, err := l.beginRound()
-	if err != nil {
-		return err
+	late := testhooks.ExtendRegisterLate.Load() // a negative control: register after sending
+	var p *pendingRound
+	if late {
+		if err := l.usable(); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if p, err = l.beginRound(); err != nil {
+			return err
+		}
 	}
 	testhooks.BeforeExtendSend()
 	r := l.startExtend(ctx)
+	if late {
+		t := r.Collect(ctx, classify, quorum.Majority)
+		l.track(roundRef{r})
+		return l.settle(ctx, r.Started(), t, 0, due)
+	}
 	p.attach(roundRef{r})
 	t := r.Collect(ctx, classify, quorum.Majority)
 	healed := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -78,7 +79,11 @@ func (q *waiting) stop() {
 // queued is how l's Lock call, with its ticket, waits in the queue on the
 // nodes (step 9): a release hands its token the key for the reservation.
 func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
-	return scripts.Waiter{Member: scripts.Member(c.id, l.cfg.reservation(), l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
+	reserve := l.cfg.reservation()
+	if testhooks.HandoffFullTTL.Load() {
+		reserve = l.cfg.ttl // a negative control: the handoff before the reservation
+	}
+	return scripts.Waiter{Member: scripts.Member(c.id, reserve, l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
 }
 
 // step is the call's next attempt: a round on the nodes, or, when the last

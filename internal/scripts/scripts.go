@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 var (
@@ -38,8 +40,13 @@ var (
 	commit  = newScript(commitSrc)
 	extend  = newScript(extendSrc)
 	release = newScript(queueSrc + releaseSrc)
-	exists  = newScript(existsSrc)
-	fenced  = newScript(fencedSetSrc)
+	// releaseTieKeeps is release with the queue's order before issue 20
+	// (testhooks.QueueTieKeeps): a caller whose ticket equals the head's
+	// goes first, whatever the members, so a yielding waiter keeps its
+	// nodes on a tie.
+	releaseTieKeeps = newScript(strings.Replace(queueSrc, tieRule, "return ticket <= t", 1) + releaseSrc)
+	exists          = newScript(existsSrc)
+	fenced          = newScript(fencedSetSrc)
 
 	// plainSet is the plain lock's scripts; Keys of other kinds carry
 	// their own (rwkeys.go).
@@ -410,8 +417,15 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard 
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
 func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	return parseReleased(k.kind().release.run(ctx, c, k.rel, k.relv, args).Int64())
+	s := k.kind().release
+	if s == release && testhooks.QueueTieKeeps.Load() {
+		s = releaseTieKeeps // a negative control
+	}
+	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
 }
+
+// tieRule is the line of queue.lua that breaks a tie of tickets by member.
+const tieRule = "return ticket < t or (ticket == t and bytesLess(member, head))"
 
 // ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),
 // with arguments from ReleaseArgs (not yielding). Read the outcome with

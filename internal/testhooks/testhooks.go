@@ -39,3 +39,19 @@ var SkipNotAfter atomic.Bool
 // reader and a writer then hold together, which the chaos checker's
 // rwlock profile must catch (issue 24).
 var ReaderIgnoresWriter atomic.Bool
+
+// ExtendRegisterLate makes an extension register its round after it has
+// sent its requests, not before (the order before issue 20's fix): an
+// Unlock in between finds no round pending, leaves no guard, and the
+// extension landing after the release sets the key again.
+var ExtendRegisterLate atomic.Bool
+
+// QueueTieKeeps makes a yielding waiter keep its nodes when its ticket
+// equals the head's, whatever the members (the queue's rule before issue
+// 20: equal tickets kept their minorities and livelocked).
+var QueueTieKeeps atomic.Bool
+
+// HandoffFullTTL makes a waiter's queue entry name the full TTL instead of
+// the short reservation (the handoff before issue 20): a frozen grantee
+// then holds the next waiter up for a whole TTL.
+var HandoffFullTTL atomic.Bool

@@ -1,0 +1,29 @@
+// Package sim is the simulation tester of quorumlock (issue 23): the real
+// redlock.Client and the real Lua scripts of internal/scripts, run against
+// in-memory miniredis nodes inside a testing/synctest bubble, where time is
+// the bubble's fake clock (miniredis expires keys by it, and TIME — also
+// inside the scripts — reads it). Every node client's Dialer returns one
+// end of a net.Pipe whose other end miniredis serves, and every byte
+// passes through a fault layer (network) that delays, resets, pauses and
+// freezes connections as a seeded Plan says.
+//
+// A run ([Run]) draws nothing itself: the Plan (from [NewPlan] and a seed)
+// fixes the cluster, the options, the faults and their times, and each
+// workload goroutine draws its choices from a generator of its own keyed
+// by the seed ([Env.Rand]). Goroutine scheduling inside the bubble is not
+// fully deterministic, so a replay of a seed runs the same plan and the
+// same choices, in an interleaving that may differ.
+//
+// The invariants checked on every run are in [History] (no overlap of
+// holds, fencing tokens rising, fenced writes never applied backwards,
+// the liveness bound once faults stopped), in [LockProfile] (Lock never
+// returns an invalid lock, a released key never comes back) and in Run
+// itself (no goroutine of the library outlives Close; the bubble's
+// goroutines stay bounded). Synchronizers other than the lock join as a
+// [Profile] with invariants of their own.
+//
+// The tests (sim_test.go) run 500 seeds by default (-sim.seeds=N, 60
+// under -race), replay one with -sim.seed=S, and check that each negative
+// control of internal/testhooks is caught (TestControls). See
+// docs/simulation.md.
+package sim

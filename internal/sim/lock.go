@@ -1,0 +1,404 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// LockProfile is the workload of redlock's Lock: every worker goroutine of
+// every regular Client loops over the plan's resources with Lock, TryLock
+// or Do, holds for a while writing to a fenced register, sometimes
+// Extends (sometimes racing its own Unlock), and Unlocks. With the plan's
+// FrozenWaiter, one more Client waits in Lock on resource 0 early in the
+// quiet phase and has its pipes frozen while it waits. A sampler reads
+// every lock key on every node (directly, not through the fault layer)
+// for keys of released locks.
+//
+// Its invariants (besides those every hold has, see History): Lock and
+// TryLock never return a lock with Valid() false; a released lock's key
+// does not come back (see sample); once faults stopped, the liveness
+// bound (Plan.WaitBound).
+type LockProfile struct {
+	mu      sync.Mutex       // protects highest
+	highest map[string]int64 // the fenced register: per resource, the highest token applied
+	skip    map[string][][2]time.Time
+}
+
+// Name is "lock".
+func (p *LockProfile) Name() string { return "lock" }
+
+func resourceName(i int) string { return fmt.Sprintf("r%d", i) }
+
+// grid is the step that workers align their calls to, so that calls of
+// several workers start at one instant (equal tickets, ties in the queue,
+// split votes) as often as they would on a busy system.
+const grid = 10 * time.Millisecond
+
+// Start launches the workers, the frozen waiter and the sampler.
+func (p *LockProfile) Start(env *Env) {
+	p.highest = make(map[string]int64)
+	p.skip = make(map[string][][2]time.Time)
+	for c := range env.Plan.Clients {
+		for w := range env.Plan.Workers {
+			r := env.Rand(fmt.Sprintf("worker %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, r) })
+		}
+	}
+	if env.Plan.FrozenWaiter {
+		env.Go(func() { p.frozenWaiter(env, env.Plan.Clients) })
+	}
+	env.Go(func() { p.sampler(env) })
+}
+
+// write offers a write to the register with fence, now.
+func (p *LockProfile) write(env *Env, x *Hold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ok := x.Fence >= p.highest[x.Resource]
+	if ok {
+		p.highest[x.Resource] = x.Fence
+	}
+	env.History.write(Write{Resource: x.Resource, Hold: x.ID, Fence: x.Fence, At: time.Now(), Applied: ok})
+}
+
+// nextGrid sleeps to a grid instant from 0 to max grid steps ahead.
+func nextGrid(env *Env, r *rand.Rand, steps int) bool {
+	now := time.Since(env.start)
+	t := (now/grid + 1 + time.Duration(r.IntN(steps+1))) * grid
+	return env.SleepUntil(env.At(t))
+}
+
+func (p *LockProfile) worker(env *Env, c int, r *rand.Rand) {
+	rc := env.Clients[c]
+	h := env.History
+	for nextGrid(env, r, 50) {
+		// Idle while the faults' leftovers expire: the quiet phase starts
+		// from a settled cluster, and idle time costs nothing.
+		if since := time.Since(env.start); since >= env.Plan.FaultPhase && since < env.Plan.Healed() {
+			if !env.SleepUntil(env.At(env.Plan.Healed())) {
+				return
+			}
+		}
+		res := resourceName(r.IntN(env.Plan.Resources))
+		op := r.IntN(20)
+		switch {
+		case op < 11:
+			p.lockOnce(env, c, rc, r, res, false)
+		case op < 15:
+			p.lockOnce(env, c, rc, r, res, true)
+		default:
+			ctx, cancel := p.callCtx(env, r)
+			w := h.wait(c, res, deadline(ctx))
+			var x *Hold
+			err := rc.Do(ctx, res, func(ctx context.Context) error {
+				x = h.hold(c, res, "", -1, "Do")
+				p.holdFor(env, r, x, ctx.Done(), nil)
+				h.endHold(x, time.Now(), "fn returned")
+				return nil
+			})
+			cancel()
+			h.endWait(w, x != nil)
+			if x != nil {
+				h.released(x, err)
+			}
+		}
+	}
+}
+
+// callCtx is the ctx of a Lock call: until the run's end, or a timeout
+// from half a TTL to two.
+func (p *LockProfile) callCtx(env *Env, r *rand.Rand) (context.Context, context.CancelFunc) {
+	if r.IntN(3) == 0 {
+		return context.WithCancel(env.ctx)
+	}
+	return context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
+}
+
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// lockOnce is one Lock (or TryLock) call, the hold and the Unlock.
+func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand, res string, try bool) {
+	h := env.History
+	ctx, cancel := p.callCtx(env, r)
+	defer cancel()
+	var w *Wait
+	if !try {
+		w = h.wait(c, res, deadline(ctx))
+	}
+	var l *redlock.Lock
+	var err error
+	if try {
+		l, err = rc.TryLock(ctx, res)
+	} else {
+		l, err = rc.Lock(ctx, res)
+	}
+	if w != nil {
+		h.endWait(w, err == nil)
+	}
+	if err != nil {
+		return
+	}
+	op := "Lock"
+	if try {
+		op = "TryLock"
+	}
+	x := h.hold(c, res, l.Token(), l.Fence(), op)
+	if !l.Valid() {
+		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false (ValidUntil %v)", c, op, res, h.since(l.ValidUntil()))
+	}
+	p.holdFor(env, r, x, l.Lost(), l)
+	race := r.Float64() < env.Plan.ExtendRace
+	var wg sync.WaitGroup
+	if race {
+		// An Extend racing the Unlock: started first, on its own
+		// goroutine, as a renewal of the caller's own would be.
+		wg.Go(func() { _ = l.Extend(context.WithoutCancel(ctx)) })
+		// Let it start: its requests then leave at the Unlock's
+		// instant, and the jitter decides, per node, which lands first.
+		runtime.Gosched()
+	}
+	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+	err = l.Unlock(context.WithoutCancel(ctx))
+	h.released(x, err)
+	wg.Wait()
+	// A zombie's write: the holder, finished, writes once more with its
+	// stale token (a process that did not learn of its loss would).
+	if r.IntN(4) == 0 {
+		p.write(env, x)
+	}
+}
+
+// holdFor holds x for a while: writes at once and then every few grid
+// steps, Extends sometimes, and ends the hold at a loss (lost closed, or
+// ValidUntil passed).
+func (p *LockProfile) holdFor(env *Env, r *rand.Rand, x *Hold, lost <-chan struct{}, l *redlock.Lock) {
+	h := env.History
+	if x.Fence >= 0 {
+		p.write(env, x)
+	}
+	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
+	for time.Now().Before(until) {
+		tm := time.NewTimer(min(time.Until(until), time.Duration(1+r.IntN(8))*grid))
+		select {
+		case <-tm.C:
+		case <-lost:
+			tm.Stop()
+			end := time.Now()
+			if l != nil {
+				end = minTime(end, l.ValidUntil())
+			}
+			h.endHold(x, end, "lost")
+			return
+		case <-env.ctx.Done():
+			tm.Stop()
+			return
+		}
+		if l != nil {
+			if !l.Valid() {
+				h.endHold(x, minTime(time.Now(), l.ValidUntil()), "not valid")
+				return
+			}
+			p.write(env, x)
+			if r.IntN(8) == 0 {
+				if err := l.Extend(env.ctx); err != nil && errors.Is(err, redlock.ErrLockLost) {
+					h.endHold(x, minTime(time.Now(), l.ValidUntil()), "extend: lost")
+					return
+				}
+			}
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// frozenWaiter is the frozen-waiter episode (Plan.FrozenWaiter): client c
+// waits in Lock on resource 0 from early in the quiet phase; once it is
+// queued and none of its requests is in flight, its pipes freeze for
+// FrozenFor. A handoff to it must hold the others up by one reservation
+// at most: the liveness bound covers the episode, with its waiting not
+// counted while frozen. If its Lock returns while frozen (a grant that
+// came in just before the freeze), it is a frozen holder, not a frozen
+// waiter: the bound then skips the resource until its lease ran out.
+func (p *LockProfile) frozenWaiter(env *Env, c int) {
+	pl := env.Plan
+	h := env.History
+	res := resourceName(0)
+	// A moment after the workers: someone holds, and it queues.
+	if !env.SleepUntil(env.At(pl.Healed() + 5*grid)) {
+		return
+	}
+	rc := env.Clients[c]
+	ctx, cancel := context.WithCancel(env.ctx)
+	defer cancel()
+	w := h.wait(c, res, time.Time{})
+	done := make(chan struct{})
+	var l *redlock.Lock
+	var x *Hold
+	env.Go(func() {
+		defer close(done)
+		var err error
+		l, err = rc.Lock(ctx, res)
+		h.endWait(w, err == nil)
+		if err == nil {
+			x = h.hold(c, res, l.Token(), l.Fence(), "Lock")
+			if !l.Valid() {
+				h.Violate("invalid-lock", "c%d Lock %s returned a lock with Valid() false", c, res)
+			}
+		}
+	})
+	finish := func() {
+		cancel()
+		<-done
+		if x != nil {
+			h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+			h.released(x, l.Unlock(context.Background()))
+		}
+	}
+	defer finish()
+	// Queued (a refused attempt, then one that joins), then quiet: no
+	// request of its own in flight, so that none lands after the freeze.
+	ok := env.SleepUntil(time.Now().Add(2 * pl.RetryMax))
+	for ok && !env.cl.net.idle(c, 10*time.Millisecond) {
+		ok = env.SleepUntil(time.Now().Add(time.Millisecond))
+	}
+	select {
+	case <-done:
+		ok = false // it got the lock (or gave up) before the freeze: no episode
+	default:
+	}
+	if !ok {
+		return
+	}
+	from := time.Now()
+	h.mu.Lock()
+	w.Frozen[0] = from
+	h.mu.Unlock()
+	env.cl.net.freezeClient(c, true)
+	env.faults.add(Fault{Kind: ClientFreeze, Client: c}, from, from.Add(pl.FrozenFor))
+	h.Note("c%d (frozen waiter) frozen while waiting for %s", c, res)
+	tm := time.NewTimer(pl.FrozenFor)
+	got := false
+	select {
+	case <-tm.C:
+	case <-done:
+		got = true
+		<-tm.C
+	case <-env.ctx.Done():
+		tm.Stop()
+	}
+	env.cl.net.freezeClient(c, false)
+	h.Note("c%d (frozen waiter) thawed", c)
+	h.mu.Lock()
+	w.Frozen[1] = time.Now()
+	if got {
+		// A grant that came in just before the freeze: a frozen holder,
+		// whose key holds the others up until its lease runs out.
+		p.skip[res] = append(p.skip[res], [2]time.Time{from, time.Now().Add(pl.TTL)})
+		h.noteLocked("c%d (frozen waiter) got the lock while frozen: a frozen holder, the bound skips %s", c, res)
+	}
+	h.mu.Unlock()
+}
+
+// sampler reads every lock key on every node every TTL/20 and once at the
+// end, directly from the nodes, for keys that hold the token of a lock
+// whose Unlock had returned (at rel):
+//
+//   - left: the key is still there TTL/2 after rel (its release never
+//     landed, or a request of ours set it again right after);
+//   - back: its PTTL says a request of ours wrote it (for the TTL) more
+//     than 20ms after rel, and it is seen TTL/2 after that write (not a
+//     write that a release still in flight deleted).
+//
+// Either is a violation, unless the node, or the holder's connections to
+// it, or the holder, was under a fault — a pause, slowness, kill or wipe,
+// a reset or a long delay, a freeze — from its start to one TTL and a
+// second after its end: until the release lands there, the key may stay,
+// or our queue entry may get it handed for one reservation (the chaos
+// checker's allowance, docs/reliability.md). Short spikes get none: what
+// they hold lands soon, and the release right after it.
+func (p *LockProfile) sampler(env *Env) {
+	pl := env.Plan
+	h := env.History
+	seen := make(map[string]bool)
+	every := pl.TTL / 20
+	if pl.Trace {
+		every = time.Millisecond
+	}
+	last := make(map[string]string)
+	for {
+		stop := !env.SleepUntil(time.Now().Add(every))
+		for i := range pl.Nodes {
+			m := env.cl.node(i)
+			if m == nil {
+				continue
+			}
+			for ri := range pl.Resources {
+				key := redlock.DefaultKeyPrefix + resourceName(ri)
+				tok, err := m.Get(key)
+				if pl.Trace {
+					k := fmt.Sprint(key, i)
+					if tok != last[k] {
+						last[k] = tok
+						who := "none"
+						if x := h.byToken(tok); x != nil {
+							who = fmt.Sprintf("hold %d", x.ID)
+						} else if tok != "" {
+							who = "token " + tok[:8]
+						}
+						h.Note("n%d %s: %s (ttl %v)", i, key, who, m.TTL(key))
+					}
+				}
+				if err != nil || tok == "" {
+					continue
+				}
+				x := h.byToken(tok)
+				if x == nil {
+					continue
+				}
+				h.mu.Lock()
+				rel := x.Released
+				h.mu.Unlock()
+				if rel.IsZero() {
+					continue
+				}
+				ttl := m.TTL(key)
+				now := time.Now()
+				written := now.Add(ttl - pl.TTL)
+				left := now.Sub(rel) >= pl.TTL/2
+				back := written.After(rel.Add(20*time.Millisecond)) && now.Sub(written) >= pl.TTL/2
+				if !left && !back || env.faults.allows(x.Client, i, now, pl.TTL+time.Second) {
+					continue
+				}
+				if k := fmt.Sprint(tok, i); !seen[k] {
+					seen[k] = true
+					h.Violate("key-back", "%s on node %d: the key of hold %d (c%d), unlocked at %v, is there at %v with %v left (written at %v or later)",
+						key, i, x.ID, x.Client, h.since(rel), h.since(now), ttl, h.since(written))
+				}
+			}
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+// Check checks the liveness bound over the quiet phase.
+func (p *LockProfile) Check(env *Env) {
+	pl := env.Plan
+	env.History.checkLiveness(env.At(pl.Healed()), env.At(pl.Duration()), pl.WaitBound(), p.skip)
+}

@@ -1,0 +1,321 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// network is the fault layer: every connection a node client opens is a
+// pair of net.Pipes with two forwarding goroutines between them, one per
+// direction, and every chunk of bytes waits in a forwarder for the delays
+// and gates the fault plan sets. Nothing in it touches a socket or a
+// syscall, so a bubble's goroutines block durably on it and its fake clock
+// advances.
+type network struct {
+	mu     sync.Mutex // protects everything below
+	rng    *rand.Rand // per-chunk jitter; seeded, but the order of draws follows scheduling
+	base   time.Duration
+	down   []bool            // per node: dials refused, conns reset (killed)
+	nodeGt []chan struct{}   // per node: open while paused (closed and nil when running)
+	clGt   []chan struct{}   // per client: open while its pipes are frozen
+	slow   []time.Duration   // per node: added to every chunk both ways
+	delay  [][]time.Duration // [client][node]: added to every chunk both ways
+	conns  map[linkID]map[*conn]struct{}
+	closed bool
+	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+}
+
+type linkID struct{ client, node int }
+
+func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, error)) *network {
+	n := &network{
+		rng:    rand.New(rand.NewPCG(seed, 0x5eed)),
+		base:   200 * time.Microsecond,
+		down:   make([]bool, nodes),
+		nodeGt: make([]chan struct{}, nodes),
+		clGt:   make([]chan struct{}, clients),
+		slow:   make([]time.Duration, nodes),
+		delay:  make([][]time.Duration, clients),
+		conns:  make(map[linkID]map[*conn]struct{}),
+		serve:  serve,
+	}
+	for c := range clients {
+		n.delay[c] = make([]time.Duration, nodes)
+	}
+	return n
+}
+
+// errRefused is what a dial to a killed node returns.
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+// dial opens a connection from client c to node i through the fault layer.
+func (n *network) dial(ctx context.Context, c, i int) (net.Conn, error) {
+	n.mu.Lock()
+	if n.closed || n.down[i] {
+		n.mu.Unlock()
+		return nil, errRefused
+	}
+	n.mu.Unlock()
+	srv, err := n.serve(i)
+	if err != nil {
+		return nil, errRefused
+	}
+	cli, mid := net.Pipe()
+	k := &conn{n: n, id: linkID{c, i}, ends: [3]net.Conn{cli, mid, srv}, done: make(chan struct{})}
+	n.mu.Lock()
+	if n.closed || n.down[i] {
+		n.mu.Unlock()
+		k.close()
+		return nil, errRefused
+	}
+	m := n.conns[k.id]
+	if m == nil {
+		m = make(map[*conn]struct{})
+		n.conns[k.id] = m
+	}
+	m[k] = struct{}{}
+	n.mu.Unlock()
+	go k.forward(mid, srv, true)
+	go k.forward(srv, mid, false)
+	return cli, nil
+}
+
+// conn is one connection: the client's end, our end of its pipe, and the
+// server's end. done is closed by close: a reset, a kill or the network's
+// close, which lose the bytes in flight.
+type conn struct {
+	n    *network
+	id   linkID
+	ends [3]net.Conn
+	once sync.Once
+	done chan struct{}
+	// Under n.mu: when bytes last went each way, and whether the
+	// connection subscribed (it then receives messages nobody asked for).
+	up, down time.Time
+	sub      bool
+}
+
+func (k *conn) close() {
+	k.once.Do(func() {
+		close(k.done)
+		for _, e := range k.ends {
+			_ = e.Close()
+		}
+		k.n.mu.Lock()
+		delete(k.n.conns[k.id], k)
+		k.n.mu.Unlock()
+	})
+}
+
+// forward copies src to dst, chunk by chunk, each held until its delivery
+// time and while a gate on its way is closed; up is the client to server
+// direction. One goroutine per direction: a chunk read is accepted (the
+// sender's write returns, as into a socket buffer) and waits here, and the
+// next is read only once it was delivered, so no chunk overtakes the one
+// before it, as on a TCP stream. go-redis writes a request (or a
+// pipeline) at once and then reads, so a request held here is one that
+// was sent and will land late.
+//
+// As on TCP, a client that gives up and closes its connection does not
+// take back what it sent: the requests already read are still delivered
+// (late, or when a paused node resumes) and run, and only then does the
+// server see the connection end; its replies are read and dropped. Only
+// a reset, a killed node or the network's close (k.close) loses bytes in
+// flight.
+func (k *conn) forward(src, dst net.Conn, up bool) {
+	buf := make([]byte, 4096)
+	gone := false // down: the client closed its end; replies are dropped
+	for {
+		m, err := src.Read(buf)
+		if m > 0 && !gone {
+			b := buf[:m]
+			if up {
+				k.noteUp(b)
+			}
+			if d := k.n.chunkDelay(k.id); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-k.done:
+					t.Stop()
+					return
+				}
+			}
+			if !k.n.waitGates(k.id, k.done) {
+				return
+			}
+			if _, werr := dst.Write(b); werr != nil {
+				if up {
+					k.close()
+					return
+				}
+				gone = true
+			} else {
+				k.n.mu.Lock()
+				if up {
+					k.up = time.Now()
+				} else {
+					k.down = time.Now()
+				}
+				k.n.mu.Unlock()
+			}
+		}
+		if err != nil {
+			if up {
+				// The client closed: everything it sent was delivered;
+				// now the server sees the end.
+				_ = dst.Close()
+				return
+			}
+			k.close() // the server closed (or was killed): the connection is over
+			return
+		}
+	}
+}
+
+// noteUp marks a connection that subscribes: it then receives messages
+// nobody asked for, which idle must not count as replies.
+func (k *conn) noteUp(b []byte) {
+	if !bytes.Contains(b, []byte("ubscribe")) { // go-redis sends "subscribe", "psubscribe", "ssubscribe"
+		return
+	}
+	k.n.mu.Lock()
+	k.sub = true
+	k.n.mu.Unlock()
+}
+
+// chunkDelay is the one-way latency of a chunk on link id now: the base
+// latency with jitter, plus the node's slowness and the link's delay.
+func (n *network) chunkDelay(id linkID) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d := n.base + time.Duration(n.rng.Int64N(int64(n.base)))
+	return d + n.slow[id.node] + n.delay[id.client][id.node]
+}
+
+// waitGates waits while the node is paused or the client frozen; false
+// when the connection closed meanwhile.
+func (n *network) waitGates(id linkID, done chan struct{}) bool {
+	for {
+		n.mu.Lock()
+		g := n.nodeGt[id.node]
+		if g == nil {
+			g = n.clGt[id.client]
+		}
+		n.mu.Unlock()
+		if g == nil {
+			return true
+		}
+		select {
+		case <-g:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// reset closes the connections of the links that match (client or node -1:
+// any).
+func (n *network) reset(client, node int) {
+	n.mu.Lock()
+	var ks []*conn
+	for id, m := range n.conns {
+		if (client < 0 || id.client == client) && (node < 0 || id.node == node) {
+			for k := range m {
+				ks = append(ks, k)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, k := range ks {
+		k.close()
+	}
+}
+
+func (n *network) setDown(node int, down bool) {
+	n.mu.Lock()
+	n.down[node] = down
+	n.mu.Unlock()
+	if down {
+		n.reset(-1, node)
+	}
+}
+
+func gate(g *chan struct{}, closed bool) {
+	switch {
+	case closed && *g == nil:
+		*g = make(chan struct{})
+	case !closed && *g != nil:
+		close(*g)
+		*g = nil
+	}
+}
+
+func (n *network) pauseNode(node int, paused bool) {
+	n.mu.Lock()
+	gate(&n.nodeGt[node], paused)
+	n.mu.Unlock()
+}
+
+func (n *network) freezeClient(client int, frozen bool) {
+	n.mu.Lock()
+	gate(&n.clGt[client], frozen)
+	n.mu.Unlock()
+}
+
+func (n *network) setSlow(node int, d time.Duration) {
+	n.mu.Lock()
+	n.slow[node] = d
+	n.mu.Unlock()
+}
+
+func (n *network) setDelay(client, node int, d time.Duration) {
+	n.mu.Lock()
+	n.delay[client][node] = d
+	n.mu.Unlock()
+}
+
+// idle reports whether no request of client can still change anything
+// on a node or bring it a reply: on every connection of the client, the
+// last bytes up were delivered at least quiet ago (longer than any delay
+// then: they have run on the node), and, but on a subscriber connection,
+// bytes came down after them (the reply).
+func (n *network) idle(client int, quiet time.Duration) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for id, m := range n.conns {
+		if id.client != client {
+			continue
+		}
+		for k := range m {
+			if k.up.IsZero() {
+				continue
+			}
+			if now.Sub(k.up) < quiet || (!k.sub && !k.down.After(k.up)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// close refuses new dials and closes every connection, and opens every
+// gate.
+func (n *network) close() {
+	n.mu.Lock()
+	n.closed = true
+	for i := range n.nodeGt {
+		gate(&n.nodeGt[i], false)
+	}
+	for i := range n.clGt {
+		gate(&n.clGt[i], false)
+	}
+	n.mu.Unlock()
+	n.reset(-1, -1)
+}

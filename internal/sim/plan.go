@@ -1,0 +1,232 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Plan is everything a seed decides before a run: the cluster's shape, the
+// lock options, the phases, the faults and the workload's knobs. The same
+// seed always gives the same Plan ([NewPlan]); the run's interleaving may
+// still differ (goroutine scheduling inside the bubble is not fully
+// deterministic), see docs/simulation.md.
+type Plan struct {
+	Seed      uint64
+	Nodes     int // 3 or 5
+	Clients   int // regular Clients, each with Workers goroutines
+	Workers   int
+	Resources int
+	// Queue is per Client: WithWakeUp (the waiter queue) on or off.
+	Queue []bool
+
+	TTL, NodeTimeout, RetryMin, RetryMax time.Duration
+
+	// Faults happen in [0, FaultPhase); all are undone at its end. Then
+	// Settle (keys and entries left by the faults expire), then Quiet, in
+	// which the liveness bound is checked.
+	FaultPhase, Settle, Quiet time.Duration
+	Faults                    []Fault
+
+	// FrozenWaiter adds a Client that, early in the quiet phase, waits in
+	// Lock on resource 0 and has its pipes frozen for FrozenFor while it
+	// waits (and holds nothing): a handoff to it may delay the next
+	// holder by one reservation at most.
+	FrozenWaiter bool
+	FrozenFor    time.Duration
+
+	// Trace records what every Client's hooks report (attempts, renewals,
+	// node errors) in the history: for replaying a failing seed.
+	Trace bool
+
+	// ExtendRace is the share of holds that end with an Extend racing the
+	// Unlock (the Extend started just before it, on another goroutine).
+	ExtendRace float64
+}
+
+// FaultKind names a fault.
+type FaultKind int
+
+// The faults of a plan.
+const (
+	LinkDelay    FaultKind = iota // one Client's pipes to one node add Delay each way for up to a TTL (a slow link: half a node timeout or more makes it a cut)
+	LinkSpike                     // a short delay spike (1.5–4 node timeouts, as long): the requests it holds land after their caller gave up
+	LinkReset                     // one Client's connections to one node are closed (a reset; bytes in flight are lost)
+	NodePause                     // the node stops reading (SIGSTOP): requests wait in its socket
+	NodeSlow                      // every pipe to the node adds Delay each way
+	NodeKill                      // the node dies, and comes back after For (> TTL) with its data (appendfsync always)
+	NodeWipe                      // the node dies, and comes back empty after For (> TTL): fence counters are lost, so the fence check is off (DESIGN step 8 needs them kept)
+	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
+)
+
+var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze"}
+
+// String is the fault's name in a plan's line.
+func (k FaultKind) String() string { return kindNames[k] }
+
+// Fault is one fault of a plan: it starts At after the run's start and
+// lasts For (0 for a reset).
+type Fault struct {
+	Kind         FaultKind
+	At, For      time.Duration
+	Client, Node int
+	Delay        time.Duration
+}
+
+// String is the fault in a plan's line: kind@start+duration, target, delay.
+func (f Fault) String() string {
+	s := fmt.Sprintf("%v@%v", f.Kind, f.At)
+	if f.For > 0 {
+		s += "+" + f.For.String()
+	}
+	switch f.Kind {
+	case LinkDelay, LinkSpike, LinkReset:
+		s += fmt.Sprintf(" c%d-n%d", f.Client, f.Node)
+	case ClientFreeze:
+		s += fmt.Sprintf(" c%d", f.Client)
+	default:
+		s += fmt.Sprintf(" n%d", f.Node)
+	}
+	if f.Delay > 0 {
+		s += " " + f.Delay.String()
+	}
+	return s
+}
+
+// NewPlan draws the plan of seed.
+func NewPlan(seed uint64) Plan {
+	r := rand.New(rand.NewPCG(seed, 0x91a4))
+	p := Plan{
+		Seed:        seed,
+		Nodes:       3,
+		Clients:     2 + r.IntN(3)/2,
+		Workers:     1 + r.IntN(4)/3,
+		Resources:   1 + r.IntN(2),
+		TTL:         3 * time.Second,
+		NodeTimeout: 100 * time.Millisecond,
+		RetryMin:    60 * time.Millisecond,
+		RetryMax:    180 * time.Millisecond,
+		FaultPhase:  1500 * time.Millisecond,
+		Quiet:       2 * time.Second,
+		ExtendRace:  0.2,
+	}
+	if r.IntN(6) == 0 {
+		p.Nodes = 5
+	}
+	p.Settle = p.TTL + 1500*time.Millisecond
+	for range p.Clients {
+		p.Queue = append(p.Queue, r.IntN(4) != 0)
+	}
+	if r.IntN(3) != 0 {
+		p.FrozenWaiter = true
+		p.FrozenFor = p.TTL
+	}
+	nf := r.IntN(6)
+	for range nf {
+		p.Faults = append(p.Faults, p.drawFault(r))
+	}
+	return p
+}
+
+func (p *Plan) drawFault(r *rand.Rand) Fault {
+	to := p.NodeTimeout
+	f := Fault{Client: r.IntN(p.Clients), Node: r.IntN(p.Nodes)}
+	f.At = time.Duration(r.Int64N(int64(p.FaultPhase * 3 / 4)))
+	f.For = to + time.Duration(r.Int64N(int64(p.TTL)))
+	switch k := r.IntN(10); {
+	case k < 2:
+		f.Kind = LinkSpike
+		f.Delay = 3*to/2 + time.Duration(r.Int64N(int64(5*to/2)))
+		f.For = 3*to/2 + time.Duration(r.Int64N(int64(5*to/2)))
+	case k < 3:
+		f.Kind = LinkDelay
+		// From half the node timeout to four and a half: most land late.
+		f.Delay = to/2 + time.Duration(r.Int64N(int64(4*to)))
+	case k < 4:
+		f.Kind, f.For = LinkReset, 0
+	case k < 6:
+		f.Kind = NodePause
+	case k < 7:
+		f.Kind = NodeSlow
+		f.Delay = to/4 + time.Duration(r.Int64N(int64(to)))
+	case k < 8:
+		// Down for longer than the TTL (DESIGN's rule for a node that
+		// does not persist, kept for both): past the fault phase if need
+		// be, within the settling.
+		f.Kind = NodeKill
+		if r.IntN(3) == 0 {
+			f.Kind = NodeWipe
+		}
+		f.For = p.TTL + 200*time.Millisecond + time.Duration(r.Int64N(int64(500*time.Millisecond)))
+		return f
+	default:
+		f.Kind = ClientFreeze
+		f.For = to + time.Duration(r.Int64N(int64(p.TTL+p.TTL/2)))
+	}
+	if end := p.FaultPhase; f.At+f.For > end {
+		f.For = end - f.At
+	}
+	return f
+}
+
+// Options are the lock options of a Client of the plan.
+func (p Plan) Options(client int) []redlock.Option {
+	q := true
+	if client < len(p.Queue) {
+		q = p.Queue[client]
+	}
+	return []redlock.Option{
+		redlock.WithTTL(p.TTL),
+		redlock.WithNodeTimeout(p.NodeTimeout),
+		redlock.WithRetryDelay(p.RetryMin, p.RetryMax),
+		redlock.WithFencing(true),
+		redlock.WithWakeUp(q),
+	}
+}
+
+// Duration is how long a run lasts in fake time.
+func (p Plan) Duration() time.Duration { return p.FaultPhase + p.Settle + p.Quiet }
+
+// Healed is when every fault has been undone and the settling is over:
+// the liveness bound holds from then on.
+func (p Plan) Healed() time.Duration { return p.FaultPhase + p.Settle }
+
+// Reservation is the reservation of a handoff at the plan's options (see
+// redlock's WithWakeUp): two node timeouts, or two retry delays and a node
+// timeout when that is more, at most TTL/2.
+func (p Plan) Reservation() time.Duration {
+	return min(max(2*p.NodeTimeout, 2*p.RetryMax+p.NodeTimeout), p.TTL/2)
+}
+
+// WaitBound is the liveness bound: once faults stopped, a resource with a
+// waiter whose ctx is live is never without a holder for longer than this:
+// one reservation (a handoff to a waiter frozen or gone), a retry delay
+// (a waiter that polls), and two node timeouts (a round that times out,
+// the settling of a split), and a quarter of that again. Fake time is
+// exact, so the slack covers no machine load.
+func (p Plan) WaitBound() time.Duration {
+	return 5 * (p.Reservation() + p.RetryMax + 2*p.NodeTimeout) / 4
+}
+
+// String is the plan in one line, for a failure's report.
+func (p Plan) String() string {
+	var fs []string
+	for _, f := range p.Faults {
+		fs = append(fs, f.String())
+	}
+	return fmt.Sprintf("seed %d: %d nodes, %d clients x %d workers, %d resources, queue %v, frozen waiter %v, faults [%s]",
+		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "))
+}
+
+// Wipes reports whether a node of the plan restarts empty.
+func (p Plan) Wipes() bool {
+	for _, f := range p.Faults {
+		if f.Kind == NodeWipe {
+			return true
+		}
+	}
+	return false
+}

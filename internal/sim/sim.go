@@ -1,0 +1,352 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Profile is one synchronizer's workload and its own invariants. The lock
+// profile (LockProfile) is the first; a read-write lock or a semaphore
+// adds its own: Start launches its goroutines on the Env (they must
+// return once env.Done() is closed), Check records its violations with
+// env.History.Violate after the run. The invariants every profile shares
+// (no goroutine outlives Close, the fault plan) are the simulator's.
+type Profile interface {
+	Name() string
+	Start(env *Env)
+	Check(env *Env)
+}
+
+// Env is what a profile acts on: the Clients (one per simulated process,
+// each over its own node clients through the fault layer), the plan, the
+// history, and the run's clock.
+type Env struct {
+	Plan    Plan
+	Clients []*redlock.Client
+	History *History
+	cl      *cluster
+	start   time.Time
+	ctx     context.Context
+	wg      sync.WaitGroup
+	faults  *faultLog
+}
+
+// Go runs fn on a goroutine that the run waits for before its checks.
+func (e *Env) Go(fn func()) { e.wg.Go(fn) }
+
+// Done is closed when the run's time is up.
+func (e *Env) Done() <-chan struct{} { return e.ctx.Done() }
+
+// Ctx is the run's context: cancelled when its time is up.
+func (e *Env) Ctx() context.Context { return e.ctx }
+
+// At is the instant d after the run's start.
+func (e *Env) At(d time.Duration) time.Time { return e.start.Add(d) }
+
+// SleepUntil sleeps until t or the run's end; false at the end.
+func (e *Env) SleepUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return e.ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-e.ctx.Done():
+		return false
+	}
+}
+
+// Rand returns a generator for one goroutine of the run, drawn from the
+// seed and the goroutine's name: its draws do not depend on other
+// goroutines.
+func (e *Env) Rand(name string) *rand.Rand {
+	var h uint64 = 14695981039346656037
+	for _, b := range []byte(name) {
+		h = (h ^ uint64(b)) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(e.Plan.Seed, h))
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Plan       Plan
+	Violations []Violation
+	Holds      int
+	Goroutines int    // in the bubble at the end of the quiet phase
+	Report     string // the compact history (events and violations)
+}
+
+// Failed reports whether the run broke an invariant.
+func (r Result) Failed() bool { return len(r.Violations) > 0 }
+
+// Run runs plan p with the profiles (the lock profile when none) and
+// checks it. It must run inside a testing/synctest bubble: the nodes, the
+// fault layer and the Clients all use the bubble's fake clock, and the
+// run ends by checking that no goroutine of the library outlived Close.
+func Run(p Plan, profiles ...Profile) Result {
+	if len(profiles) == 0 {
+		profiles = []Profile{&LockProfile{}}
+	}
+	clients := p.Clients
+	if p.FrozenWaiter {
+		clients++
+	}
+	h := newHistory()
+	h.Note("plan %v", p)
+	cl := newCluster(p.Seed, clients, p.Nodes)
+	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
+	var nodeClients []redis.UniversalClient
+	for c := range clients {
+		ncs := cl.clients(c)
+		nodeClients = append(nodeClients, ncs...)
+		opts := p.Options(c)
+		if p.Trace {
+			opts = append(opts, redlock.WithHooks(tracer{h: h, c: c}))
+		}
+		rc, err := redlock.New(ncs, opts...)
+		if err != nil {
+			panic(fmt.Sprintf("sim: redlock.New: %v", err)) // the plan's options are valid
+		}
+		env.Clients = append(env.Clients, rc)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), env.At(p.Duration()))
+	env.ctx = ctx
+	for _, f := range p.Faults {
+		env.Go(func() { env.fault(f) })
+	}
+	for _, pr := range profiles {
+		pr.Start(env)
+	}
+	// Bounded goroutines: sampled at the end of the quiet phase, before
+	// the workers stop.
+	var peak int
+	env.Go(func() {
+		if env.SleepUntil(env.At(p.Duration() - time.Millisecond)) {
+			peak = countBubble()
+		}
+	})
+	env.wg.Wait()
+	cancel()
+	h.Note("run over")
+	if bound := goroutineBound(p, clients); peak > bound {
+		h.Violate("goroutines", "%d goroutines in the bubble at the end of the quiet phase; the bound is %d", peak, bound)
+	}
+	h.checkHolds(!p.Wipes())
+	for _, pr := range profiles {
+		pr.Check(env)
+	}
+	// No goroutine outlives Close: after every Client's Close, nothing of
+	// the library is left in this bubble.
+	for c, rc := range env.Clients {
+		start := time.Now()
+		_ = rc.Close()
+		if d := time.Since(start); d > p.NodeTimeout+time.Second {
+			h.Violate("close", "client %d: Close took %v", c, d)
+		}
+	}
+	synctest.Wait()
+	if left := bubbleGoroutines("github.com/quorumlock/quorumlock/redlock", "github.com/quorumlock/quorumlock/renew", "github.com/quorumlock/quorumlock/quorum"); left != "" {
+		h.Violate("goroutine", "after Close: %s", left)
+	}
+	for _, n := range nodeClients {
+		_ = n.Close()
+	}
+	cl.close()
+	synctest.Wait()
+	res := Result{Plan: p, Violations: h.Violations(), Holds: len(h.holds), Goroutines: peak}
+	if res.Failed() {
+		res.Report = h.Report()
+	}
+	return res
+}
+
+var bubbleRE = regexp.MustCompile(`synctest bubble (\d+)`)
+
+// goroutineBound is how many goroutines a run may have once faults
+// stopped: per Client and node, its pooled connections (two forwarders
+// and miniredis's two goroutines each, at most 8 connections in use) and
+// the library's per-node workers and loops; and the run's own.
+func goroutineBound(p Plan, clients int) int {
+	return clients*p.Nodes*(8*4+8) + clients*p.Workers*4 + 64
+}
+
+// countBubble counts the goroutines of this bubble.
+func countBubble() int {
+	tag := ownBubble()
+	if tag == "" {
+		return 0
+	}
+	n := 0
+	for _, g := range allStacks() {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, tag) {
+			n++
+		}
+	}
+	return n
+}
+
+// ownBubble is the tag that names this goroutine's bubble in a stack's
+// head ("synctest bubble N]"), "" outside one.
+func ownBubble() string {
+	own := make([]byte, 1024)
+	own = own[:runtime.Stack(own, false)]
+	m := bubbleRE.FindSubmatch(own)
+	if m == nil {
+		return ""
+	}
+	return "synctest bubble " + string(m[1]) + "]"
+}
+
+func allStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// bubbleGoroutines returns the first stack of a goroutine in this bubble
+// with a frame in one of pkgs, and how many there are; "" if none.
+func bubbleGoroutines(pkgs ...string) string {
+	tag := ownBubble()
+	if tag == "" {
+		return ""
+	}
+	count, first := 0, ""
+	for _, g := range allStacks() {
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(head, tag) || strings.Contains(head, "running") {
+			continue
+		}
+		for _, p := range pkgs {
+			if strings.Contains(g, p+".") || strings.Contains(g, p+"/") {
+				count++
+				if first == "" {
+					first = g
+				}
+				break
+			}
+		}
+	}
+	if count == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d goroutines, the first:\n%s", count, first)
+}
+
+// faultLog is when each node and each Client was under a fault, for the
+// checks that allow for one (a released key left on a node its release
+// could not reach yet).
+type faultLog struct {
+	mu    sync.Mutex
+	nodes [][][2]time.Time          // per node
+	cl    [][][2]time.Time          // per client: frozen
+	links map[linkID][][2]time.Time // delays and resets
+}
+
+func newFaultLog(nodes, clients int) *faultLog {
+	return &faultLog{nodes: make([][][2]time.Time, nodes), cl: make([][][2]time.Time, clients), links: make(map[linkID][][2]time.Time)}
+}
+
+func (f *faultLog) add(fl Fault, from, to time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := [2]time.Time{from, to}
+	switch fl.Kind {
+	case LinkSpike:
+		// No allowance: what a spike holds lands soon after it, and the
+		// release right after that (the chaos checker's rule).
+	case LinkDelay, LinkReset:
+		id := linkID{fl.Client, fl.Node}
+		f.links[id] = append(f.links[id], s)
+	case ClientFreeze:
+		f.cl[fl.Client] = append(f.cl[fl.Client], s)
+	default:
+		f.nodes[fl.Node] = append(f.nodes[fl.Node], s)
+	}
+}
+
+// allows reports whether a fault on node i, or on client c's connections
+// to it, or of client c, other than a spike, was under way at t or ended
+// less than after before it.
+func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := func(ss [][2]time.Time) bool {
+		for _, s := range ss {
+			if !s[0].After(t) && !s[1].Add(after).Before(t) {
+				return true
+			}
+		}
+		return false
+	}
+	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
+}
+
+// fault applies f at its time and undoes it after its duration.
+func (e *Env) fault(f Fault) {
+	if !e.SleepUntil(e.At(f.At)) {
+		return
+	}
+	n := e.cl.net
+	from := time.Now()
+	e.faults.add(f, from, from.Add(f.For))
+	e.History.Note("fault %v", f)
+	switch f.Kind {
+	case LinkDelay, LinkSpike:
+		n.setDelay(f.Client, f.Node, f.Delay)
+	case LinkReset:
+		n.reset(f.Client, f.Node)
+	case NodePause:
+		n.pauseNode(f.Node, true)
+	case NodeSlow:
+		n.setSlow(f.Node, f.Delay)
+	case NodeKill, NodeWipe:
+		e.cl.kill(f.Node, f.Kind == NodeWipe)
+	case ClientFreeze:
+		n.freezeClient(f.Client, true)
+	}
+	// Undone at its end, or at the run's end, so that Close finds every
+	// node and pipe working.
+	if f.For > 0 {
+		t := time.NewTimer(f.For)
+		select {
+		case <-t.C:
+		case <-e.ctx.Done():
+			t.Stop()
+		}
+	}
+	switch f.Kind {
+	case LinkDelay, LinkSpike:
+		n.setDelay(f.Client, f.Node, 0)
+	case NodePause:
+		n.pauseNode(f.Node, false)
+	case NodeSlow:
+		n.setSlow(f.Node, 0)
+	case NodeKill, NodeWipe:
+		e.cl.restart(f.Node)
+	case ClientFreeze:
+		n.freezeClient(f.Client, false)
+	}
+	if f.For > 0 {
+		e.History.Note("fault %v undone", f)
+	}
+}
