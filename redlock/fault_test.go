@@ -722,7 +722,10 @@ func TestReal_noValidityLeftIsNotObtained(t *testing.T) {
 			t.Errorf("fencing %v: TryLock = a lock valid until %v (in %v); want no lock", fencing, l.ValidUntil(), time.Until(l.ValidUntil()))
 			continue
 		}
-		if !errors.Is(err, ErrNotObtained) {
+		// What matters is that no lock came back. ErrNoQuorum is also
+		// right when a loaded machine (-race beside stress-ng) let the
+		// 1.1s round trips miss the 1.98s node timeout on a majority.
+		if !errors.Is(err, ErrNotObtained) && !errors.Is(err, ErrNoQuorum) {
 			t.Errorf("fencing %v: TryLock = %v; want ErrNotObtained", fencing, err)
 		}
 	}
