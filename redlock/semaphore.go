@@ -144,8 +144,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // permit, in TryLock.
 func (s *Semaphore) try(ctx context.Context, opts []Option) (*Lock, error) {
 	k := len(s.slots)
-	first := rand.IntN(k)                       // spreads the callers over the permits
-	if testhooks.SemaphoreSkipsPermits.Load() { // a negative control of the simulator: a permit of one's own, never held by another
+	first := rand.IntN(k) // spreads the callers over the permits
+	// A negative control of the simulator: a permit of one's own, never
+	// held by another.
+	if testhooks.SemaphoreSkipsPermits.Load() {
 		return s.c.TryLock(ctx, s.slots[first]+":"+strconv.Itoa(rand.Int()), opts...)
 	}
 	l, err := s.c.TryLock(ctx, s.slots[first], opts...)
