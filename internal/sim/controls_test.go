@@ -48,7 +48,7 @@ var controls = []control{
 	// A Semaphore whose acquire locks a permit of its own, never one of
 	// the K: every caller holds at once (the semaphore profile's seeds,
 	// s%10 == 4).
-	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits}, "sem-overflow", 4},
+	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits, &semSeeds}, "sem-overflow", 4},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not
