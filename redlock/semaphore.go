@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // MaxPermits is the largest number of permits a Semaphore may have: every
@@ -143,6 +145,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 func (s *Semaphore) try(ctx context.Context, opts []Option) (*Lock, error) {
 	k := len(s.slots)
 	first := rand.IntN(k) // spreads the callers over the permits
+	// A negative control of the simulator: a permit of one's own, never
+	// held by another.
+	if testhooks.SemaphoreSkipsPermits.Load() {
+		return s.c.TryLock(ctx, s.slots[first]+":"+strconv.Itoa(rand.Int()), opts...)
+	}
 	l, err := s.c.TryLock(ctx, s.slots[first], opts...)
 	if err == nil || k == 1 || !contended(err) {
 		return l, err

@@ -41,6 +41,14 @@ var controls = []control{
 	// A handoff for the full TTL: a frozen grantee holds the next waiter up
 	// for a TTL, not a reservation.
 	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6},
+	// A reader script that grants beside a writer's token: a reader and a
+	// writer hold together (the rwlock profile's seeds, s%5 == 2; the
+	// control turns -sim.rwlock on).
+	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 2},
+	// A Semaphore whose acquire locks a permit of its own, never one of
+	// the K: every caller holds at once (the semaphore profile's seeds,
+	// s%10 == 4).
+	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits, &semSeeds}, "sem-overflow", 4},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -39,11 +39,12 @@ func defaultSeeds() int {
 	return 500
 }
 
-// runSeed runs one plan in a bubble of its own.
+// runSeed runs one plan in a bubble of its own, with its seed's profile
+// (profilesFor).
 func runSeed(t *testing.T, p Plan) Result {
 	t.Helper()
 	var res Result
-	synctest.Test(t, func(t *testing.T) { res = Run(p) })
+	synctest.Test(t, func(t *testing.T) { res = Run(p, profilesFor(p.Seed)...) })
 	return res
 }
 

@@ -55,3 +55,9 @@ var QueueTieKeeps atomic.Bool
 // the short reservation (the handoff before issue 20): a frozen grantee
 // then holds the next waiter up for a whole TTL.
 var HandoffFullTTL atomic.Bool
+
+// SemaphoreSkipsPermits makes a Semaphore's acquire lock a resource of
+// its own (its permit's name and a random suffix) instead of one of the K
+// permits: no permit is ever found held, so every caller holds at once,
+// which the simulator's semaphore profile must catch (issue 24).
+var SemaphoreSkipsPermits atomic.Bool

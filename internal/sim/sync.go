@@ -1,0 +1,276 @@
+package sim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// span is one hold of a read-write lock or of a semaphore's permit, in
+// fake time: [the call returned, min(Unlock called, Lost closed,
+// ValidUntil)].
+type span struct {
+	client   int
+	resource string
+	write    bool
+	start    time.Time
+	end      time.Time
+}
+
+// spans is a profile's record of its holds.
+type spans struct {
+	mu sync.Mutex // protects xs
+	xs []*span
+}
+
+func (s *spans) add(x *span) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.xs = append(s.xs, x)
+}
+
+func (s *spans) all() []*span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.xs)
+}
+
+// violateAt records a violation that happened at t (a check after the
+// run finds it).
+func (h *History) violateAt(t time.Time, inv, format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.viol = append(h.viol, Violation{Invariant: inv, At: h.since(t), Detail: fmt.Sprintf(format, args...)})
+}
+
+// settle idles a worker from the end of the fault phase to the quiet
+// phase (as LockProfile's workers do); false at the run's end.
+func settle(env *Env) bool {
+	if since := time.Since(env.start); since >= env.Plan.FaultPhase && since < env.Plan.Healed() {
+		return env.SleepUntil(env.At(env.Plan.Healed()))
+	}
+	return true
+}
+
+// holdSpan holds l for up to 300 ms and returns when its hold ends:
+// then, at a loss (Lost closed, Valid false) or at the run's end.
+func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock) time.Time {
+	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
+	tm := time.NewTimer(time.Until(until))
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-l.Lost():
+	case <-env.ctx.Done():
+	}
+	return minTime(time.Now(), l.ValidUntil())
+}
+
+// RWLockProfile is the workload of redlock's RLock and WLock: every worker
+// goroutine of every regular Client loops over the plan's resources (1 or
+// 2), taking a read lock three times in four and the write lock otherwise
+// (the blocking call, or its Try form one time in four), holds it for up
+// to 300 ms and unlocks it.
+//
+// Its invariant (rw-overlap): a writer's hold never intersects another
+// hold of its resource, a reader's or a writer's; readers may overlap.
+// Its holds are its own, not History's (whose overlap check would count
+// readers sharing).
+type RWLockProfile struct{ holds spans }
+
+// Name is "rwlock".
+func (p *RWLockProfile) Name() string { return "rwlock" }
+
+// Start launches the workers.
+func (p *RWLockProfile) Start(env *Env) {
+	for c := range env.Plan.Clients {
+		for w := range env.Plan.Workers {
+			r := env.Rand(fmt.Sprintf("rw worker %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, r) })
+		}
+	}
+}
+
+func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
+	rc := env.Clients[c]
+	h := env.History
+	for nextGrid(env, r, 50) && settle(env) {
+		res := resourceName(r.IntN(env.Plan.Resources))
+		write := r.IntN(4) == 0
+		try := r.IntN(4) == 0
+		ctx, cancel := context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
+		var l *redlock.Lock
+		var err error
+		switch {
+		case write && try:
+			l, err = rc.TryWLock(ctx, res)
+		case write:
+			l, err = rc.WLock(ctx, res)
+		case try:
+			l, err = rc.TryRLock(ctx, res)
+		default:
+			l, err = rc.RLock(ctx, res)
+		}
+		if err != nil {
+			cancel()
+			continue
+		}
+		x := &span{client: c, resource: res, write: write, start: time.Now()}
+		kind := "RLock"
+		if write {
+			kind = "WLock"
+		}
+		h.Note("c%d %s %s: hold from %v", c, kind, res, h.since(x.start))
+		if !l.Valid() {
+			h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
+		}
+		x.end = holdSpan(env, r, l)
+		p.holds.add(x)
+		_ = l.Unlock(context.WithoutCancel(ctx))
+		cancel()
+	}
+}
+
+// Check checks that no writer's hold intersects another hold of its
+// resource.
+func (p *RWLockProfile) Check(env *Env) {
+	h := env.History
+	xs := p.holds.all()
+	slices.SortFunc(xs, func(a, b *span) int { return a.start.Compare(b.start) })
+	for i, a := range xs {
+		for _, b := range xs[i+1:] {
+			if !b.start.Before(a.end) {
+				break
+			}
+			if a.resource != b.resource || !a.write && !b.write {
+				continue
+			}
+			h.violateAt(b.start, "rw-overlap", "%s: c%d (write %v, %v..%v) and c%d (write %v, %v..%v) held together",
+				a.resource, a.client, a.write, h.since(a.start), h.since(a.end), b.client, b.write, h.since(b.start), h.since(b.end))
+			return
+		}
+	}
+}
+
+// semPermits is K of the semaphore profile.
+const semPermits = 2
+
+// SemaphoreProfile is the workload of redlock's Semaphore (K = 2): two
+// goroutines on every regular Client loop over Acquire (or TryAcquire one
+// time in four) of one semaphore, hold the permit for up to 300 ms and
+// Unlock it.
+//
+// Its invariant (sem-overflow): at no instant do more than K holds
+// intersect.
+type SemaphoreProfile struct{ holds spans }
+
+// Name is "semaphore".
+func (p *SemaphoreProfile) Name() string { return "semaphore" }
+
+// Start launches the workers.
+func (p *SemaphoreProfile) Start(env *Env) {
+	for c := range env.Plan.Clients {
+		s, err := env.Clients[c].Semaphore("sem", semPermits)
+		if err != nil {
+			panic(fmt.Sprintf("sim: Semaphore: %v", err)) // a valid name and K
+		}
+		for w := range 2 {
+			r := env.Rand(fmt.Sprintf("sem worker %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, s, r) })
+		}
+	}
+}
+
+func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand.Rand) {
+	h := env.History
+	for nextGrid(env, r, 50) && settle(env) {
+		ctx, cancel := context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
+		var l *redlock.Lock
+		var err error
+		if r.IntN(4) == 0 {
+			l, err = s.TryAcquire(ctx)
+		} else {
+			l, err = s.Acquire(ctx)
+		}
+		if err != nil {
+			cancel()
+			continue
+		}
+		x := &span{client: c, resource: l.Resource(), start: time.Now()}
+		h.Note("c%d Acquire %s: hold from %v", c, x.resource, h.since(x.start))
+		if !l.Valid() {
+			h.Violate("invalid-lock", "c%d Acquire returned a permit with Valid() false", c)
+		}
+		x.end = holdSpan(env, r, l)
+		p.holds.add(x)
+		_ = l.Unlock(context.WithoutCancel(ctx))
+		cancel()
+	}
+}
+
+// Check checks that no instant has more than K holders: a sweep over the
+// holds' starts and ends (an end at a start's instant comes first).
+func (p *SemaphoreProfile) Check(env *Env) {
+	h := env.History
+	type edge struct {
+		at time.Time
+		d  int
+		x  *span
+	}
+	var es []edge
+	for _, x := range p.holds.all() {
+		if x.end.After(x.start) {
+			es = append(es, edge{x.start, 1, x}, edge{x.end, -1, x})
+		}
+	}
+	slices.SortFunc(es, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	n := 0
+	for _, e := range es {
+		n += e.d
+		if n > semPermits {
+			h.violateAt(e.at, "sem-overflow", "%d holders of a K=%d semaphore at %v (c%d took %s)", n, semPermits, h.since(e.at), e.x.client, e.x.resource)
+			return
+		}
+	}
+}
+
+// rwSeeds puts the read-write lock's profile in the seed loop. It is off
+// by default: some of its seeds (97) wedge the bubble (a miniredis Dial
+// waits on the node's mutex, which is not durably blocking, so the fake
+// clock stops), a simulator problem not yet found.
+var rwFlag = flag.Bool("sim.rwlock", false, "run the rwlock profile in one seed of five (s%5 == 2) of TestSim; some seeds (97) wedge the bubble")
+
+// rwSeeds is -sim.rwlock for the controls test: its rwlock control sets it.
+var rwSeeds atomic.Bool
+
+// semFlag and semSeeds are the same for the semaphore profile: off by
+// default, as its seed 324 wedges the bubble in the same way.
+var semFlag = flag.Bool("sim.semaphore", false, "run the semaphore profile in one seed of ten (s%10 == 4) of TestSim; some seeds (324) wedge the bubble")
+
+var semSeeds atomic.Bool
+
+// profilesFor is the workload of seed s: the lock profile, but, with
+// -sim.semaphore, the semaphore's in one seed of ten (s%10 == 4: such a seed costs twice a
+// lock seed) and, with -sim.rwlock, the read-write lock's in one of five
+// (s%5 == 2), so that 500 seeds cost about what they did.
+func profilesFor(s uint64) []Profile {
+	switch {
+	case s%5 == 2 && (*rwFlag || rwSeeds.Load()):
+		return []Profile{&RWLockProfile{}}
+	case s%10 == 4 && (*semFlag || semSeeds.Load()):
+		return []Profile{&SemaphoreProfile{}}
+	}
+	return []Profile{&LockProfile{}}
+}
