@@ -42,8 +42,8 @@ var controls = []control{
 	// for a TTL, not a reservation.
 	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6},
 	// A reader script that grants beside a writer's token: a reader and a
-	// writer hold together (the rwlock profile's seeds, s%5 == 2; the
-	// control turns -sim.rwlock on).
+	// writer hold together (the rwlock profile's seeds, s%5 == 2, even
+	// with -sim.rwlock=false).
 	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 2},
 	// A Semaphore whose acquire locks a permit of its own, never one of
 	// the K: every caller holds at once (the semaphore profile's seeds,

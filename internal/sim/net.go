@@ -114,12 +114,18 @@ func (k *conn) close() {
 
 // forward copies src to dst, chunk by chunk, each held until its delivery
 // time and while a gate on its way is closed; up is the client to server
-// direction. One goroutine per direction: a chunk read is accepted (the
-// sender's write returns, as into a socket buffer) and waits here, and the
-// next is read only once it was delivered, so no chunk overtakes the one
-// before it, as on a TCP stream. go-redis writes a request (or a
-// pipeline) at once and then reads, so a request held here is one that
-// was sent and will land late.
+// direction. A chunk read is accepted (the sender's write returns, as into
+// a socket buffer) and waits here, and no chunk overtakes the one before
+// it, as on a TCP stream. go-redis writes a request (or a pipeline) at
+// once and then reads, so a request held here is one that was sent and
+// will land late.
+//
+// Up, the next chunk is read only once the one before was delivered.
+// Down, the server's writes are always accepted (queued, see queueDown):
+// miniredis writes a published message to its subscribers under its
+// server-wide lock, so a write that waited for a frozen client would stop
+// the whole node (a dial, every other connection's command) for as long,
+// where redis-server only grows that client's output buffer.
 //
 // As on TCP, a client that gives up and closes its connection does not
 // take back what it sent: the requests already read are still delivered
@@ -128,44 +134,14 @@ func (k *conn) close() {
 // a reset, a killed node or the network's close (k.close) loses bytes in
 // flight.
 func (k *conn) forward(src, dst net.Conn, up bool) {
-	buf := make([]byte, 4096)
+	next := k.readUp(src)
+	if !up {
+		next = k.queueDown(src)
+	}
 	gone := false // down: the client closed its end; replies are dropped
 	for {
-		m, err := src.Read(buf)
-		if m > 0 && !gone {
-			b := buf[:m]
-			if up {
-				k.noteUp(b)
-			}
-			if d := k.n.chunkDelay(k.id); d > 0 {
-				t := time.NewTimer(d)
-				select {
-				case <-t.C:
-				case <-k.done:
-					t.Stop()
-					return
-				}
-			}
-			if !k.n.waitGates(k.id, k.done) {
-				return
-			}
-			if _, werr := dst.Write(b); werr != nil {
-				if up {
-					k.close()
-					return
-				}
-				gone = true
-			} else {
-				k.n.mu.Lock()
-				if up {
-					k.up = time.Now()
-				} else {
-					k.down = time.Now()
-				}
-				k.n.mu.Unlock()
-			}
-		}
-		if err != nil {
+		b, ok := next()
+		if !ok {
 			if up {
 				// The client closed: everything it sent was delivered;
 				// now the server sees the end.
@@ -174,6 +150,127 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			}
 			k.close() // the server closed (or was killed): the connection is over
 			return
+		}
+		if gone {
+			continue
+		}
+		if up {
+			k.noteUp(b)
+		}
+		if d := k.n.chunkDelay(k.id); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-k.done:
+				t.Stop()
+				return
+			}
+		}
+		if !k.n.waitGates(k.id, k.done) {
+			return
+		}
+		if _, werr := dst.Write(b); werr != nil {
+			if up {
+				k.close()
+				return
+			}
+			gone = true
+			continue
+		}
+		k.n.mu.Lock()
+		if up {
+			k.up = time.Now()
+		} else {
+			k.down = time.Now()
+		}
+		k.n.mu.Unlock()
+	}
+}
+
+// readUp returns the chunks of src as they are read, one at a time; false
+// at its end.
+func (k *conn) readUp(src net.Conn) func() ([]byte, bool) {
+	buf := make([]byte, 4096)
+	var err error
+	return func() ([]byte, bool) {
+		for err == nil {
+			var m int
+			m, err = src.Read(buf)
+			if m > 0 {
+				return buf[:m], true
+			}
+		}
+		return nil, false
+	}
+}
+
+// downLimit is how many bytes may wait for a client that does not read
+// before its connection is closed, as redis-server's
+// client-output-buffer-limit does (32 MB for pub/sub by default; the
+// simulated replies are small).
+const downLimit = 1 << 20
+
+// queueDown reads src on a goroutine of its own into an unbounded queue
+// (closing the connection past downLimit) and returns its chunks in order;
+// false once src ended and everything read was returned, or the connection
+// closed.
+func (k *conn) queueDown(src net.Conn) func() ([]byte, bool) {
+	var (
+		mu     sync.Mutex
+		q      [][]byte
+		queued int
+		ended  bool
+	)
+	ready := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			buf := make([]byte, 4096)
+			m, err := src.Read(buf)
+			mu.Lock()
+			if m > 0 {
+				q = append(q, buf[:m])
+				queued += m
+			}
+			over := queued > downLimit
+			if err != nil {
+				ended = true
+			}
+			mu.Unlock()
+			signal()
+			if over {
+				k.close()
+			}
+			if err != nil || over {
+				return
+			}
+		}
+	}()
+	return func() ([]byte, bool) {
+		for {
+			mu.Lock()
+			if len(q) > 0 {
+				b := q[0]
+				q = q[1:]
+				queued -= len(b)
+				mu.Unlock()
+				return b, true
+			}
+			end := ended
+			mu.Unlock()
+			if end {
+				return nil, false
+			}
+			select {
+			case <-ready:
+			case <-k.done:
+				return nil, false
+			}
 		}
 	}
 }

@@ -246,25 +246,22 @@ func (p *SemaphoreProfile) Check(env *Env) {
 	}
 }
 
-// rwSeeds puts the read-write lock's profile in the seed loop. It is off
-// by default: some of its seeds (97) wedge the bubble (a miniredis Dial
-// waits on the node's mutex, which is not durably blocking, so the fake
-// clock stops), a simulator problem not yet found.
-var rwFlag = flag.Bool("sim.rwlock", false, "run the rwlock profile in one seed of five (s%5 == 2) of TestSim; some seeds (97) wedge the bubble")
+// rwFlag puts the read-write lock's profile in the seed loop (on by
+// default; -sim.rwlock=false leaves it out).
+var rwFlag = flag.Bool("sim.rwlock", true, "run the rwlock profile in one seed of five (s%5 == 2) of TestSim")
 
 // rwSeeds is -sim.rwlock for the controls test: its rwlock control sets it.
 var rwSeeds atomic.Bool
 
-// semFlag and semSeeds are the same for the semaphore profile: off by
-// default, as its seed 324 wedges the bubble in the same way.
-var semFlag = flag.Bool("sim.semaphore", false, "run the semaphore profile in one seed of ten (s%10 == 4) of TestSim; some seeds (324) wedge the bubble")
+// semFlag and semSeeds are the same for the semaphore profile.
+var semFlag = flag.Bool("sim.semaphore", true, "run the semaphore profile in one seed of ten (s%10 == 4) of TestSim")
 
 var semSeeds atomic.Bool
 
-// profilesFor is the workload of seed s: the lock profile, but, with
-// -sim.semaphore, the semaphore's in one seed of ten (s%10 == 4: such a seed costs twice a
-// lock seed) and, with -sim.rwlock, the read-write lock's in one of five
-// (s%5 == 2), so that 500 seeds cost about what they did.
+// profilesFor is the workload of seed s: the lock profile, but the
+// semaphore's in one seed of ten (s%10 == 4: such a seed costs twice a
+// lock seed) and the read-write lock's in one of five (s%5 == 2), so that
+// 500 seeds cost about what they did without them.
 func profilesFor(s uint64) []Profile {
 	switch {
 	case s%5 == 2 && (*rwFlag || rwSeeds.Load()):
