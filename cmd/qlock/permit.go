@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -28,9 +27,7 @@ const maxPermits = redlock.MaxPermits
 // written beside its key, as an election writes a leader's, for qlock
 // status -n.
 func runPermit(c *common, resource string, command []string, sigs <-chan os.Signal, stderr io.Writer) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dctx, dcancel := context.WithTimeout(ctx, dialTimeout)
+	dctx, dcancel := context.WithTimeout(context.Background(), dialTimeout)
 	client, nodes, err := c.connect(dctx, stderr)
 	dcancel()
 	if err != nil {
@@ -43,41 +40,24 @@ func runPermit(c *common, resource string, command []string, sigs <-chan os.Sign
 		return fail(stderr, exitUsage, err)
 	}
 
-	var (
-		l    *redlock.Lock
-		done = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		actx := ctx
-		if c.wait.d > 0 {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(ctx, c.wait.d)
-			defer cancel()
-		}
-		if c.wait.d == 0 {
-			l, err = sem.TryAcquire(actx) // like flock -n
-		} else {
-			l, err = sem.Acquire(actx)
-		}
-	}()
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case sig := <-sigs:
-			if isJobStop(sig.(syscall.Signal)) {
-				stopSelf(true) // nothing runs under a permit yet
-				continue
+	l, stopped := waitUnlessSignalled(sigs, stderr, resource, "a permit",
+		func(ctx context.Context) *redlock.Lock {
+			if c.wait.d == 0 {
+				var l *redlock.Lock
+				l, err = sem.TryAcquire(ctx) // like flock -n
+				return l
 			}
-			cancel()
-			<-done
-			if l != nil {
-				l.Unlock(context.Background())
+			if c.wait.d > 0 { // < 0: -wait forever
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.wait.d)
+				defer cancel()
 			}
-			fmt.Fprintf(stderr, "qlock: %s: stopped by %v while waiting for a permit\n", resource, sig)
-			return 128 + int(sig.(syscall.Signal))
-		}
+			var l *redlock.Lock
+			l, err = sem.Acquire(ctx)
+			return l
+		}, unlockIfHeld)
+	if stopped != 0 {
+		return stopped
 	}
 	if err != nil {
 		return fail(stderr, exitFor(err), fmt.Errorf("%s: %w", resource, err))

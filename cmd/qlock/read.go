@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock/election"
@@ -35,6 +34,13 @@ type readLease struct {
 
 func (r readLease) Leader() election.Leader { return election.Leader{Identity: r.identity} }
 
+// unlockIfHeld gives back a lock a signalled wait got anyway.
+func unlockIfHeld(l *redlock.Lock) {
+	if l != nil {
+		l.Unlock(context.Background())
+	}
+}
+
 // runRead is qlock run -read: the command runs under a read lock of
 // resource, shared with other readers and excluded by writers (a plain
 // qlock run of the same resource holds its lock key, so it is a writer
@@ -53,41 +59,23 @@ func runRead(c *common, resource string, command []string, stdout, stderr io.Wri
 	defer closeNodes(nodes)
 	defer client.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if c.wait.d > 0 {
-		ctx, cancel = context.WithTimeout(ctx, c.wait.d)
-		defer cancel()
-	}
-	var (
-		l    *redlock.Lock
-		done = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		if c.wait.d == 0 {
-			l, err = client.TryRLock(ctx, resource, redlock.WithTTL(c.ttl)) // one attempt, like flock -n
-		} else {
+	l, stopped := waitUnlessSignalled(sigs, stderr, resource, "the read lock",
+		func(ctx context.Context) *redlock.Lock {
+			var l *redlock.Lock
+			if c.wait.d == 0 {
+				l, err = client.TryRLock(ctx, resource, redlock.WithTTL(c.ttl)) // one attempt, like flock -n
+				return l
+			}
+			if c.wait.d > 0 { // < 0: -wait forever
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.wait.d)
+				defer cancel()
+			}
 			l, err = client.RLock(ctx, resource, redlock.WithTTL(c.ttl))
-		}
-	}()
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case sig := <-sigs:
-			if isJobStop(sig.(syscall.Signal)) {
-				stopSelf(true)
-				continue
-			}
-			cancel()
-			<-done
-			if l != nil {
-				l.Unlock(context.Background())
-			}
-			fmt.Fprintf(stderr, "qlock: %s: stopped by %v while waiting for the read lock\n", resource, sig)
-			return 128 + int(sig.(syscall.Signal))
-		}
+			return l
+		}, unlockIfHeld)
+	if stopped != 0 {
+		return stopped
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redlock.ErrNoQuorum) {

@@ -93,36 +93,54 @@ func (s *session) close() {
 // until acquired). A signal from sigs ends the wait. It returns the term,
 // or nil and the exit code after printing the error.
 func (s *session) acquire(sigs <-chan os.Signal, wait time.Duration) (*election.Term, int) {
+	var code int
+	term, stopped := waitUnlessSignalled(sigs, s.stderr, s.name, "the lock",
+		func(ctx context.Context) *election.Term {
+			var term *election.Term
+			term, code = s.campaign(ctx, wait)
+			return term
+		},
+		func(term *election.Term) {
+			if term != nil {
+				s.resign(term)
+			}
+		})
+	if stopped != 0 {
+		return nil, stopped
+	}
+	return term, code
+}
+
+// waitUnlessSignalled runs acquire on a goroutine of its own and waits for
+// it, watching sigs meanwhile. Ctrl-Z (or SIGTTIN/SIGTTOU) stops qlock
+// itself: nothing runs under the lease yet, so it waits on when continued.
+// Any other signal cancels acquire's ctx, gives back what acquire got
+// anyway, says so on stderr ("stopped by SIG while waiting for what") and
+// returns 128+N as the exit code; 0 when acquire finished first.
+func waitUnlessSignalled[T any](sigs <-chan os.Signal, stderr io.Writer, resource, what string, acquire func(context.Context) T, giveBack func(T)) (T, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var (
-		term *election.Term
-		code int
-		done = make(chan struct{})
-	)
+	var got T
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		term, code = s.campaign(ctx, wait)
+		got = acquire(ctx)
 	}()
 	for {
 		select {
 		case <-done:
-			return term, code
+			return got, 0
 		case sig := <-sigs:
 			if isJobStop(sig.(syscall.Signal)) {
-				// Ctrl-Z while waiting: nothing runs under the lock
-				// yet, so qlock just stops, and waits on when continued.
 				stopSelf(true)
 				continue
 			}
 			cancel()
 			<-done
-			if term != nil {
-				s.resign(term)
-			}
-			n := int(sig.(syscall.Signal))
-			fmt.Fprintf(s.stderr, "qlock: %s: stopped by %v while waiting for the lock\n", s.name, sig)
-			return nil, 128 + n
+			giveBack(got)
+			fmt.Fprintf(stderr, "qlock: %s: stopped by %v while waiting for %s\n", resource, sig, what)
+			var zero T
+			return zero, 128 + int(sig.(syscall.Signal))
 		}
 	}
 }
