@@ -237,25 +237,7 @@ func TestReal_LockAllPaused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.shut()
-	frozen := time.Now()
-	other, err := b.LockAll(ctx, []string{"p2", "p3"})
-	got := time.Now()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if vu := l.ValidUntil(); !vu.Before(got) {
-		t.Errorf("the other multi-lock got p2 %v before the frozen holder's ValidUntil", vu.Sub(got))
-	}
-	if wait := got.Sub(frozen); wait > ttl+2*time.Second {
-		t.Errorf("frozen holder: the other waited %v; want within the TTL %v (+slack)", wait, ttl)
-	}
-	select {
-	case <-l.Lost():
-	case <-time.After(2 * time.Second):
-		t.Error("frozen multi-lock: Lost() not closed")
-	}
-	p.release()
+	other := frozenHolderLoses(t, "frozen multi-lock holder", ttl, p, l, func() (*Lock, error) { return b.LockAll(ctx, []string{"p2", "p3"}) })
 	l.Unlock(ctx)
 	other.Unlock(ctx)
 

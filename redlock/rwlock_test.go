@@ -392,38 +392,47 @@ func TestReal_RWHolderPausedPastTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.shut()
-		frozen := time.Now()
-		var other *Lock
-		if kind == ModeRead {
-			other, err = b.WLock(ctx, "paused")
-		} else {
-			other, err = b.RLock(ctx, "paused")
-		}
-		got := time.Now()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Within its TTL (plus the retry delay, a round and slack on a
-		// loaded machine: measured ~620ms).
-		if wait := got.Sub(frozen); wait > ttl+2*time.Second {
-			t.Errorf("%v holder frozen: the other kind waited %v; want within the TTL %v (+slack)", kind, wait, ttl)
-		}
-		if vu := l.ValidUntil(); !vu.Before(got) {
-			t.Errorf("%v holder frozen: the other kind got the lock %v before the holder's ValidUntil", kind, vu.Sub(got))
-		}
-		select {
-		case <-l.Lost():
-		case <-time.After(2 * time.Second):
-			t.Errorf("%v holder frozen: Lost() not closed", kind)
-		}
-		p.release()
+		other := frozenHolderLoses(t, kind.String()+" holder frozen", ttl, p, l, func() (*Lock, error) {
+			if kind == ModeRead {
+				return b.WLock(ctx, "paused")
+			}
+			return b.RLock(ctx, "paused")
+		})
 		if l.Valid() {
 			t.Errorf("%v holder woken: Valid() = true; want false", kind)
 		}
 		l.Unlock(ctx)
 		other.Unlock(ctx)
 	}
+}
+
+// frozenHolderLoses freezes l's Client (p shut), takes the lock over with
+// take, checks that take got it after l's ValidUntil and within the TTL
+// (plus the retry delay, a round and slack on a loaded machine: measured
+// ~620ms), and that l saw its loss, then wakes the Client; it returns what
+// take got. A frozen process that never wakes is a crashed one.
+func frozenHolderLoses(t *testing.T, what string, ttl time.Duration, p *pauser, l *Lock, take func() (*Lock, error)) *Lock {
+	t.Helper()
+	p.shut()
+	frozen := time.Now()
+	other, err := take()
+	got := time.Now()
+	if err != nil {
+		t.Fatalf("%s: the other's lock: %v", what, err)
+	}
+	if wait := got.Sub(frozen); wait > ttl+2*time.Second {
+		t.Errorf("%s: the other waited %v; want within the TTL %v (+slack)", what, wait, ttl)
+	}
+	if vu := l.ValidUntil(); !vu.Before(got) {
+		t.Errorf("%s: the other got the lock %v before the holder's ValidUntil", what, vu.Sub(got))
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(2 * time.Second):
+		t.Errorf("%s: Lost() not closed", what)
+	}
+	p.release()
+	return other
 }
 
 // TestReal_RWNodePausedMidAcquire: a node stopped (SIGSTOP) while a read
