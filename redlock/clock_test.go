@@ -69,7 +69,16 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	if !eventually(5*time.Second, known) {
 		t.Fatal("the nodes' clocks are not known 5s after the first Lock")
 	}
-	for trial := range 3 {
+	// Three trials in which the late acquire ran. On a loaded machine the
+	// acquire to node j may not leave the Client at all (node j, slow in
+	// the trial before, is held back until probed) or miss the proxy's
+	// latency window: such a trial proves nothing and is run again, up to
+	// 10 trials in all.
+	proved := 0
+	for trial := 0; proved < 3; trial++ {
+		if trial == 10 {
+			t.Fatalf("the late acquire ran in %d of 10 trials; want 3", proved)
+		}
 		res := "late-paused-" + string(rune('a'+trial))
 		key := "lock:" + res
 		admin.SlowLogReset(ctx)
@@ -120,8 +129,10 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 			}
 		}
 		if !ran {
-			t.Errorf("trial %d: node %d's slow log has no acquire of our token: the late request never ran, and the test proves nothing", trial, j)
+			t.Logf("trial %d: node %d's slow log has no acquire of our token: the late request never ran (a trial that proves nothing; again)", trial, j)
+			continue
 		}
+		proved++
 	}
 }
 
