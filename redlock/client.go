@@ -452,11 +452,17 @@ func (c *Client) Close() error {
 	// them (however many locks), then the releases still pending there; a
 	// node that does not answer within the node timeout and the grace is
 	// left to the keys' TTLs (step 4).
+	//
+	// The identity keys' DELs go out first, beside the releases: each
+	// ends within the node timeout, so the wait below, to the same
+	// deadline, always sees them end (sent after the releases, on a
+	// loaded machine they were cut off by the deadline and Close returned
+	// with them in flight).
+	c.forgetIdentity(wait) // nodestate.go
 	errs := c.releaseMany(ls, wait+closeGrace)
 	// No loss starts after this: the scheduler is closed and every lock
 	// still held is closed.
 	c.cbs.wait()
-	c.forgetIdentity(wait) // nodestate.go
 	c.wake.close()
 	waitTimeout(&c.wg, time.Until(deadline))
 	c.rel.stop()
