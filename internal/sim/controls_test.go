@@ -53,7 +53,7 @@ var controls = []control{
 	// ValidUntil lies ahead): a deposed leader leads beside its successor
 	// (the election profile's seeds, s%10 == 8, even with
 	// -sim.election=false).
-	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 0},
+	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 8},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -20,9 +20,9 @@ const electionName = "leader"
 // ElectionProfile is the workload of package election: one candidate per
 // regular Client (2 or 3), each with an Election of its own on one name,
 // loops over Campaign (its ctx ends with the run or after half a TTL to
-// two and a half), holds the Term for up to 300 ms — or, one term in four,
-// for one to two TTLs, as a leader that works until it is deposed — or
-// until its Context ends, and Resigns. An observer on Client 0 calls
+// two and a half), holds the Term for up to 300 ms — or, one term in
+// eight, for half a TTL to a TTL, across a renewal and an identity
+// refresh — or until its Context ends, and Resigns. An observer on Client 0 calls
 // Leader every 0–100 ms. The candidates campaign through the settling
 // too: with the plan's FrozenWaiter, the first term that begins in the
 // second after the fault phase is a frozen leader instead — its Client's
@@ -124,8 +124,8 @@ func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *ra
 		p.mu.Unlock()
 		h.Note("c%d Campaign: term %d fence %d (%.8s)", c, x.ID, x.Fence, x.Token)
 		d := time.Duration(r.IntN(30)) * grid
-		if r.IntN(4) == 0 {
-			d = pl.TTL + time.Duration(r.Int64N(int64(pl.TTL)))
+		if r.IntN(8) == 0 {
+			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL/2)))
 		}
 		if p.freezeLeader(env, c) {
 			d = 2 * pl.TTL
