@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -32,11 +33,31 @@ type Term struct {
 
 	resignOnce sync.Once
 	resignErr  error // set once by resignOnce
+
+	// unlost is nil but under the negative control
+	// testhooks.TermIgnoresLoss (see ignoreLoss).
+	unlost context.Context
 }
 
 func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time) *Term {
-	return &Term{e: e, lock: l, me: me, value: value, written: written,
+	t := &Term{e: e, lock: l, me: me, value: value, written: written,
 		stopRefresh: make(chan struct{}), refreshed: make(chan struct{}), done: make(chan struct{})}
+	if testhooks.TermIgnoresLoss.Load() {
+		t.unlost = ignoreLoss(l.Context())
+	}
+	return t
+}
+
+// ignoreLoss is the negative control testhooks.TermIgnoresLoss: a context
+// that ends when lctx does, except when lctx ends by a loss of the lease.
+func ignoreLoss(lctx context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(lctx))
+	context.AfterFunc(lctx, func() {
+		if cause := context.Cause(lctx); !errors.Is(cause, redlock.ErrLockLost) {
+			cancel(cause)
+		}
+	})
+	return ctx
 }
 
 // Leader returns this term as Leader reports it.
@@ -64,6 +85,9 @@ func (t *Term) ValidUntil() time.Time {
 	if t == nil {
 		return time.Time{}
 	}
+	if t.unlost != nil && t.unlost.Err() == nil {
+		return time.Now().Add(time.Hour) // the negative control: the lease forgotten
+	}
 	return t.lock.ValidUntil()
 }
 
@@ -76,6 +100,9 @@ func (t *Term) Context() context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(ErrNotLeader)
 		return ctx
+	}
+	if t.unlost != nil {
+		return t.unlost
 	}
 	return t.lock.Context()
 }

@@ -49,6 +49,11 @@ var controls = []control{
 	// the K: every caller holds at once (the semaphore profile's seeds,
 	// s%10 == 4).
 	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits, &semSeeds}, "sem-overflow", 4},
+	// A Term that forgets its lease (its Context outlives a loss, its
+	// ValidUntil lies ahead): a deposed leader leads beside its successor
+	// (the election profile's seeds, s%10 == 8, even with
+	// -sim.election=false).
+	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 8},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -22,7 +22,10 @@
 // goroutines stay bounded). Synchronizers other than the lock join as a
 // [Profile] with invariants of their own: [SemaphoreProfile] (at most K
 // holders at once) and [RWLockProfile] (a writer holds alone), one seed
-// in ten and one in five of the seed loop (see docs/simulation.md).
+// in ten and one in five of the seed loop, and [ElectionProfile], one
+// seed in ten, runs package election's candidates and observer (terms
+// never overlap, fences rise, a leader within a bound; see
+// docs/simulation.md).
 //
 // The tests (sim_test.go) run 500 seeds by default (-sim.seeds=N, 60
 // under -race), replay one with -sim.seed=S, and check that each negative

@@ -223,9 +223,16 @@ func (h *History) checkHolds(fence bool) {
 func (h *History) checkLiveness(from, to time.Time, bound time.Duration, skip map[string][][2]time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.livenessLocked("liveness", h.waits, h.holds, from, to, bound, skip)
+}
+
+// livenessLocked is checkLiveness over the given waits and holds, its
+// violation named inv (a profile that keeps its own, such as the
+// election's, checks them with it). h.mu must be held.
+func (h *History) livenessLocked(inv string, waits []*Wait, holds []*Hold, from, to time.Time, bound time.Duration, skip map[string][][2]time.Time) {
 	const step = time.Millisecond
 	res := make(map[string]bool)
-	for _, w := range h.waits {
+	for _, w := range waits {
 		res[w.Resource] = true
 	}
 	for r := range res {
@@ -234,14 +241,14 @@ func (h *History) checkLiveness(from, to time.Time, bound time.Duration, skip ma
 		for t := from; t.Before(to); t = t.Add(step) {
 			waiting, held := false, false
 			var who *Wait
-			for _, w := range h.waits {
+			for _, w := range waits {
 				frozen := !w.Frozen[0].IsZero() && !t.Before(w.Frozen[0]) && (w.Frozen[1].IsZero() || t.Before(w.Frozen[1]))
 				if w.Resource == r && !frozen && !w.Start.After(t) && (w.End.IsZero() || w.End.After(t)) && (w.Deadline.IsZero() || w.Deadline.After(t)) {
 					waiting, who = true, w
 					break
 				}
 			}
-			for _, x := range h.holds {
+			for _, x := range holds {
 				if x.Resource == r && !x.Start.After(t) && (x.End.IsZero() || x.End.After(t)) {
 					held = true
 					break
@@ -259,7 +266,7 @@ func (h *History) checkLiveness(from, to time.Time, bound time.Duration, skip ma
 				gapStart = time.Time{}
 			}
 			if !gapStart.IsZero() && t.Sub(gapStart) > bound {
-				h.viol = append(h.viol, Violation{"liveness", h.since(gapStart), fmt.Sprintf("%s: waiters and no holder for more than %v from %v (c%d waiting since %v)",
+				h.viol = append(h.viol, Violation{inv, h.since(gapStart), fmt.Sprintf("%s: waiters and no holder for more than %v from %v (c%d waiting since %v)",
 					r, bound, h.since(gapStart), gapWho.Client, h.since(gapWho.Start))})
 				break
 			}

@@ -86,6 +86,7 @@ type Result struct {
 	Plan       Plan
 	Violations []Violation
 	Holds      int
+	Terms      int    // the election profile's terms
 	Goroutines int    // in the bubble at the end of the quiet phase
 	Report     string // the compact history (events and violations)
 }
@@ -159,7 +160,7 @@ func Run(p Plan, profiles ...Profile) Result {
 		}
 	}
 	synctest.Wait()
-	if left := bubbleGoroutines("github.com/quorumlock/quorumlock/redlock", "github.com/quorumlock/quorumlock/renew", "github.com/quorumlock/quorumlock/quorum"); left != "" {
+	if left := bubbleGoroutines("github.com/quorumlock/quorumlock/redlock", "github.com/quorumlock/quorumlock/renew", "github.com/quorumlock/quorumlock/quorum", "github.com/quorumlock/quorumlock/election"); left != "" {
 		h.Violate("goroutine", "after Close: %s", left)
 	}
 	for _, n := range nodeClients {
@@ -168,6 +169,11 @@ func Run(p Plan, profiles ...Profile) Result {
 	cl.close()
 	synctest.Wait()
 	res := Result{Plan: p, Violations: h.Violations(), Holds: len(h.holds), Goroutines: peak}
+	for _, pr := range profiles {
+		if e, ok := pr.(interface{ Terms() int }); ok {
+			res.Terms += e.Terms()
+		}
+	}
 	if res.Failed() {
 		res.Report = h.Report()
 	}

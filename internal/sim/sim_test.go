@@ -71,7 +71,7 @@ func TestSim(t *testing.T) {
 				failure = res
 			}
 		}
-		t.Logf("%v: %d holds; failed %d of %d runs", p, res.Holds, failures, *replays)
+		t.Logf("%v: %d holds, %d terms; failed %d of %d runs", p, res.Holds, res.Terms, failures, *replays)
 		if failures == 0 {
 			return
 		}
@@ -84,7 +84,10 @@ func TestSim(t *testing.T) {
 		return
 	}
 	start := time.Now()
-	var holds, failed atomic.Int64
+	if *onlyFlag != "" && profileNamed(*onlyFlag) == nil {
+		t.Fatalf("-sim.only=%q: no such profile (lock, rwlock, semaphore, election)", *onlyFlag)
+	}
+	var holds, terms, failed atomic.Int64
 	// In batches of parallel subtests: a run of 100,000 seeds keeps a
 	// batch's goroutines, not 100,000 parked subtests. A long run prints its
 	// progress every 6,400 seeds.
@@ -97,6 +100,7 @@ func TestSim(t *testing.T) {
 					t.Parallel()
 					res := runSeed(t, plan(s))
 					holds.Add(int64(res.Holds))
+					terms.Add(int64(res.Terms))
 					if res.Failed() {
 						failed.Add(1)
 						t.Errorf("seed %d failed (replay: go test ./internal/sim -run 'TestSim$' -sim.seed=%d):\n%s", s, s, compact(res))
@@ -108,7 +112,7 @@ func TestSim(t *testing.T) {
 			fmt.Printf("sim: %d seeds done, %d failed, %v\n", done, failed.Load(), time.Since(start).Round(time.Second))
 		}
 	}
-	t.Logf("%d seeds from %d, %d holds, %d failed, in %v", *seeds, *first, holds.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d seeds from %d, %d holds, %d terms, %d failed, in %v", *seeds, *first, holds.Load(), terms.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
 }
 
 // searchSeeds runs plans from seeds first.. (GOMAXPROCS at once, in

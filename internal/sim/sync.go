@@ -258,16 +258,41 @@ var semFlag = flag.Bool("sim.semaphore", true, "run the semaphore profile in one
 
 var semSeeds atomic.Bool
 
+// onlyFlag runs one profile in every seed of TestSim, for a soak of one
+// profile.
+var onlyFlag = flag.String("sim.only", "", "run only this profile (lock, rwlock, semaphore, election) in every seed of TestSim")
+
+// profileNamed returns a new profile of that name, nil if none.
+func profileNamed(name string) Profile {
+	switch name {
+	case "lock":
+		return &LockProfile{}
+	case "rwlock":
+		return &RWLockProfile{}
+	case "semaphore":
+		return &SemaphoreProfile{}
+	case "election":
+		return &ElectionProfile{}
+	}
+	return nil
+}
+
 // profilesFor is the workload of seed s: the lock profile, but the
 // semaphore's in one seed of ten (s%10 == 4: such a seed costs twice a
-// lock seed) and the read-write lock's in one of five (s%5 == 2), so that
-// 500 seeds cost about what they did without them.
+// lock seed), the election's in one of ten (s%10 == 8) and the read-write
+// lock's in one of five (s%5 == 2), so that 500 seeds cost about what they
+// did without them; with -sim.only, that one profile in every seed.
 func profilesFor(s uint64) []Profile {
+	if pr := profileNamed(*onlyFlag); pr != nil {
+		return []Profile{pr}
+	}
 	switch {
 	case s%5 == 2 && (*rwFlag || rwSeeds.Load()):
 		return []Profile{&RWLockProfile{}}
 	case s%10 == 4 && (*semFlag || semSeeds.Load()):
 		return []Profile{&SemaphoreProfile{}}
+	case s%10 == 8 && (*electionFlag || electionSeeds.Load()):
+		return []Profile{&ElectionProfile{}}
 	}
 	return []Profile{&LockProfile{}}
 }

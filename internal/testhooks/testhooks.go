@@ -61,3 +61,10 @@ var HandoffFullTTL atomic.Bool
 // permits: no permit is ever found held, so every caller holds at once,
 // which the simulator's semaphore profile must catch (issue 24).
 var SemaphoreSkipsPermits atomic.Bool
+
+// TermIgnoresLoss makes an election Term forget its lease: its Context is
+// cancelled by Resign or Close but not when the lease is lost, and its
+// ValidUntil lies an hour ahead while that Context lives. A deposed leader
+// then goes on leading beside its successor, which the simulator's
+// election profile must catch (leader-overlap).
+var TermIgnoresLoss atomic.Bool

@@ -1,0 +1,256 @@
+package sim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/election"
+)
+
+// electionName is the one election the election profile's candidates run
+// for.
+const electionName = "leader"
+
+// ElectionProfile is the workload of package election: one candidate per
+// regular Client (2 or 3), each with an Election of its own on one name,
+// loops over Campaign (its ctx ends with the run or after half a TTL to
+// two and a half), holds the Term for up to 300 ms — or, one term in
+// eight, for half a TTL to a TTL, across a renewal and an identity
+// refresh — or until its Context ends, and Resigns. An observer on Client 0 calls
+// Leader every 0–100 ms. The candidates campaign through the settling
+// too: with the plan's FrozenWaiter, the first term that begins in the
+// second after the fault phase is a frozen leader instead — its Client's
+// pipes freeze for a TTL right after Campaign returned, it holds until
+// its Context ends (two TTLs at most), and the others must take over only
+// once its lease has run out.
+//
+// Its invariants:
+//   - leader-overlap: a term is [Campaign returned, min(Resign called,
+//     Context done, ValidUntil)]; two terms never intersect;
+//   - term-fence: with no node restarted empty (DESIGN step 8 needs the
+//     counters kept), fences strictly increase in the order terms began;
+//   - leader-liveness: from the end of the settling to the end of the
+//     run, while some Campaign waits with a live ctx, some term is held
+//     within ElectionBound;
+//   - stale-leader: Leader never names a term once a later term had begun
+//     (its identity expires with its lease, and the successor's lock
+//     stands on a majority where that lease ran out).
+type ElectionProfile struct {
+	mu      sync.Mutex // protects the fields below
+	terms   []*Hold    // Resource electionName, Token the term's ID
+	waits   []*Wait    // Campaign calls
+	answers []answer   // Leader's answers
+
+	frozen atomic.Bool // the frozen leader's episode is taken
+}
+
+// answer is one answer of Leader: the term it named, and when the call
+// began.
+type answer struct {
+	at   time.Time
+	term string
+}
+
+// Name is "election".
+func (p *ElectionProfile) Name() string { return "election" }
+
+// Terms is how many terms Campaign returned.
+func (p *ElectionProfile) Terms() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.terms)
+}
+
+// ElectionBound is the liveness bound of the election profile: the lock's
+// (Plan.WaitBound: a reservation, a retry delay, two node timeouts) and
+// four more node timeouts for the election's own steps, each decided at a
+// majority and bounded by the node timeout (the election's default is the
+// lock's): Resign waits for an identity refresh in flight and withdraws
+// the identity before it releases the lock, and Campaign, once it holds
+// the lock, writes the identity and announces it before it returns; all
+// that and a quarter again. At the plan's options: 1.25 × (460 ms + 180 ms
+// + 6 × 100 ms) = 1.55 s.
+func (p Plan) ElectionBound() time.Duration {
+	return 5 * (p.Reservation() + p.RetryMax + 6*p.NodeTimeout) / 4
+}
+
+// Start launches the candidates and the observer.
+func (p *ElectionProfile) Start(env *Env) {
+	newElection := func(c int, id string) *election.Election {
+		e, err := election.New(env.Clients[c], electionName, election.WithIdentity(id))
+		if err != nil {
+			panic(fmt.Sprintf("sim: election.New: %v", err)) // a valid name and options
+		}
+		return e
+	}
+	for c := range env.Plan.Clients {
+		e := newElection(c, fmt.Sprintf("c%d", c))
+		r := env.Rand(fmt.Sprintf("candidate %d", c))
+		env.Go(func() { p.candidate(env, c, e, r) })
+	}
+	e := newElection(0, "observer")
+	r := env.Rand("observer")
+	env.Go(func() { p.observer(env, e, r) })
+}
+
+func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *rand.Rand) {
+	h := env.History
+	pl := env.Plan
+	for nextGrid(env, r, 50) {
+		ctx, cancel := context.WithTimeout(env.ctx, pl.TTL/2+time.Duration(r.Int64N(int64(2*pl.TTL))))
+		w := &Wait{Client: c, Resource: electionName, Start: time.Now(), Deadline: deadline(ctx)}
+		p.mu.Lock()
+		p.waits = append(p.waits, w)
+		p.mu.Unlock()
+		t, err := e.Campaign(ctx)
+		p.mu.Lock()
+		w.End, w.Got = time.Now(), err == nil
+		p.mu.Unlock()
+		if err != nil {
+			cancel()
+			continue
+		}
+		l := t.Leader()
+		x := &Hold{Client: c, Resource: electionName, Token: l.Term, Fence: l.Fence, Start: time.Now(), Op: "Campaign"}
+		p.mu.Lock()
+		x.ID = len(p.terms)
+		p.terms = append(p.terms, x)
+		p.mu.Unlock()
+		h.Note("c%d Campaign: term %d fence %d (%.8s)", c, x.ID, x.Fence, x.Token)
+		d := time.Duration(r.IntN(30)) * grid
+		if r.IntN(8) == 0 {
+			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL/2)))
+		}
+		if p.freezeLeader(env, c) {
+			d = 2 * pl.TTL
+		}
+		tm := time.NewTimer(d)
+		why := "resign"
+		select {
+		case <-tm.C:
+		case <-t.Context().Done():
+			why = fmt.Sprintf("context done: %v", firstLine(context.Cause(t.Context())))
+		case <-env.ctx.Done():
+			why = "run over"
+		}
+		tm.Stop()
+		end := minTime(time.Now(), t.ValidUntil())
+		p.mu.Lock()
+		x.End = end
+		p.mu.Unlock()
+		h.Note("c%d term %d ends at %v (%s)", c, x.ID, h.since(end), why)
+		err = t.Resign(context.WithoutCancel(ctx))
+		p.mu.Lock()
+		x.Released = time.Now()
+		p.mu.Unlock()
+		if err != nil {
+			h.Note("c%d term %d resign: %v", c, x.ID, firstLine(err))
+		}
+		cancel()
+	}
+}
+
+// freezeLeader starts the frozen leader's episode (see ElectionProfile)
+// on client c, which has just begun a term, if the plan has one and it is
+// due: it freezes c's pipes now and thaws them a TTL later (the lease,
+// last renewed before the freeze, runs out meanwhile).
+func (p *ElectionProfile) freezeLeader(env *Env, c int) bool {
+	pl := env.Plan
+	since := time.Since(env.start)
+	if !pl.FrozenWaiter || since < pl.FaultPhase || since >= pl.FaultPhase+time.Second || !p.frozen.CompareAndSwap(false, true) {
+		return false
+	}
+	from := time.Now()
+	env.cl.net.freezeClient(c, true)
+	env.faults.add(Fault{Kind: ClientFreeze, Client: c}, from, from.Add(pl.TTL))
+	env.History.Note("c%d (frozen leader) frozen for %v", c, pl.TTL)
+	env.Go(func() {
+		tm := time.NewTimer(pl.TTL)
+		select {
+		case <-tm.C:
+		case <-env.ctx.Done():
+			tm.Stop()
+		}
+		env.cl.net.freezeClient(c, false)
+		env.History.Note("c%d (frozen leader) thawed", c)
+	})
+	return true
+}
+
+// observer asks who leads every 0–100 ms, for the whole run.
+func (p *ElectionProfile) observer(env *Env, e *election.Election, r *rand.Rand) {
+	for nextGrid(env, r, 10) {
+		at := time.Now()
+		l, err := e.Leader(env.ctx)
+		if err != nil {
+			continue
+		}
+		p.mu.Lock()
+		p.answers = append(p.answers, answer{at: at, term: l.Term})
+		p.mu.Unlock()
+	}
+}
+
+// Check checks the profile's invariants (see ElectionProfile).
+func (p *ElectionProfile) Check(env *Env) {
+	h := env.History
+	pl := env.Plan
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	xs := slices.Clone(p.terms)
+	slices.SortStableFunc(xs, func(a, b *Hold) int { return a.Start.Compare(b.Start) })
+	// leader-overlap: the first pair that intersects.
+overlap:
+	for i, a := range xs {
+		for _, b := range xs[i+1:] {
+			if !b.Start.Before(a.End) {
+				break
+			}
+			h.violateAt(b.Start, "leader-overlap", "term %d (c%d, %v..%v) and term %d (c%d, %v..%v) led together",
+				a.ID, a.Client, h.since(a.Start), h.since(a.End), b.ID, b.Client, h.since(b.Start), h.since(b.End))
+			break overlap
+		}
+	}
+	// term-fence, unless a node restarted empty.
+	if !pl.Wipes() {
+		for i := 1; i < len(xs); i++ {
+			if a, b := xs[i-1], xs[i]; b.Fence <= a.Fence {
+				h.violateAt(b.Start, "term-fence", "term %d (c%d) fence %d after term %d (c%d) fence %d",
+					b.ID, b.Client, b.Fence, a.ID, a.Client, a.Fence)
+				break
+			}
+		}
+	}
+	// stale-leader: an answer naming a term after a later term began.
+	started := make(map[string]time.Time)
+	for _, x := range xs {
+		started[x.Token] = x.Start
+	}
+	for _, a := range p.answers {
+		s, ok := started[a.term]
+		if !ok {
+			continue // a Campaign that did not return it (its identity took too few nodes)
+		}
+		if i := slices.IndexFunc(xs, func(x *Hold) bool { return x.Start.After(s) && x.Start.Before(a.at) }); i >= 0 {
+			h.violateAt(a.at, "stale-leader", "Leader called at %v named the term of %v (%.8s), after term %d (c%d) began at %v",
+				h.since(a.at), h.since(s), a.term, xs[i].ID, xs[i].Client, h.since(xs[i].Start))
+			break
+		}
+	}
+	h.mu.Lock()
+	h.livenessLocked("leader-liveness", p.waits, p.terms, env.At(pl.Healed()), env.At(pl.Duration()), pl.ElectionBound(), nil)
+	h.mu.Unlock()
+}
+
+// electionFlag puts the election's profile in the seed loop (on by
+// default; -sim.election=false leaves it out), and electionSeeds is the
+// same for the controls test: its election control sets it.
+var electionFlag = flag.Bool("sim.election", true, "run the election profile in one seed of ten (s%10 == 8) of TestSim")
+
+var electionSeeds atomic.Bool
