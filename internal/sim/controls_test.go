@@ -21,39 +21,46 @@ type control struct {
 	// searches from 1): under -race, which is some ten times slower,
 	// the search starts there.
 	seed uint64
+	// sched: whether it is caught is up to goroutine scheduling more than
+	// to the plan (tie-keeps-nodes needs three waiters to take one ticket
+	// at one instant). Under -race, whose scheduling differs, such a
+	// control was caught by its seed 13 in some runs and only by seed 359
+	// in another (329s), so TestControls leaves it to the run without
+	// -race (which .ci/run makes too).
+	sched bool
 }
 
 var controls = []control{
 	// The release leaves no guard (the not-after bounds stay): an Extend
 	// that was in flight when Unlock began, and lands after the release,
 	// within its bound, sets the key again.
-	{"release-skips-guard", []*atomic.Bool{&testhooks.SkipReleaseGuard}, "key-back", 1},
+	{"release-skips-guard", []*atomic.Bool{&testhooks.SkipReleaseGuard}, "key-back", 1, false},
 	// The release leaves no guard and requests carry no not-after bound
 	// (as the chaos checker's release-unguarded): a request of ours that
 	// lands after the release sets the key again.
-	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 1},
+	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 1, false},
 	// An Extend registered after it sends: an Unlock in between leaves no
 	// guard, and the Extend landing after the release sets the key again.
-	{"extend-registered-late", []*atomic.Bool{&testhooks.ExtendRegisterLate}, "key-back", 1},
+	{"extend-registered-late", []*atomic.Bool{&testhooks.ExtendRegisterLate}, "key-back", 1, false},
 	// Equal tickets keep their nodes: waiters split with equal tickets
 	// livelock.
-	{"tie-keeps-nodes", []*atomic.Bool{&testhooks.QueueTieKeeps}, "liveness", 13},
+	{"tie-keeps-nodes", []*atomic.Bool{&testhooks.QueueTieKeeps}, "liveness", 13, true},
 	// A handoff for the full TTL: a frozen grantee holds the next waiter up
 	// for a TTL, not a reservation.
-	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6},
+	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6, false},
 	// A reader script that grants beside a writer's token: a reader and a
 	// writer hold together (the rwlock profile's seeds, s%5 == 2, even
 	// with -sim.rwlock=false).
-	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 2},
+	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 2, false},
 	// A Semaphore whose acquire locks a permit of its own, never one of
 	// the K: every caller holds at once (the semaphore profile's seeds,
 	// s%10 == 4).
-	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits, &semSeeds}, "sem-overflow", 4},
+	{"semaphore-skips-permits", []*atomic.Bool{&testhooks.SemaphoreSkipsPermits, &semSeeds}, "sem-overflow", 4, false},
 	// A Term that forgets its lease (its Context outlives a loss, its
 	// ValidUntil lies ahead): a deposed leader leads beside its successor
 	// (the election profile's seeds, s%10 == 8, even with
 	// -sim.election=false).
-	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 8},
+	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 8, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not
@@ -91,6 +98,9 @@ func TestControls(t *testing.T) {
 	}
 	for _, c := range controls {
 		t.Run(c.name, func(t *testing.T) {
+			if RaceEnabled && c.sched {
+				t.Skip("caught or not by scheduling: checked without -race (go test ./internal/sim, which .ci/run runs)")
+			}
 			c.set(t)
 			from := uint64(1)
 			if RaceEnabled && c.seed > 0 {
