@@ -455,7 +455,8 @@ func (c *Client) Close() error {
 	//
 	// The identity keys' DELs go out first, beside the releases: each
 	// ends within the node timeout, so the wait below, to the same
-	// deadline, always sees them end (sent after the releases, on a
+	// deadline (node timeout and grace), sees them end unless starting
+	// them took longer than the grace (sent after the releases, on a
 	// loaded machine they were cut off by the deadline and Close returned
 	// with them in flight).
 	c.forgetIdentity(wait) // nodestate.go
