@@ -29,7 +29,10 @@
 //     first use and refreshed every second in use, its error growing with
 //     its age by the drift factor). The scripts refuse a request that runs
 //     past it, however late it arrives — delayed on the way, or queued for
-//     any length of time in a paused node's socket — so it changes nothing.
+//     any length of time in a paused node's socket — so it changes nothing,
+//     and say so with a reply of their own: a client that still reads it
+//     (its timer fired late, on a loaded machine) counts the node as timed
+//     out, never as held by another owner, nor a lock as lost.
 //     Where a request of the lock may still be in flight (it timed out, or
 //     has not answered), the release also sets a guard key beside the lock
 //     key, <key>:released:<token>, for the window the bounds' error leaves

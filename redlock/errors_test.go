@@ -72,6 +72,39 @@ func TestErrors_tryLockHeldByThisClient(t *testing.T) {
 	}
 }
 
+// A node that runs a request past its not-after bound changes nothing and
+// says so; the client reads that as the timeout it stands for, never as a
+// key held by another owner (the error an uncontended TryLock once gave on
+// a loaded machine, whose timer fired after the late replies were in). A
+// step of every node's clock ahead of the Client's estimate makes every
+// request late, as promptly as it is answered.
+func TestErrors_lateRepliesAreNoRefusal(t *testing.T) {
+	t.Parallel()
+	ms, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithAutoRenew(false), WithTTL(time.Minute))
+	ctx := t.Context()
+	l, err := c.TryLock(ctx, "held") // learns the nodes' clocks
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := time.Now().Add(10 * time.Minute)
+	for _, m := range ms {
+		m.SetTime(step)
+	}
+	_, err = c.TryLock(ctx, "free")
+	if !errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotObtained) || strings.Contains(err.Error(), "another owner") ||
+		!strings.Contains(err.Error(), "after its deadline") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryLock with every reply late = %v; want ErrNoQuorum saying the requests came after their deadline, matching context.DeadlineExceeded", err)
+	}
+	err = l.Extend(ctx)
+	if errors.Is(err, ErrLockLost) || strings.Contains(err.Error(), "another owner") || !strings.Contains(err.Error(), "after its deadline") {
+		t.Errorf("Extend with every reply late = %v; want a failed extension saying the requests came after their deadline, the lock not lost", err)
+	}
+	if !l.Valid() {
+		t.Errorf("Valid() = false after late extensions, %v before ValidUntil; want true: nothing changed on the nodes", time.Until(l.ValidUntil()).Round(time.Second))
+	}
+}
+
 func TestReal_errorsOneTimeoutWording(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)

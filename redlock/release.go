@@ -427,16 +427,17 @@ type inflight interface {
 }
 
 // answered reports whether a request that ended with err can no longer
-// change anything on the node: the node replied (a result, or an error
-// reply), or the request never left the client (see unsent). A timeout or
-// a broken connection leaves it unknown whether (and when) the request
-// reaches the node.
+// change anything on the node: the node replied (a result, an error reply,
+// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
+// or the request never left the client (see unsent). A timeout or a broken
+// connection leaves it unknown whether (and when) the request reaches the
+// node.
 func answered(err error) bool {
 	if err == nil {
 		return true // before the errors.As target, which escapes
 	}
 	var re redis.Error
-	return errors.As(err, &re) || unsent(err)
+	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate) || unsent(err)
 }
 
 // roundRef is a round of this lock alone.

@@ -23,8 +23,8 @@
 -- entry lapse from now (see enqueue). A waiter that was dropped (its entry
 -- lapsed, or its client was not listening) joins again, with its ticket,
 -- on its next attempt.
--- Returns 1 (granted) or 0 (refused); with a fence key, {granted, the node's
--- fence counter}, from every node, granted or not.
+-- Returns 1 (granted) or 0 (refused), or -2 (late, below); with a fence key,
+-- {that reply, the node's fence counter}, from every node, granted or not.
 -- A key of another type is a node error (WRONGTYPE), never taken over.
 -- One MGET reads the key and our guard (see release.lua).
 --
@@ -34,12 +34,15 @@
 -- redlock/clock.go). A request that runs later — held by the network, or
 -- queued in a paused node's socket for any length of time — is refused
 -- before anything is read or written: no grant, no refresh, no queue entry.
+-- It answers -2, not 0: the key is not held by anyone for all it knows, and
+-- a client whose timer fired late (a loaded machine) still reads the reply;
+-- it must not name another owner as the cause.
 if tonumber(ARGV[8]) > 0 then
   if now() > tonumber(ARGV[8]) then
     if KEYS[5] then
-      return {0, tonumber(redis.call('GET', KEYS[5]) or '0')}
+      return {-2, tonumber(redis.call('GET', KEYS[5]) or '0')}
     end
-    return 0
+    return -2
   end
 end
 local kg = redis.call('MGET', KEYS[1], KEYS[2])

@@ -12,11 +12,11 @@
 --
 -- Not after (DESIGN step 4, as in acquire.lua): past ARGV[4] on the node's
 -- clock the client no longer waits for this request, which then changes
--- nothing and returns 0.
+-- nothing and returns -1 (late: not a refusal, see acquire.lua).
 if tonumber(ARGV[4]) > 0 then
   local t = redis.call('TIME')
   if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[4]) then
-    return 0
+    return -1
   end
 end
 local v = redis.call('GET', KEYS[1])

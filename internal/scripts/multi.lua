@@ -12,7 +12,8 @@
 -- deletes each that holds our token. Each key is a plain lock key, so a
 -- Lock of one of the resources (or redsync, node-redlock on it) excludes
 -- the multi-lock and is excluded by it. Where our release's guard exists,
--- acquire and extend change nothing. A key of another type is a node
+-- acquire and extend change nothing; past the not-after bound they change
+-- nothing either and answer as acquire.lua (-2) and extend.lua (-1) do. A key of another type is a node
 -- error (WRONGTYPE from GET).
 local n = #KEYS - 1
 local token, guard = ARGV[1], KEYS[#KEYS]
@@ -40,7 +41,14 @@ local bound = ARGV[8]
 if OP == 'extend' then
   bound = ARGV[4]
 end
-if late(bound) or redis.call('EXISTS', guard) == 1 then
+if late(bound) then
+  -- late (as in acquire.lua and extend.lua): not a refusal
+  if OP == 'extend' then
+    return -1
+  end
+  return -2
+end
+if redis.call('EXISTS', guard) == 1 then
   return 0
 end
 local absent = 0

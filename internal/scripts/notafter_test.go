@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -36,8 +37,8 @@ func TestNotAfter(t *testing.T) {
 		k := NewKeys("lock:na", "", "tok")
 		w := Waiter{Member: Member("c", time.Second, "tok"), Ticket: 1, Lapse: time.Minute, Attempt: 1}
 		args := AcquireArgs("tok", time.Minute, w, wake)
-		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || err != nil {
-			t.Fatalf("AcquireWith(past bound) = %v, %v; want false, nil", ok, err)
+		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || !errors.Is(err, ErrLate) {
+			t.Fatalf("AcquireWith(past bound) = %v, %v; want false, ErrLate", ok, err)
 		}
 		if n, _ := admin.Exists(ctx, k.Lock, k.Queue, k.Lapse).Result(); n != 0 {
 			t.Fatalf("keys after a late acquire: %d exist; want none (no grant, no queue entry)", n)
@@ -46,8 +47,8 @@ func TestNotAfter(t *testing.T) {
 			t.Fatalf("AcquireWith(bound ahead) = %v, %v; want true, nil", ok, err)
 		}
 		admin.PExpire(ctx, k.Lock, time.Second)
-		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || err != nil {
-			t.Fatalf("AcquireWith(past bound) of a key held = %v, %v; want false, nil", ok, err)
+		if ok, _, err := AcquireWith(ctx, c, k, args, past()); ok || !errors.Is(err, ErrLate) {
+			t.Fatalf("AcquireWith(past bound) of a key held = %v, %v; want false, ErrLate", ok, err)
 		}
 		if d, _ := admin.PTTL(ctx, k.Lock).Result(); d > time.Second {
 			t.Errorf("PTTL after a late refresh = %v; want ≤ 1s (not refreshed)", d)
@@ -56,9 +57,9 @@ func TestNotAfter(t *testing.T) {
 	t.Run("acquire fenced", func(t *testing.T) {
 		k := NewKeys("lock:naf", "lock:naf:fence", "tok")
 		admin.Set(ctx, k.Fence, 7, 0)
-		ok, fence, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), past())
-		if ok || fence != 7 || err != nil {
-			t.Fatalf("AcquireWith(fenced, past bound) = %v, %d, %v; want false, 7, nil", ok, fence, err)
+		ok, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), past())
+		if ok || !errors.Is(err, ErrLate) {
+			t.Fatalf("AcquireWith(fenced, past bound) = %v, %v; want false, ErrLate", ok, err)
 		}
 		if n, _ := admin.Exists(ctx, k.Lock).Result(); n != 0 {
 			t.Errorf("lock key after a late fenced acquire exists; want none")
@@ -81,8 +82,8 @@ func TestNotAfter(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // up for 0s: not more than the guard yet
 		}
 		k2 := NewKeys("lock:nag2", "", "tok")
-		if ok, _, err := AcquireGuardedWith(ctx, c, k2, args, past(), 0); ok || err != nil {
-			t.Fatalf("AcquireGuardedWith(past bound) = %v, %v; want false, nil", ok, err)
+		if ok, _, err := AcquireGuardedWith(ctx, c, k2, args, past(), 0); ok || !errors.Is(err, ErrLate) {
+			t.Fatalf("AcquireGuardedWith(past bound) = %v, %v; want false, ErrLate", ok, err)
 		}
 		if n, _ := admin.Exists(ctx, k2.Lock).Result(); n != 0 {
 			t.Errorf("lock key after a late guarded acquire exists; want none")
@@ -91,15 +92,15 @@ func TestNotAfter(t *testing.T) {
 	t.Run("extend", func(t *testing.T) {
 		k := NewKeys("lock:ne", "", "tok")
 		p := PrepareExtend(k, "tok", time.Minute, 0)
-		if e, err := p.Extend(ctx, c, past()); e != Refused || err != nil {
-			t.Fatalf("Extend(absent key, past bound) = %v, %v; want Refused, nil (no heal)", e, err)
+		if e, err := p.Extend(ctx, c, past()); e != Refused || !errors.Is(err, ErrLate) {
+			t.Fatalf("Extend(absent key, past bound) = %v, %v; want Refused, ErrLate (no heal)", e, err)
 		}
 		if n, _ := admin.Exists(ctx, k.Lock).Result(); n != 0 {
 			t.Fatalf("lock key after a late extend exists; want none")
 		}
 		admin.Set(ctx, k.Lock, "tok", time.Second)
-		if e, err := p.Extend(ctx, c, past()); e != Refused || err != nil {
-			t.Fatalf("Extend(our key, past bound) = %v, %v; want Refused, nil", e, err)
+		if e, err := p.Extend(ctx, c, past()); e != Refused || !errors.Is(err, ErrLate) {
+			t.Fatalf("Extend(our key, past bound) = %v, %v; want Refused, ErrLate", e, err)
 		}
 		if d, _ := admin.PTTL(ctx, k.Lock).Result(); d > time.Second {
 			t.Errorf("PTTL after a late extend = %v; want ≤ 1s (not re-armed)", d)
@@ -110,8 +111,32 @@ func TestNotAfter(t *testing.T) {
 		pipe := c.Pipeline()
 		cmd := ExtendCmd(ctx, pipe, k, "tok", time.Minute, 0, past())
 		_, _ = pipe.Exec(ctx)
-		if e, err := ExtendResult(cmd); e != Refused || err != nil {
-			t.Errorf("ExtendCmd(past bound) = %v, %v; want Refused, nil", e, err)
+		if e, err := ExtendResult(cmd); e != Refused || !errors.Is(err, ErrLate) {
+			t.Errorf("ExtendCmd(past bound) = %v, %v; want Refused, ErrLate", e, err)
+		}
+		// A late reply is no refusal to the caller either: it reads as the
+		// timeout it stands for.
+		if !errors.Is(ErrLate, context.DeadlineExceeded) {
+			t.Errorf("ErrLate does not match context.DeadlineExceeded")
+		}
+	})
+	// The read-write and multi-resource scripts answer a late request as
+	// acquire.lua and extend.lua do: ErrLate, and nothing set.
+	t.Run("rw and multi", func(t *testing.T) {
+		for _, k := range []Keys{
+			NewReadKeys("lock:nar", "tok"),
+			NewWriteKeys("lock:naw", "lock:naw:fence", "tok"),
+			NewMultiKeys([]string{"lock:nam1", "lock:nam2"}, "tok"),
+		} {
+			if ok, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), past()); ok || !errors.Is(err, ErrLate) {
+				t.Errorf("%s: AcquireWith(past bound) = %v, %v; want false, ErrLate", k.Lock, ok, err)
+			}
+			if e, err := PrepareExtend(k, "tok", time.Minute, 0).Extend(ctx, c, past()); e != Refused || !errors.Is(err, ErrLate) {
+				t.Errorf("%s: Extend(past bound) = %v, %v; want Refused, ErrLate (no heal)", k.Lock, e, err)
+			}
+			if n, _ := admin.Exists(ctx, k.acq...).Result(); n != 0 {
+				t.Errorf("%s: %d keys after a late acquire and extend; want none", k.Lock, n)
+			}
 		}
 	})
 	t.Run("no bound", func(t *testing.T) {

@@ -6,8 +6,9 @@
 -- grant it holds already (a retried attempt is idempotent). A refused
 -- waiter joins the waiters, or refreshes its entry; a granted one leaves
 -- them. Where our release's guard exists (a request landing after our
--- release) nothing changes. Returns 1 or 0; with a fence key (writers),
--- {granted, the node's fence counter}. A key of another type is a node
+-- release) nothing changes. Returns 1 or 0, or -2 past the not-after bound
+-- (late, as in acquire.lua); with a fence key (writers), {that reply, the
+-- node's fence counter}. A key of another type is a node
 -- error (WRONGTYPE, from GET or ZADD), never taken over.
 local function reply(ok)
   if KEYS[6] then
@@ -16,7 +17,7 @@ local function reply(ok)
   return ok
 end
 if tonumber(ARGV[8]) > 0 and now() > tonumber(ARGV[8]) then
-  return reply(0)
+  return reply(-2)
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return reply(0)

@@ -5,10 +5,11 @@
 -- holder in: a reader where no writer holds the key, a writer where the
 -- key is free and no reader is live. Waiters are not asked: we hold the
 -- lock, as extend.lua heals whatever is queued. Returns 0 otherwise, and
--- where our release's guard exists, or past the not-after bound. A writer
--- with a fence key raises the counter to t wherever it re-arms or heals.
+-- where our release's guard exists; -1 past the not-after bound (late, as
+-- in extend.lua). A writer with a fence key raises the counter to t
+-- wherever it re-arms or heals.
 if tonumber(ARGV[4]) > 0 and now() > tonumber(ARGV[4]) then
-  return 0
+  return -1
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0

@@ -252,10 +252,25 @@ func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
 	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, w.Attempt}
 }
 
+// ErrLate is the answer of a node that ran a request after its not-after
+// bound (DESIGN step 4) and so changed nothing: the client had stopped
+// waiting for it, but read the reply anyway (its timer fired late, on a
+// loaded machine). It is no refusal — the key may be free — and it matches
+// context.DeadlineExceeded, as the client's own timeout would have.
+var ErrLate error = lateError{}
+
+type lateError struct{}
+
+func (lateError) Error() string {
+	return "the request reached the node after its deadline (its not-after bound on the node's clock) and changed nothing"
+}
+
+func (lateError) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // AcquireWith is Acquire with arguments from AcquireArgs and a not-after
 // bound: the node's TIME, in ms, past which the request changes nothing
-// and is refused (DESIGN step 4: the client no longer waits for it then).
-// nil or 0 sends no bound. The bound is read when the command is written,
+// and fails with ErrLate (DESIGN step 4: the client no longer waits for it
+// then). nil or 0 sends no bound. The bound is read when the command is written,
 // so *notAfter must not change until the call returns; a pointer (not a
 // boxed int64) lets a round keep the bounds of all its nodes in one slice.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
@@ -270,13 +285,21 @@ func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notA
 	return ok, fence, err
 }
 
+// lateAcquire is the acquire scripts' reply past the not-after bound (see
+// acquire.lua): -2, or {-2, fence counter}.
+const lateAcquire = -2
+
 // parseAcquire reads the reply of the acquire script: 1 or 0, or {1 or 0,
-// fence counter}, or from the guarded variant {-1, uptime} (young).
+// fence counter}, or from the guarded variant {-1, uptime} (young); -2 or
+// {-2, n} is ErrLate.
 func parseAcquire(v any) (ok bool, n int64, young bool, err error) {
 	switch v := v.(type) {
 	case int64:
-		if v == 0 || v == 1 {
+		switch v {
+		case 0, 1:
 			return v == 1, 0, false, nil
+		case lateAcquire:
+			return false, 0, false, ErrLate
 		}
 	case []any:
 		if len(v) == 2 {
@@ -285,6 +308,8 @@ func parseAcquire(v any) (ok bool, n int64, young bool, err error) {
 			switch {
 			case ok1 && ok2 && g == -1:
 				return false, n, true, nil
+			case ok1 && ok2 && g == lateAcquire:
+				return false, 0, false, ErrLate
 			case ok1 && ok2 && (g == 0 || g == 1):
 				return g == 1, n, false, nil
 			}
@@ -353,6 +378,8 @@ func parseExtended(n int64, err error) (Extended, error) {
 	switch n {
 	case 0, 1, 2:
 		return Extended(n), nil
+	case -1: // past the not-after bound (extend.lua)
+		return Refused, ErrLate
 	}
 	return Refused, fmt.Errorf("scripts: extend returned %d", n)
 }

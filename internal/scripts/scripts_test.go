@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -450,6 +451,8 @@ func FuzzParseAcquire(f *testing.F) {
 	f.Add(int64(1), int64(0), false)
 	f.Add(int64(0), int64(7), true)
 	f.Add(int64(-1), int64(3), true)
+	f.Add(int64(-2), int64(4), true)
+	f.Add(int64(-2), int64(0), false)
 	f.Add(int64(5), int64(-9), true)
 	f.Fuzz(func(t *testing.T, a, b int64, pair bool) {
 		var v any = a
@@ -458,6 +461,10 @@ func FuzzParseAcquire(f *testing.F) {
 		}
 		ok, n, young, err := parseAcquire(v)
 		switch {
+		case errors.Is(err, ErrLate):
+			if a != lateAcquire {
+				t.Errorf("parseAcquire(%v) = ErrLate; want it only from -2 or {-2, n}", v)
+			}
 		case err != nil:
 			if ok || young {
 				t.Errorf("parseAcquire(%v) = %v, %v, %v, %v; want nothing with an error", v, ok, n, young, err)
@@ -480,7 +487,7 @@ func FuzzParseReplies(f *testing.F) {
 		if r, err := parseReleased(n, nil); (err == nil) != (n >= 0 && n <= 3) || (err != nil && r != NotOurs) {
 			t.Errorf("parseReleased(%d) = %v, %v", n, r, err)
 		}
-		if e, err := parseExtended(n, nil); (err == nil) != (n >= 0 && n <= 2) || (err != nil && e != Refused) {
+		if e, err := parseExtended(n, nil); (err == nil) != (n >= 0 && n <= 2) || (err != nil && e != Refused) || errors.Is(err, ErrLate) != (n == -1) {
 			t.Errorf("parseExtended(%d) = %v, %v", n, e, err)
 		}
 	})
