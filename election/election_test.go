@@ -175,6 +175,7 @@ func TestTerm_nil(t *testing.T) {
 }
 
 func TestElection_twoCandidates(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	a := newCandidate(t, rc, "two", "a", nil)
 	b := newCandidate(t, rc, "two", "b", nil)
@@ -224,6 +225,7 @@ func TestElection_twoCandidates(t *testing.T) {
 // lock's wake-up message, not a poll: the waiting candidate's retry delay
 // is 30s, far longer than the bound.
 func TestElection_resignWakesWaiter(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	slow := []redlock.Option{redlock.WithRetryDelay(30*time.Second, 30*time.Second)}
 	a := newCandidate(t, rc, "wake", "a", slow)
@@ -253,6 +255,7 @@ func TestElection_resignWakesWaiter(t *testing.T) {
 }
 
 func TestElection_threeCandidates(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -307,6 +310,7 @@ func TestElection_threeCandidates(t *testing.T) {
 }
 
 func TestElection_majorityDown(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	a := newCandidate(t, rc, "down", "a", nil)
 	b := newCandidate(t, rc, "down", "b", nil)
@@ -358,6 +362,7 @@ func TestElection_majorityDown(t *testing.T) {
 }
 
 func TestElection_Observe(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	// No polling: only announcements can make the observer see changes in time.
 	a := newCandidate(t, rc, "obs", "a", nil, election.WithPollInterval(time.Hour))
@@ -433,6 +438,7 @@ func (h *recordHooks) got() []election.Event {
 }
 
 func TestElection_hooks(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	h := &recordHooks{}
 	a := newCandidate(t, rc, "hooks", "a", []redlock.Option{redlock.WithFencing(true)}, election.WithHooks(h))
@@ -482,6 +488,7 @@ func TestElection_hooks(t *testing.T) {
 }
 
 func TestElection_Run(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	a := newCandidate(t, rc, "run", "a", nil)
 	t.Run("fn error is returned, leadership resigned", func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 type quietLogger struct{}
@@ -16,5 +18,6 @@ func TestMain(m *testing.M) {
 	// Fault tests kill and pause nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})
+	redistest.WaitingParallel(3)
 	goleak.VerifyTestMain(m)
 }

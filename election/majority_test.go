@@ -53,6 +53,7 @@ func defaultClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient
 // returns after redlock's Unlock, which waits for every node's answer (or
 // the node timeout), and adds no wait of its own to it.
 func TestElection_handoverNodePaused(t *testing.T) {
+	t.Parallel()
 	// The lock's node timeout, which the election takes by default: a step
 	// that waited for the paused node would take at least this long.
 	const nodeTimeout = 2 * time.Second
@@ -142,6 +143,7 @@ func TestElection_handoverNodePaused(t *testing.T) {
 // round trips, past the node timeout). The margins (0.9s either way of a
 // round trip) hold beside busy loops under -race.
 func TestElection_slowNodes(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	nodes := rc.Clients()
 	c := candidateOn(t, nodes, "slow", "a", []redlock.Option{redlock.WithNodeTimeout(2 * time.Second)})
@@ -200,6 +202,7 @@ func TestElection_slowNodes(t *testing.T) {
 // renewal every 1.8s, the lock key's TTL is short just before each renewal,
 // and an identity refreshed on a fixed period copied it too early.
 func TestTerm_identityFollowsRenewals(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	// Node timeout 100ms: interval + node timeout stays below TTL − drift.
 	lockOpts := []redlock.Option{redlock.WithTTL(2 * time.Second), redlock.WithRenewInterval(1800 * time.Millisecond),

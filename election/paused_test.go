@@ -207,6 +207,7 @@ func pausedTakeover(t testing.TB, rc *redistest.Cluster, c *candidate, name stri
 }
 
 func TestElection_leaderPaused(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	const ttl = 2 * time.Second
 	c := newCandidate(t, rc, "paused", "successor", []redlock.Option{redlock.WithTTL(ttl)})
@@ -227,6 +228,7 @@ func TestElection_leaderPaused(t *testing.T) {
 // announcement): observers see that there is no leader once its lease ran
 // out, through the poll.
 func TestElection_observeExpiry(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	const ttl = 2 * time.Second
 	obs := newCandidate(t, rc, "expiry", "observer", nil, election.WithPollInterval(200*time.Millisecond))

@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 type quietLogger struct{}
@@ -20,5 +22,6 @@ func TestMain(m *testing.M) {
 	// Fault tests kill and cut nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})
+	redistest.WaitingParallel(5)
 	goleak.VerifyTestMain(m)
 }

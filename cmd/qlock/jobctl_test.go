@@ -246,6 +246,7 @@ func writer(t *testing.T, pids, log string) string {
 // continuing it. (Before: Ctrl-Z stopped qlock only, and the command ran on
 // under a lock another client had taken.)
 func TestJobControl_ctrlZStopsTheCommandWithQlock(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	sh := startShell(t, rc)
 	dir := t.TempDir()
@@ -291,6 +292,7 @@ func TestJobControl_ctrlZStopsTheCommandWithQlock(t *testing.T) {
 // goes on after fg, with the terminal (Ctrl-C reaches it), and qlock exits
 // with its code.
 func TestJobControl_ctrlZThenFg(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	sh := startShell(t, rc)
 	dir := t.TempDir()
@@ -325,6 +327,7 @@ func TestJobControl_ctrlZThenFg(t *testing.T) {
 // stopped), and fg gives it the terminal. (Before: the read stopped the
 // command for ever, with the lock renewed.)
 func TestJobControl_commandReadsTheTerminal(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	sh := startShell(t, rc)
 	reader := func(pids, out string) string {

@@ -44,6 +44,7 @@ func waitStderr(t *testing.T, b *syncBuffer, s string, d time.Duration) {
 // ignores SIGTERM after a loss, it sleeps. (Before: the term's Done channel
 // stayed ready in its select loop, a full core for the whole grace.)
 func TestRun_noSpinAfterLoss(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	cmd, stderr := start(t, rc, "run", "-ttl", "3s", "-grace", "6s", "spinres", "--", "sh", "-c",
@@ -74,6 +75,7 @@ func TestRun_noSpinAfterLoss(t *testing.T) {
 // forwarded signal was forgotten; elect was re-elected and ran the command
 // again until systemd's SIGKILL.)
 func TestElect_signalDuringLossGrace(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	cmd, stderr := start(t, rc, "elect", "-ttl", "3s", "-grace", "3s", "-identity", "a", "gracename", "--", "sh", "-c",
@@ -116,6 +118,7 @@ func aclAllBut(key string) []string {
 // campaigns again with backoff and leads once the nodes take the identity.
 // (Before: it exited 69 at the first failure.)
 func TestElect_retriesTransientNoQuorum(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	for i := range rc.N() {
 		args := []any{"ACL", "SETUSER", "q", "on", ">pw", "+@all", "&*"}
@@ -146,7 +149,7 @@ func TestElect_retriesTransientNoQuorum(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	waitCmd[cmd] = done
+	waitCmd.Store(cmd, done)
 
 	deadline := time.Now().Add(20 * time.Second)
 	for strings.Count(stderr.String(), "campaigning again") < 2 {
@@ -175,6 +178,7 @@ func TestElect_retriesTransientNoQuorum(t *testing.T) {
 // behind is ended before the lock is released. (Before: it ran on after
 // qlock exited, without the lock.)
 func TestRun_groupEndedOnRelease(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	pidFile := filepath.Join(t.TempDir(), "bg")
 	code, _, stderr := run(t, rc, "run", "-grace", "2s", "bgres", "--", "sh", "-c",
@@ -197,6 +201,7 @@ func TestRun_groupEndedOnRelease(t *testing.T) {
 // runs under sh -c; the reaper ends the whole group, grandchildren too.
 // (Before: Pdeathsig reached sh only, and its child ran on.)
 func TestRun_groupEndedWhenQlockDies(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	cmd, _ := start(t, rc, "run", "-grace", "1s", "dieres", "--", "sh", "-c",
@@ -227,6 +232,7 @@ func TestRun_groupEndedWhenQlockDies(t *testing.T) {
 // no warning at all (verify exits 0 on unknown keys and bad values, only
 // printing them).
 func TestDocs_systemdUnit(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("CI") != "" {

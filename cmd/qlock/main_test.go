@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 // qlockBin is the qlock binary the end-to-end tests run, built once by
@@ -22,6 +24,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
+	redistest.WaitingParallel(3)
 	dir, err := os.MkdirTemp("", "qlock-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -15,6 +15,7 @@ import (
 // third (-wait 0), lets a waiting one run once a permit comes back; status
 // -n shows the holders.
 func TestRun_permits(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	dir := t.TempDir()
 	sleeper := func(name string, extra ...string) []string {

@@ -70,7 +70,7 @@ func start(t *testing.T, rc *redistest.Cluster, args ...string) (*exec.Cmd, *syn
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	waitCmd[cmd] = done
+	waitCmd.Store(cmd, done)
 	return cmd, errb
 }
 
@@ -92,14 +92,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var waitCmd = map[*exec.Cmd]chan struct{}{}
+// waitCmd maps each command started by start to a channel closed once it
+// has exited (the tests run in parallel).
+var waitCmd sync.Map // *exec.Cmd → chan struct{}
+
+// exited returns the channel of a command started by start.
+func exited(cmd *exec.Cmd) <-chan struct{} {
+	ch, _ := waitCmd.Load(cmd)
+	return ch.(chan struct{})
+}
 
 // wait waits up to d for a command started with start to exit, and returns
 // its exit code.
 func wait(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
 	t.Helper()
 	select {
-	case <-waitCmd[cmd]:
+	case <-exited(cmd):
 		return cmd.ProcessState.ExitCode()
 	case <-time.After(d):
 		t.Fatalf("qlock did not exit within %v", d)
@@ -133,6 +141,7 @@ func library(t *testing.T, rc *redistest.Cluster) *redlock.Client {
 }
 
 func TestRun_exitCodePassthrough(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	cases := []struct {
 		name string
@@ -160,6 +169,7 @@ func TestRun_exitCodePassthrough(t *testing.T) {
 }
 
 func TestRun_usage(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 1)
 	for _, args := range [][]string{
 		{}, {"bogus"}, {"run"}, {"run", "res"}, {"run", "-wait", "soon", "res", "--", "true"},
@@ -182,6 +192,7 @@ func TestRun_usage(t *testing.T) {
 }
 
 func TestRun_env(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	code, out, stderr := run(t, rc, "run", "-fencing", "-identity", "test-id", "envres", "--",
 		"sh", "-c", `echo "$QLOCK_RESOURCE|$QLOCK_FENCE|$QLOCK_VALID_UNTIL|$QLOCK_IDENTITY"`)
@@ -205,6 +216,7 @@ func TestRun_env(t *testing.T) {
 // command appends start and end stamps to one file, which must show no
 // interleaving.
 func TestRun_sequential(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "stamps")
 	const n = 4
@@ -236,6 +248,7 @@ func TestRun_sequential(t *testing.T) {
 }
 
 func TestRun_wait(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	c := library(t, rc)
 	l, err := c.Lock(t.Context(), "waitres")
@@ -267,7 +280,7 @@ func TestRun_wait(t *testing.T) {
 		cmd, _ := start(t, rc, "run", "-wait", "forever", "waitres", "--", "true")
 		time.Sleep(time.Second)
 		select {
-		case <-waitCmd[cmd]:
+		case <-exited(cmd):
 			t.Fatal("qlock run -wait forever returned while the lock was held")
 		default:
 		}
@@ -286,6 +299,7 @@ func TestRun_wait(t *testing.T) {
 // command gets SIGTERM before the lock's validity ends, and qlock exits with
 // the lost code.
 func TestRun_lost(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	const ttl = 3 * time.Second
@@ -325,6 +339,7 @@ func TestRun_lost(t *testing.T) {
 // TestRun_lostKill checks SIGKILL after -grace for a command that ignores
 // SIGTERM.
 func TestRun_lostKill(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	cmd, _ := start(t, rc, "run", "-ttl", "2s", "-grace", "300ms", "killres", "--", "sh", "-c",
@@ -348,6 +363,7 @@ func TestRun_lostKill(t *testing.T) {
 // TestRun_signals checks Ctrl-C forwarding: SIGINT to qlock reaches the
 // command, whose exit code qlock returns, and the lock is released.
 func TestRun_signals(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	cmd, _ := start(t, rc, "run", "sigres", "--", "sh", "-c",
@@ -386,6 +402,7 @@ func TestRun_signals(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	t.Run("free", func(t *testing.T) {
 		code, out, _ := run(t, rc, "status", "statres")
@@ -467,6 +484,7 @@ func TestStatus(t *testing.T) {
 // TestElect checks qlock elect: one leader runs the command; when it is
 // stopped (SIGTERM, forwarded to the command), the standby takes over.
 func TestElect(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	script := func(id string) []string {
@@ -508,6 +526,7 @@ func TestElect(t *testing.T) {
 // runs: the command is stopped (SIGTERM) and, once the nodes are back, qlock
 // elect campaigns again and runs it anew.
 func TestElect_lossCampaignsAgain(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
 	cmd, stderr := start(t, rc, "elect", "-ttl", "2s", "-grace", "300ms", "-identity", "a", "comeback", "--", "sh", "-c",
@@ -541,6 +560,7 @@ func TestElect_lossCampaignsAgain(t *testing.T) {
 // TestRun_tls runs qlock against a node that serves TLS only to clients
 // with a certificate of the test CA: -cacert, -cert and -key.
 func TestRun_tls(t *testing.T) {
+	t.Parallel()
 	pki := redistest.NewPKI(t)
 	rc, addr := redistest.StartTLS(t, pki)
 	// The client certificate and key, as files.
@@ -593,6 +613,7 @@ func TestRun_verboseLogsNoLeadership(t *testing.T) {
 // (a writer to them) is refused, status shows the readers, and the plain
 // run gets the lock once they are done.
 func TestRun_read(t *testing.T) {
+	t.Parallel()
 	rc := redistest.Start(t, 3)
 	dir := t.TempDir()
 	var cmds []*exec.Cmd
