@@ -88,12 +88,13 @@ func (cl *cluster) restart(i int) {
 func (cl *cluster) clients(c int) []redis.UniversalClient {
 	out := make([]redis.UniversalClient, len(cl.nodes))
 	for i := range cl.nodes {
-		out[i] = redis.NewClient(&redis.Options{
+		nc := redis.NewClient(&redis.Options{
 			Addr:                  fmt.Sprintf("sim-node-%d:6379", i),
 			Dialer:                func(ctx context.Context, _, _ string) (net.Conn, error) { return cl.net.dial(ctx, c, i) },
 			ContextTimeoutEnabled: true,
 			MaxRetries:            -1,
-			PoolSize:              16,
+			PoolSize:              poolSize,
+			MaxConcurrentDials:    maxDials,
 			DisableIdentity:       true,
 			Protocol:              2,
 			DialTimeout:           time.Second,
@@ -103,8 +104,79 @@ func (cl *cluster) clients(c int) []redis.UniversalClient {
 			// lookup: not in a bubble) and need RESP3.
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		})
+		nc.AddHook(&turns{ch: make(chan struct{}, turnLimit), wait: 2 * time.Second}) // go-redis's PoolTimeout here
+		out[i] = nc
 	}
 	return out
+}
+
+// A node client runs at most turnLimit commands at once: go-redis waits
+// for a turn of its pool on a timer taken from a process-wide sync.Pool,
+// and a timer made in one bubble and used in another is a fatal "select on
+// synctest channel from outside bubble" (a soak at cfb2635 died of it once
+// in about 4,500 seeds, a node client with all 16 turns taken). So the
+// simulator queues commands before the pool, on a channel of the bubble
+// (turns), and the pool always has a free turn: commands hold at most
+// turnLimit, and dials that go-redis finishes in the background for a
+// caller that gave up at most maxDials more.
+const (
+	poolSize  = 16
+	turnLimit = 8
+	maxDials  = 4
+)
+
+// turns is the redis.Hook that queues a node client's commands.
+type turns struct {
+	ch   chan struct{}
+	wait time.Duration
+}
+
+// take waits for a turn, at most t.wait and until ctx ends, as go-redis's
+// pool does, and returns the function that gives it back.
+func (t *turns) take(ctx context.Context) (func(), error) {
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch }, nil
+	default:
+	}
+	tm := time.NewTimer(t.wait)
+	defer tm.Stop()
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-tm.C:
+		return nil, redis.ErrPoolTimeout
+	}
+}
+
+func (t *turns) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (t *turns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		done, err := t.take(ctx)
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		defer done()
+		return next(ctx, cmd)
+	}
+}
+
+func (t *turns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		done, err := t.take(ctx)
+		if err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		defer done()
+		return next(ctx, cmds)
+	}
 }
 
 // close closes the network and every node.

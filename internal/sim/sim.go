@@ -185,10 +185,10 @@ var bubbleRE = regexp.MustCompile(`synctest bubble (\d+)`)
 // goroutineBound is how many goroutines a run may have once faults
 // stopped: per Client and node, its pooled connections (two forwarders,
 // the reader of the down direction's queue and miniredis's two goroutines
-// each, at most 8 connections in use) and the library's per-node workers
-// and loops; and the run's own.
+// each, at most turnLimit connections in use: cluster.go) and the
+// library's per-node workers and loops; and the run's own.
 func goroutineBound(p Plan, clients int) int {
-	return clients*p.Nodes*(8*5+8) + clients*p.Workers*4 + 64
+	return clients*p.Nodes*(turnLimit*5+8) + clients*p.Workers*4 + 64
 }
 
 // countBubble counts the goroutines of this bubble.
