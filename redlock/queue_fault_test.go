@@ -270,8 +270,13 @@ func TestReal_extendRacingUnlockNeverResurrects(t *testing.T) {
 	close(resume)
 	eerr := <-extended
 	t.Logf("Extend after the racing Unlock = %v", eerr)
-	if n := holders(t, rc, "lock:race", l.Token()); n != 0 {
-		t.Fatalf("%d of %d nodes hold the released token after the racing Extend; want 0", n, rc.N())
+	// Unlock returned at a majority: the last node's release may still be
+	// on its way (beside stress-ng it was, once), and the extension may
+	// have re-armed our key there first; the release deletes it either
+	// way, and wherever it came first its guard keeps the late extension
+	// out. A resurrected key would stay.
+	if !eventually(10*time.Second, func() bool { return holders(t, rc, "lock:race", l.Token()) == 0 }) {
+		t.Fatalf("%d of %d nodes hold the released token 10s after the racing Extend; want 0", holders(t, rc, "lock:race", l.Token()), rc.N())
 	}
 	other, err := b.TryLock(t.Context(), "race")
 	if err != nil {

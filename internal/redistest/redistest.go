@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -129,9 +130,18 @@ type node struct {
 	proxy *Proxy
 	port  atomic.Int64 // the server's port; changes only if Restart must move
 
-	mu     sync.Mutex // protects proc and closed; held across a whole fault operation
+	mu     sync.Mutex // protects proc, hold and closed; held across a whole fault operation
 	proc   *process   // nil while killed
+	hold   io.Closer  // while killed: the port, bound and not listening (reserve); may be nil
 	closed bool       // set by Close: nothing may start afterwards
+}
+
+// unhold gives up the port reserved by Kill.
+func (n *node) unhold() {
+	if n.hold != nil {
+		n.hold.Close()
+		n.hold = nil
+	}
 }
 
 func (n *node) dataDir() string { return filepath.Join(n.dir, "data") }
@@ -289,6 +299,7 @@ func (c *Cluster) close() error {
 			nd.mu.Lock()
 			defer nd.mu.Unlock()
 			nd.closed = true
+			nd.unhold()
 			if nd.proc != nil {
 				nd.proc.kill()
 				nd.proc = nil
@@ -394,7 +405,9 @@ func (c *Cluster) Admin(i int) *redis.Client {
 
 // Kill sends SIGKILL to node i's server and waits until it has exited. Its
 // proxy stays up and resets every connection, so commands to Addr(i) fail
-// until Restart. Killing a node that is down does nothing.
+// until Restart; dials to ServerAddr(i) are refused, and its port stays
+// reserved (bound, not listening), so that no other server takes it
+// meanwhile. Killing a node that is down does nothing.
 func (c *Cluster) Kill(i int) {
 	c.helper()
 	nd := c.node(i)
@@ -409,6 +422,8 @@ func (c *Cluster) Kill(i int) {
 	if nd.proc != nil {
 		nd.proc.kill()
 		nd.proc = nil
+		// Its direct address stays refused, and no other server takes it.
+		nd.hold = reserve(int(nd.port.Load()))
 	}
 }
 
@@ -470,6 +485,7 @@ func (c *Cluster) Restart(i int) {
 		c.failf("redistest: Restart(%d): %v", i, err)
 		return
 	}
+	nd.unhold()
 	if err := c.startLocked(nd, int(nd.port.Load())); err != nil {
 		c.failf("redistest: Restart(%d): %v", i, err)
 		return

@@ -83,13 +83,23 @@ func TestCluster_KillRestart(t *testing.T) {
 	}
 	c.Kill(0) // killing a dead node is a no-op
 	mustPing(t, c.Client(1))
+	// The dead server's address refuses dials, and nobody else can take
+	// it: another test's server drawing the port would answer for it.
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("after Kill: a dial to the server's address %s succeeded; want it refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("after Kill: a dial to %s = %v; want ECONNREFUSED", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Errorf("after Kill: %s could be bound by another server; want it reserved until Restart", addr)
+	}
 
 	c.Restart(0)
 	mustPing(t, cl)
 	if got := c.ServerAddr(0); got != addr {
-		// Not an error: another program may bind the port while the node is
-		// down, and then the node moves. It should be rare.
-		t.Logf("after Restart: ServerAddr(0) = %s; was %s", got, addr)
+		t.Errorf("after Restart: ServerAddr(0) = %s; want %s, the port reserved since Kill", got, addr)
 	}
 	if err := cl.Get(t.Context(), "k").Err(); !errors.Is(err, redis.Nil) {
 		t.Errorf("after Restart: Get() = %v; want redis.Nil (restarted empty)", err)

@@ -1,0 +1,35 @@
+package redistest
+
+import (
+	"io"
+	"net"
+	"syscall"
+)
+
+// reserve binds a TCP socket to 127.0.0.1:port without listening on it, and
+// returns it. Dials to the port are refused then, as to a closed port, but
+// no other server can bind it: a killed node's address stays down, where
+// another test's server starting meanwhile could otherwise draw the freed
+// port (freePort) and answer for it — a client of the killed node would
+// then count a stranger's grant. It returns nil when the port cannot be
+// bound (someone took it in the moment since the kill).
+//
+// The socket is made with syscall because net offers no bind without
+// listen.
+func reserve(port int) io.Closer {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, syscall.IPPROTO_TCP)
+	if err != nil {
+		return nil
+	}
+	sa := &syscall.SockaddrInet4{Port: port, Addr: [4]byte(net.IPv4(127, 0, 0, 1).To4())}
+	if err := syscall.Bind(fd, sa); err != nil {
+		syscall.Close(fd)
+		return nil
+	}
+	return reservation(fd)
+}
+
+// reservation is a socket bound by reserve.
+type reservation int
+
+func (r reservation) Close() error { return syscall.Close(int(r)) }
