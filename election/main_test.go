@@ -18,6 +18,6 @@ func TestMain(m *testing.M) {
 	// Fault tests kill and pause nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})
-	redistest.WaitingParallel(3)
+	redistest.WaitingParallel(2)
 	goleak.VerifyTestMain(m)
 }

@@ -22,6 +22,6 @@ func TestMain(m *testing.M) {
 	// Fault tests kill and cut nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})
-	redistest.WaitingParallel(5)
+	redistest.WaitingParallel(2)
 	goleak.VerifyTestMain(m)
 }

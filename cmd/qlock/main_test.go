@@ -24,7 +24,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
-	redistest.WaitingParallel(3)
+	redistest.WaitingParallel(2)
 	dir, err := os.MkdirTemp("", "qlock-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
