@@ -15,9 +15,18 @@ import (
 // bound (someone took it in the moment since the kill).
 //
 // The socket is made with syscall because net offers no bind without
-// listen.
+// listen. It is close-on-exec, made under syscall.ForkLock as the net
+// package does: a copy inherited by a redis-server that another test
+// starts meanwhile would keep the port bound after Restart closed ours
+// (seen: "port ... was taken" on Restart). It has no SO_REUSEADDR: with it,
+// a server setting SO_REUSEADDR could bind the port beside it.
 func reserve(port int) io.Closer {
+	syscall.ForkLock.RLock()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, syscall.IPPROTO_TCP)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil
 	}
