@@ -85,9 +85,11 @@ func TestLost_slowHookDelaysNoSignal(t *testing.T) {
 		}
 	}
 	// Unlock as soon as the signal came, while the Lost hooks still run:
-	// Release waits for them.
+	// Release waits for them. Its release may miss the 300ms node timeout
+	// on a stalled machine (beside two busy cores, once): that is
+	// ErrNoQuorum, and the Release hook comes all the same.
 	for _, l := range locks {
-		if err := l.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) && err != nil {
+		if err := l.Unlock(t.Context()); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrNoQuorum) {
 			t.Errorf("Unlock(%s) = %v", l.Resource(), err)
 		}
 	}
