@@ -212,7 +212,15 @@ func TestRun_groupEndedWhenQlockDies(t *testing.T) {
 	if _, err := fmt.Sscan(string(b), &shPID, &sleepPID); err != nil {
 		t.Fatalf("%q: %v", b, err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL); _ = syscall.Kill(shPID, syscall.SIGKILL) })
+	// Killed at the end only if still there: once gone, their PIDs may
+	// be another process's (the tests run in parallel).
+	t.Cleanup(func() {
+		for _, pid := range []int{sleepPID, shPID} {
+			if !isGone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -407,7 +407,10 @@ func (c *Cluster) Admin(i int) *redis.Client {
 // proxy stays up and resets every connection, so commands to Addr(i) fail
 // until Restart; dials to ServerAddr(i) are refused, and its port stays
 // reserved (bound, not listening), so that no other server takes it
-// meanwhile. Killing a node that is down does nothing.
+// meanwhile — when the kernel lets it be bound: a connection of the dead
+// server that lingers on the port (after a direct client's connection)
+// prevents that, and Kill logs it. Killing a node that is down does
+// nothing.
 func (c *Cluster) Kill(i int) {
 	c.helper()
 	nd := c.node(i)
@@ -422,8 +425,13 @@ func (c *Cluster) Kill(i int) {
 	if nd.proc != nil {
 		nd.proc.kill()
 		nd.proc = nil
-		// Its direct address stays refused, and no other server takes it.
-		nd.hold = reserve(int(nd.port.Load()))
+		// Its direct address stays refused, and no other server takes it,
+		// unless the kernel keeps a connection of the dead server on the
+		// port (TIME_WAIT or FIN_WAIT2 after a direct client's connection)
+		// and refuses the bind.
+		if nd.hold = reserve(int(nd.port.Load())); nd.hold == nil {
+			c.cfg.logf("redistest: Kill(%d): port %d could not be reserved (a connection of the dead server lingers on it); another server may take it", i, nd.port.Load())
+		}
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 // another test's server starting meanwhile could otherwise draw the freed
 // port (freePort) and answer for it — a client of the killed node would
 // then count a stranger's grant. It returns nil when the port cannot be
-// bound (someone took it in the moment since the kill).
+// bound: a connection of the dead server lingers on it (TIME_WAIT or
+// FIN_WAIT2, which a bind without SO_REUSEADDR respects), or someone took
+// it in the moment since the kill.
 //
 // The socket is made with syscall because net offers no bind without
 // listen. It is close-on-exec, made under syscall.ForkLock as the net

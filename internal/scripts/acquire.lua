@@ -34,9 +34,9 @@
 -- redlock/clock.go). A request that runs later — held by the network, or
 -- queued in a paused node's socket for any length of time — is refused
 -- before anything is read or written: no grant, no refresh, no queue entry.
--- It answers -2, not 0: the key is not held by anyone for all it knows, and
--- a client whose timer fired late (a loaded machine) still reads the reply;
--- it must not name another owner as the cause.
+-- It answers -2, not 0: the script never read the key, and a client whose
+-- timer fired late (a loaded machine) still reads the reply; it must not
+-- name another owner as the cause.
 if tonumber(ARGV[8]) > 0 then
   if now() > tonumber(ARGV[8]) then
     if KEYS[5] then

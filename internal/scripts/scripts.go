@@ -254,9 +254,11 @@ func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
 
 // ErrLate is the answer of a node that ran a request after its not-after
 // bound (DESIGN step 4) and so changed nothing: the client had stopped
-// waiting for it, but read the reply anyway (its timer fired late, on a
-// loaded machine). It is no refusal — the key may be free — and it matches
-// context.DeadlineExceeded, as the client's own timeout would have.
+// waiting for it, or its estimate of the node's clock was wrong (a node's
+// clock stepped), but read the reply anyway (its timer fired late, on a
+// loaded machine). It is no refusal — the script read no key — and it
+// matches context.DeadlineExceeded, as the client's own timeout would have
+// (redlock reports it as the node's timeout once the deadline has passed).
 var ErrLate error = lateError{}
 
 type lateError struct{}

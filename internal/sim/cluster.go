@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -153,8 +154,25 @@ func (t *turns) take(ctx context.Context) (func(), error) {
 
 func (t *turns) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// handshake reports whether cmd is one of the commands go-redis sends to
+// set up a new connection (HELLO, and AUTH, SELECT, CLIENT, READONLY when
+// configured), which pass through the client's hooks too: the command that
+// needed the connection holds a turn already, and a handshake waiting for
+// another would stall every dial while all turns are taken by commands
+// waiting for theirs. The library sends none of them.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "client", "readonly":
+		return true
+	}
+	return false
+}
+
 func (t *turns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if handshake(cmd) {
+			return next(ctx, cmd)
+		}
 		done, err := t.take(ctx)
 		if err != nil {
 			cmd.SetErr(err)
@@ -167,6 +185,9 @@ func (t *turns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (t *turns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !handshake(c) }) {
+			return next(ctx, cmds) // a handshake's pipeline
+		}
 		done, err := t.take(ctx)
 		if err != nil {
 			for _, cmd := range cmds {
