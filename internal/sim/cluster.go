@@ -83,32 +83,38 @@ func (cl *cluster) restart(i int) {
 	cl.net.setDown(i, false)
 }
 
-// clients returns client c's node clients (one per node). Each has a small
-// pool, no retries (a retry would hide a reset from the library, which
-// must see it), and ContextTimeoutEnabled, as the README asks.
+// clients returns client c's node clients (one per node), each from
+// nodeOptions and queueing its commands in turns.
 func (cl *cluster) clients(c int) []redis.UniversalClient {
 	out := make([]redis.UniversalClient, len(cl.nodes))
 	for i := range cl.nodes {
-		nc := redis.NewClient(&redis.Options{
-			Addr:                  fmt.Sprintf("sim-node-%d:6379", i),
-			Dialer:                func(ctx context.Context, _, _ string) (net.Conn, error) { return cl.net.dial(ctx, c, i) },
-			ContextTimeoutEnabled: true,
-			MaxRetries:            -1,
-			PoolSize:              poolSize,
-			MaxConcurrentDials:    maxDials,
-			DisableIdentity:       true,
-			Protocol:              2,
-			DialTimeout:           time.Second,
-			ReadTimeout:           time.Second,
-			WriteTimeout:          time.Second,
-			// Maintenance notifications resolve the host name (a DNS
-			// lookup: not in a bubble) and need RESP3.
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		})
+		nc := redis.NewClient(cl.nodeOptions(c, i))
 		nc.AddHook(&turns{ch: make(chan struct{}, turnLimit), wait: 2 * time.Second}) // go-redis's PoolTimeout here
 		out[i] = nc
 	}
 	return out
+}
+
+// nodeOptions are client c's options for node i: a small pool, no retries
+// (a retry would hide a reset from the library, which must see it), and
+// ContextTimeoutEnabled, as the README asks.
+func (cl *cluster) nodeOptions(c, i int) *redis.Options {
+	return &redis.Options{
+		Addr:                  fmt.Sprintf("sim-node-%d:6379", i),
+		Dialer:                func(ctx context.Context, _, _ string) (net.Conn, error) { return cl.net.dial(ctx, c, i) },
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              poolSize,
+		MaxConcurrentDials:    maxDials,
+		DisableIdentity:       true,
+		Protocol:              2,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		// Maintenance notifications resolve the host name (a DNS
+		// lookup: not in a bubble) and need RESP3.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
 }
 
 // A node client runs at most turnLimit commands at once: go-redis waits
