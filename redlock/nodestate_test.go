@@ -1,9 +1,11 @@
 package redlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,5 +303,80 @@ func TestClient_cancelledCtxIsCanceled(t *testing.T) {
 	}
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Errorf("Unlock = %v", err)
+	}
+}
+
+// A node that comes back after an outage long enough for go-redis to stop
+// dialing it (PoolSize failed dials in a row: its pool then returns the
+// last dial's error and dials again once a second itself) is used again
+// within go-redis's second and one probe interval of ours. Two of three
+// nodes are down, so a TryLock succeeds only once the Client uses the
+// restarted one again.
+func TestReal_nodeBackIsUsedAgain(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	addrs := []string{rc.ServerAddr(0), rc.ServerAddr(1), rc.ServerAddr(2)}
+	rc.Kill(1)
+	rc.Kill(2)
+	// Registered first, so it runs after the clients' Close: go-redis's
+	// dial loop of the node that stays down sleeps a second between dials
+	// and sees the Close only then.
+	t.Cleanup(func() { waitGoroutinesGone(t, "(*ConnPool).tryDial", 5*time.Second) })
+	var nodes []redis.UniversalClient
+	for _, a := range addrs {
+		// PoolSize 2: go-redis stops dialing after two failed dials.
+		cl := redis.NewClient(&redis.Options{Addr: a, PoolSize: 2, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	const nodeTimeout = 250 * time.Millisecond // probeEvery: 250ms
+	c := newClient(t, nodes, WithNodeTimeout(nodeTimeout))
+	// 3s of outage: our probe's dials (one every 250ms, each cut at the
+	// node timeout) are well over PoolSize.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if _, err := c.TryLock(t.Context(), "back"); !errors.Is(err, ErrNoQuorum) {
+			t.Fatalf("TryLock with 2 of 3 down = %v; want ErrNoQuorum", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rc.Restart(2)
+	if got := rc.ServerAddr(2); got != addrs[2] {
+		t.Skipf("node 2 restarted on %s, not %s (another program took its port)", got, addrs[2])
+	}
+	back := time.Now()
+	// Measured: 0.5–1.1s idle. The bound: go-redis's second, our probe
+	// interval and a node timeout, with 5x slack.
+	const bound = 5 * (time.Second + 2*nodeTimeout)
+	for call := 0; ; call++ {
+		l, err := c.TryLock(t.Context(), "back"+strconv.Itoa(call))
+		if err == nil {
+			t.Logf("the restarted node was used again %v after it answered (call %d)", time.Since(back), call)
+			_ = l.Unlock(t.Context())
+			return
+		}
+		if !errors.Is(err, ErrNoQuorum) {
+			t.Fatalf("TryLock = %v; want ErrNoQuorum until node 2 is used again", err)
+		}
+		if took := time.Since(back); took > bound {
+			t.Fatalf("node 2 was not used again %v after it answered: %v", took, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitGoroutinesGone waits up to limit until no goroutine runs fn (a part
+// of its stack), and logs if one still does.
+func waitGoroutinesGone(t *testing.T, fn string, limit time.Duration) {
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(limit); ; {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte(fn)) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Logf("a goroutine still runs %s after %v", fn, limit)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

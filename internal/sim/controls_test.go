@@ -61,6 +61,9 @@ var controls = []control{
 	// (the election profile's seeds, s%10 == 8, even with
 	// -sim.election=false).
 	{"term-ignores-loss", []*atomic.Bool{&testhooks.TermIgnoresLoss, &electionSeeds}, "leader-overlap", 8, false},
+	// An Observe that reads the leader once and ignores announcements and
+	// its poll after that: a watcher never learns of a new term.
+	{"observe-sees-first", []*atomic.Bool{&testhooks.ObserveSeesFirst, &electionSeeds}, "observe-liveness", 8, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -23,8 +23,9 @@
 // [Profile] with invariants of their own: [SemaphoreProfile] (at most K
 // holders at once) and [RWLockProfile] (a writer holds alone), one seed
 // in ten and one in five of the seed loop, and [ElectionProfile], one
-// seed in ten, runs package election's candidates and observer (terms
-// never overlap, fences rise, a leader within a bound; see
+// seed in ten, runs package election's candidates, an observer of
+// Leader and a watcher of Observe (terms never overlap, fences rise, a
+// leader within a bound, Observe in order and within a bound; see
 // docs/simulation.md).
 //
 // The tests (sim_test.go) run 500 seeds by default (-sim.seeds=N, 60

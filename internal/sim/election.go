@@ -23,7 +23,8 @@ const electionName = "leader"
 // two and a half), holds the Term for up to 300 ms — or, one term in
 // eight, for half a TTL to a TTL, across a renewal and an identity
 // refresh — or until its Context ends, and Resigns. An observer on Client 0 calls
-// Leader every 0–100 ms. The candidates campaign through the settling
+// Leader every 0–100 ms, and a watcher on Client 0 follows Observe (its
+// poll every observePoll) for the whole run. The candidates campaign through the settling
 // too: with the plan's FrozenWaiter, the first term that begins in the
 // second after the fault phase is a frozen leader instead — its Client's
 // pipes freeze for a TTL right after Campaign returned, it holds until
@@ -40,12 +41,20 @@ const electionName = "leader"
 //     within ElectionBound;
 //   - stale-leader: Leader never names a term once a later term had begun
 //     (its identity expires with its lease, and the successor's lock
-//     stands on a majority where that lease ran out).
+//     stands on a majority where that lease ran out);
+//   - observe-order: Observe never delivers a term after a later term it
+//     delivered (each delivery is a Leader read begun after the one
+//     before returned, so stale-leader rules it out);
+//   - observe-liveness: a term that begins once the faults are undone (and
+//     go-redis dials again: redisDialProbe) and lasts ObserveBound is
+//     delivered by Observe within ObserveBound of its beginning, unless
+//     the watcher's Client was frozen meanwhile.
 type ElectionProfile struct {
 	mu      sync.Mutex // protects the fields below
 	terms   []*Hold    // Resource electionName, Token the term's ID
 	waits   []*Wait    // Campaign calls
 	answers []answer   // Leader's answers
+	seen    []answer   // Observe's deliveries, at when they came
 
 	frozen atomic.Bool // the frozen leader's episode is taken
 }
@@ -80,10 +89,33 @@ func (p Plan) ElectionBound() time.Duration {
 	return 5 * (p.Reservation() + p.RetryMax + 6*p.NodeTimeout) / 4
 }
 
-// Start launches the candidates and the observer.
+// observePoll is the watcher's poll interval (WithPollInterval), for a
+// term whose announcement it missed.
+const observePoll = 500 * time.Millisecond
+
+// ObserveBound is how soon Observe delivers a term once the faults are
+// undone: the poll interval, then a Leader read that was in flight when
+// the poll came (it may have read before the term) and the read the poll
+// asks for, each bounded by the node timeout; all that and a quarter
+// again. At the plan's options: 1.25 × (500 ms + 2 × 100 ms) = 875 ms.
+// An announcement, which every Campaign publishes before it returns,
+// makes it one read in the usual case.
+func (p Plan) ObserveBound() time.Duration {
+	return 5 * (observePoll + 2*p.NodeTimeout) / 4
+}
+
+// redisDialProbe is how long after a killed node is back a go-redis
+// client may still fail every request to it: once PoolSize dials in a
+// row have failed, its pool stops dialing, returns the last dial's error
+// and probes the node once a second (go-redis v9 internal/pool, tryDial).
+// A term that begins sooner may be delivered late: the watcher's reads
+// fail on that node.
+const redisDialProbe = time.Second
+
+// Start launches the candidates, the observer and the watcher.
 func (p *ElectionProfile) Start(env *Env) {
 	newElection := func(c int, id string) *election.Election {
-		e, err := election.New(env.Clients[c], electionName, election.WithIdentity(id))
+		e, err := election.New(env.Clients[c], electionName, election.WithIdentity(id), election.WithPollInterval(observePoll))
 		if err != nil {
 			panic(fmt.Sprintf("sim: election.New: %v", err)) // a valid name and options
 		}
@@ -97,6 +129,8 @@ func (p *ElectionProfile) Start(env *Env) {
 	e := newElection(0, "observer")
 	r := env.Rand("observer")
 	env.Go(func() { p.observer(env, e, r) })
+	w := newElection(0, "watcher")
+	env.Go(func() { p.watch(env, w) })
 }
 
 func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *rand.Rand) {
@@ -197,6 +231,17 @@ func (p *ElectionProfile) observer(env *Env, e *election.Election, r *rand.Rand)
 	}
 }
 
+// watch records what Observe delivers, for the whole run; the channel
+// closes once the run's ctx ended and the subscriptions are closed.
+func (p *ElectionProfile) watch(env *Env, e *election.Election) {
+	for l := range e.Observe(env.ctx) {
+		p.mu.Lock()
+		p.seen = append(p.seen, answer{at: time.Now(), term: l.Term})
+		p.mu.Unlock()
+		env.History.Note("watcher: Observe delivered term %.8s", l.Term)
+	}
+}
+
 // Check checks the profile's invariants (see ElectionProfile).
 func (p *ElectionProfile) Check(env *Env) {
 	h := env.History
@@ -243,9 +288,45 @@ overlap:
 			break
 		}
 	}
+	p.checkObserve(env, xs, started)
 	h.mu.Lock()
 	h.livenessLocked("leader-liveness", p.waits, p.terms, env.At(pl.Healed()), env.At(pl.Duration()), pl.ElectionBound(), nil)
 	h.mu.Unlock()
+}
+
+// checkObserve checks observe-order and observe-liveness (see
+// ElectionProfile) over the terms xs, in the order they began, whose
+// beginnings started gives by ID. p.mu is held.
+func (p *ElectionProfile) checkObserve(env *Env, xs []*Hold, started map[string]time.Time) {
+	h := env.History
+	pl := env.Plan
+	var last answer
+	var lastStart time.Time
+	for _, a := range p.seen {
+		s, ok := started[a.term]
+		if !ok {
+			continue // no leader (the zero Leader), or a Campaign that did not return its term
+		}
+		if s.Before(lastStart) {
+			h.violateAt(a.at, "observe-order", "Observe delivered at %v the term of %v (%.8s), after it delivered at %v the later term of %v (%.8s)",
+				h.since(a.at), h.since(s), a.term, h.since(last.at), h.since(lastStart), last.term)
+			break
+		}
+		last, lastStart = a, s
+	}
+	bound := pl.ObserveBound()
+	from := maxTime(env.At(pl.FaultPhase), env.faults.lastEnd().Add(redisDialProbe))
+	for _, x := range xs {
+		due := x.Start.Add(bound)
+		if x.Start.Before(from) || x.End.Before(due) || env.faults.frozen(0, x.Start, due) {
+			continue
+		}
+		if !slices.ContainsFunc(p.seen, func(a answer) bool { return a.term == x.Token && !a.at.After(due) }) {
+			h.violateAt(due, "observe-liveness", "term %d (c%d, %v..%v) was not delivered by Observe within %v of its beginning",
+				x.ID, x.Client, h.since(x.Start), h.since(x.End), bound)
+			break
+		}
+	}
 }
 
 // electionFlag puts the election's profile in the seed loop (on by

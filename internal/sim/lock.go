@@ -226,6 +226,13 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // frozenWaiter is the frozen-waiter episode (Plan.FrozenWaiter): client c
 // waits in Lock on resource 0 from early in the quiet phase; once it is
 // queued and none of its requests is in flight, its pipes freeze for

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing/synctest"
@@ -306,6 +307,32 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 		return false
 	}
 	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
+}
+
+// frozen reports whether client c was frozen at some time in [from, to].
+func (f *faultLog) frozen(c int, from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.cl[c], func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) })
+}
+
+// lastEnd is when the last fault on a node or a link ended (the zero
+// time if none did).
+func (f *faultLog) lastEnd() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var end time.Time
+	for _, ss := range f.nodes {
+		for _, s := range ss {
+			end = maxTime(end, s[1])
+		}
+	}
+	for _, ss := range f.links {
+		for _, s := range ss {
+			end = maxTime(end, s[1])
+		}
+	}
+	return end
 }
 
 // fault applies f at its time and undoes it after its duration.

@@ -80,7 +80,7 @@ func TestSim(t *testing.T) {
 			t.Logf("shrunk to %v", small.Plan)
 			failure = small
 		}
-		t.Errorf("seed %d failed (replay: go test ./internal/sim -run 'TestSim$' -sim.seed=%d):\n%s", p.Seed, p.Seed, failure.Report)
+		t.Errorf("seed %d failed (replay: %s):\n%s", p.Seed, replayCommand(p.Seed), failure.Report)
 		return
 	}
 	start := time.Now()
@@ -103,7 +103,7 @@ func TestSim(t *testing.T) {
 					terms.Add(int64(res.Terms))
 					if res.Failed() {
 						failed.Add(1)
-						t.Errorf("seed %d failed (replay: go test ./internal/sim -run 'TestSim$' -sim.seed=%d):\n%s", s, s, compact(res))
+						t.Errorf("seed %d failed (replay: %s):\n%s", s, replayCommand(s), compact(res))
 					}
 				})
 			}
@@ -113,6 +113,28 @@ func TestSim(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds from %d, %d holds, %d terms, %d failed, in %v", *seeds, *first, holds.Load(), terms.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// replayCommand is the command that replays seed s as this run ran it:
+// with its -sim.only, -sim.control and profile switches, which choose the seed's profile and
+// the library's behaviour.
+func replayCommand(s uint64) string {
+	cmd := fmt.Sprintf("go test ./internal/sim -run 'TestSim$' -sim.seed=%d", s)
+	if *onlyFlag != "" {
+		cmd += " -sim.only=" + *onlyFlag
+	}
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"rwlock", *rwFlag}, {"semaphore", *semFlag}, {"election", *electionFlag}} {
+		if !f.on {
+			cmd += " -sim." + f.name + "=false"
+		}
+	}
+	if *ctlName != "" {
+		cmd += " -sim.control=" + *ctlName
+	}
+	return cmd
 }
 
 // searchSeeds runs plans from seeds first.. (GOMAXPROCS at once, in

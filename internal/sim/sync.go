@@ -73,6 +73,21 @@ func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock) time.Time {
 	return minTime(time.Now(), l.ValidUntil())
 }
 
+// hold records l, which client c's call kind returned for resource res,
+// as a hold of s (checking that it is valid), holds it (holdSpan) and
+// unlocks it; ctx is the call's.
+func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Lock, c int, kind, res string, write bool) {
+	h := env.History
+	x := &span{client: c, resource: res, write: write, start: time.Now()}
+	h.Note("c%d %s %s: hold from %v", c, kind, res, h.since(x.start))
+	if !l.Valid() {
+		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
+	}
+	x.end = holdSpan(env, r, l)
+	s.add(x)
+	_ = l.Unlock(context.WithoutCancel(ctx))
+}
+
 // RWLockProfile is the workload of redlock's RLock and WLock: every worker
 // goroutine of every regular Client loops over the plan's resources (1 or
 // 2), taking a read lock three times in four and the write lock otherwise
@@ -100,7 +115,6 @@ func (p *RWLockProfile) Start(env *Env) {
 
 func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 	rc := env.Clients[c]
-	h := env.History
 	for nextGrid(env, r, 50) && settle(env) {
 		res := resourceName(r.IntN(env.Plan.Resources))
 		write := r.IntN(4) == 0
@@ -122,18 +136,11 @@ func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 			cancel()
 			continue
 		}
-		x := &span{client: c, resource: res, write: write, start: time.Now()}
 		kind := "RLock"
 		if write {
 			kind = "WLock"
 		}
-		h.Note("c%d %s %s: hold from %v", c, kind, res, h.since(x.start))
-		if !l.Valid() {
-			h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
-		}
-		x.end = holdSpan(env, r, l)
-		p.holds.add(x)
-		_ = l.Unlock(context.WithoutCancel(ctx))
+		p.holds.hold(ctx, env, r, l, c, kind, res, write)
 		cancel()
 	}
 }
@@ -189,7 +196,6 @@ func (p *SemaphoreProfile) Start(env *Env) {
 }
 
 func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand.Rand) {
-	h := env.History
 	for nextGrid(env, r, 50) && settle(env) {
 		ctx, cancel := context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
 		var l *redlock.Lock
@@ -203,14 +209,7 @@ func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand
 			cancel()
 			continue
 		}
-		x := &span{client: c, resource: l.Resource(), start: time.Now()}
-		h.Note("c%d Acquire %s: hold from %v", c, x.resource, h.since(x.start))
-		if !l.Valid() {
-			h.Violate("invalid-lock", "c%d Acquire returned a permit with Valid() false", c)
-		}
-		x.end = holdSpan(env, r, l)
-		p.holds.add(x)
-		_ = l.Unlock(context.WithoutCancel(ctx))
+		p.holds.hold(ctx, env, r, l, c, "Acquire", l.Resource(), false)
 		cancel()
 	}
 }

@@ -68,3 +68,9 @@ var SemaphoreSkipsPermits atomic.Bool
 // then goes on leading beside its successor, which the simulator's
 // election profile must catch (leader-overlap).
 var TermIgnoresLoss atomic.Bool
+
+// ObserveSeesFirst makes Election.Observe read the leader once and ignore
+// every announcement and poll after it: an observer then never learns of a
+// new term, which the simulator's election profile must catch
+// (observe-liveness).
+var ObserveSeesFirst atomic.Bool
