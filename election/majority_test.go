@@ -3,6 +3,8 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,7 +97,17 @@ func TestElection_handoverNodePaused(t *testing.T) {
 				}
 				return true
 			}) {
-				t.Fatal("b is not queued on every node 10s after its Campaign began")
+				var cards []string
+				for i := range rc.N() {
+					n, err := rc.Admin(i).ZCard(t.Context(), "lock:paused-node:queue").Result()
+					cards = append(cards, fmt.Sprintf("node %d: %d (%v)", i, n, err))
+				}
+				select {
+				case r := <-bch:
+					t.Fatalf("b is not queued on every node 10s after its Campaign began: its Campaign returned %v; queue entries %s", r.err, strings.Join(cards, ", "))
+				default:
+				}
+				t.Fatalf("b is not queued on every node 10s after its Campaign began (it still waits); queue entries %s", strings.Join(cards, ", "))
 			}
 			rc.Pause(0)
 			// Before the clients close: their stragglers then end at once.

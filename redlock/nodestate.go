@@ -260,10 +260,11 @@ func (st *nodeState) returned(err error, timeout time.Duration) {
 // [250ms, 1s] — a dead node gets at most four dials a second from a Client
 // (with the release loops' own requests, TestReal_releasesWithAKilledNodeStayBounded
 // allows five), and one that is back is noticed within the interval. Not
-// sooner than go-redis lets it: once PoolSize dials in a row failed, its
-// pool returns the last dial's error without dialing and dials once a
-// second itself, so a node back from a long outage can take up to a
-// second more (TestReal_nodeBackIsUsedAgain).
+// sooner than go-redis lets it: once its pool has counted PoolSize failed
+// dials (reset only after that, by its own probe), it returns the last
+// dial's error without dialing and dials once a second itself, so a node
+// back from a long outage can take up to a second more
+// (TestReal_nodeBackIsUsedAgain).
 func probeEvery(timeout time.Duration) time.Duration {
 	return min(max(timeout, 250*time.Millisecond), time.Second)
 }

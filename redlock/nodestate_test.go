@@ -339,12 +339,19 @@ func TestReal_nodeBackIsUsedAgain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// go-redis's pool has stopped dialing node 2: a Ping fails at once with
+	// the last dial's error, where a dial would try 5 times, 100ms apart.
+	start := time.Now()
+	err := nodes[2].Ping(t.Context()).Err()
+	if took := time.Since(start); err == nil || took >= 300*time.Millisecond {
+		t.Fatalf("Ping of the dead node 2 took %v (%v); want a failure at once, from go-redis's pool that stopped dialing: without that the test measures nothing", took, err)
+	}
 	rc.Restart(2)
 	if got := rc.ServerAddr(2); got != addrs[2] {
 		t.Skipf("node 2 restarted on %s, not %s (another program took its port)", got, addrs[2])
 	}
 	back := time.Now()
-	// Measured: 0.84–0.90s, idle and beside the simulator (15 runs, 10 of
+	// Measured: 0.76–0.90s, idle and beside the simulator (18 runs, 10 of
 	// them with -race). The bound: go-redis's second, our probe interval
 	// and a node timeout, with 5x slack.
 	const bound = 5 * (time.Second + 2*nodeTimeout)

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -34,7 +33,10 @@ type nodeStatus struct {
 	fence   string
 	waiting int64 // Lock calls queued on this node
 	readers int64 // live read locks (qlock run -read, RLock): the key then holds the readers' marker
-	rwWait  int64 // RLock/WLock calls waiting on this node
+	// readerIDs are the live readers' members on this node (never printed:
+	// a member holds its reader's token), to count who holds on a majority.
+	readerIDs []string
+	rwWait    int64 // RLock/WLock calls waiting on this node
 }
 
 // cmdStatus is qlock status: per node raw reads (never printing tokens),
@@ -170,28 +172,35 @@ func readNode(n redis.UniversalClient, prefix, resource string) nodeStatus {
 	// WLock calls waiting.
 	if st.held {
 		if now, err := n.Time(ctx).Result(); err == nil {
-			st.readers, _ = n.ZCount(ctx, lock+scripts.ReadersSuffix, fmt.Sprint(now.UnixMilli()), "+inf").Result()
+			st.readerIDs, _ = n.ZRangeByScore(ctx, lock+scripts.ReadersSuffix, &redis.ZRangeBy{Min: fmt.Sprint(now.UnixMilli()), Max: "+inf"}).Result()
+			st.readers = int64(len(st.readerIDs))
 		}
 	}
 	st.rwWait, _ = n.ZCard(ctx, lock+scripts.RWWaitSuffix).Result()
 	return st
 }
 
-// majorityReaders returns the most readers a majority of nodes all count
-// (each reader holds on a majority, not necessarily the same one, so this
-// is a lower bound of the readers holding).
+// majorityReaders returns how many readers hold on a majority of nodes:
+// each reader holds on a majority, not necessarily the same one (a
+// reader's request to the last node may land late, or not at all), so it
+// counts each reader's member across the nodes that answered. It is exact
+// when every node answered, and a lower bound otherwise.
 func majorityReaders(sts []nodeStatus, q int) int64 {
-	var rs []int64
+	on := make(map[string]int)
 	for _, st := range sts {
 		if st.err == nil {
-			rs = append(rs, st.readers)
+			for _, id := range st.readerIDs {
+				on[id]++
+			}
 		}
 	}
-	if len(rs) < q {
-		return 0
+	var n int64
+	for _, c := range on {
+		if c >= q {
+			n++
+		}
 	}
-	slices.Sort(rs)
-	return rs[len(rs)-q]
+	return n
 }
 
 // majorityHolder returns the identity a majority of nodes name, if any.

@@ -43,12 +43,18 @@ const electionName = "leader"
 //     (its identity expires with its lease, and the successor's lock
 //     stands on a majority where that lease ran out);
 //   - observe-order: Observe never delivers a term after a later term it
-//     delivered (each delivery is a Leader read begun after the one
-//     before returned, so stale-leader rules it out);
+//     delivered (its reads are serial, and once a majority held the later
+//     term's identity the older one cannot hold a majority again: its
+//     identity is written only where its lock token stands, which the
+//     later lock rules out on a majority, and withdrawals, expiry and
+//     wipes only remove it);
 //   - observe-liveness: a term that begins once the faults are undone (and
 //     go-redis dials again: redisDialProbe) and lasts ObserveBound is
 //     delivered by Observe within ObserveBound of its beginning, unless
-//     the watcher's Client was frozen meanwhile.
+//     the watcher's Client was frozen meanwhile. The bound is the poll's:
+//     an Observe that ignored announcements would still meet it (the
+//     announcements make it a read, about 1ms here, and no invariant
+//     bounds that path).
 type ElectionProfile struct {
 	mu      sync.Mutex // protects the fields below
 	terms   []*Hold    // Resource electionName, Token the term's ID
@@ -105,9 +111,10 @@ func (p Plan) ObserveBound() time.Duration {
 }
 
 // redisDialProbe is how long after a killed node is back a go-redis
-// client may still fail every request to it: once PoolSize dials in a
-// row have failed, its pool stops dialing, returns the last dial's error
-// and probes the node once a second (go-redis v9 internal/pool, tryDial).
+// client may still fail every request to it: once its pool has counted
+// PoolSize failed dials (reset only after that, by its own probe), it stops
+// dialing, returns the last dial's error and probes the node once a
+// second (go-redis v9 internal/pool, tryDial).
 // A term that begins sooner may be delivered late: the watcher's reads
 // fail on that node.
 const redisDialProbe = time.Second

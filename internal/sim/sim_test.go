@@ -116,8 +116,9 @@ func TestSim(t *testing.T) {
 }
 
 // replayCommand is the command that replays seed s as this run ran it:
-// with its -sim.only, -sim.control and profile switches, which choose the seed's profile and
-// the library's behaviour.
+// with its -sim.only, -sim.control, -sim.extend-race, profile switches
+// and -race, which choose the seed's plan and profile, the library's
+// behaviour and the scheduling.
 func replayCommand(s uint64) string {
 	cmd := fmt.Sprintf("go test ./internal/sim -run 'TestSim$' -sim.seed=%d", s)
 	if *onlyFlag != "" {
@@ -133,6 +134,12 @@ func replayCommand(s uint64) string {
 	}
 	if *ctlName != "" {
 		cmd += " -sim.control=" + *ctlName
+	}
+	if *xrace >= 0 {
+		cmd += fmt.Sprintf(" -sim.extend-race=%v", *xrace)
+	}
+	if RaceEnabled {
+		cmd += " -race"
 	}
 	return cmd
 }
