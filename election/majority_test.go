@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,19 +79,30 @@ func TestElection_handoverNodePaused(t *testing.T) {
 			nodes := tc.nodes(t, rc)
 			opts := []redlock.Option{redlock.WithNodeTimeout(nodeTimeout)}
 			a := candidateOn(t, nodes, "paused-node", "a", opts)
-			b := candidateOn(t, nodes, "paused-node", "b", opts)
+			bHooks := &nodeErrorLog{}
+			b := candidateOn(t, nodes, "paused-node", "b", append(opts, redlock.WithHooks(bHooks)))
 			ta, err := a.e.Campaign(t.Context())
 			if err != nil {
 				t.Fatalf("a.Campaign: %v", err)
 			}
+			// a's token: the lock key's value on a majority. a holds on a
+			// majority, not always on every node: its request to the last
+			// node may land late and change nothing (beside stress-ng, b
+			// then took that free node and gave it back, attempt after
+			// attempt, and was never queued there).
+			aToken := majorityValue(t, rc, "lock:paused-node")
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			bch := campaign(ctx, b)
-			// b waits in line on every node before node 0 pauses: a
-			// fixed 300ms was not always enough at load 15 under -race,
-			// and b, not queued on a node, waited the node timeout there.
+			// b waits in line on every node where a holds before node 0
+			// pauses: a fixed 300ms was not always enough at load 15 under
+			// -race, and b, not queued on a node, waited the node timeout
+			// there.
 			if !eventually(10*time.Second, func() bool {
 				for i := range rc.N() {
+					if v, _ := rc.Admin(i).Get(ctx, "lock:paused-node").Result(); v != aToken {
+						continue // a does not hold here: nothing to wait behind
+					}
 					if n, err := rc.Admin(i).ZCard(ctx, "lock:paused-node:queue").Result(); err != nil || n == 0 {
 						return false
 					}
@@ -100,14 +112,15 @@ func TestElection_handoverNodePaused(t *testing.T) {
 				var cards []string
 				for i := range rc.N() {
 					n, err := rc.Admin(i).ZCard(t.Context(), "lock:paused-node:queue").Result()
-					cards = append(cards, fmt.Sprintf("node %d: %d (%v)", i, n, err))
+					v, _ := rc.Admin(i).Get(t.Context(), "lock:paused-node").Result()
+					cards = append(cards, fmt.Sprintf("node %d: %d (%v), a holds %v", i, n, err, v == aToken))
 				}
 				select {
 				case r := <-bch:
 					t.Fatalf("b is not queued on every node 10s after its Campaign began: its Campaign returned %v; queue entries %s", r.err, strings.Join(cards, ", "))
 				default:
 				}
-				t.Fatalf("b is not queued on every node 10s after its Campaign began (it still waits); queue entries %s", strings.Join(cards, ", "))
+				t.Fatalf("b is not queued on every node 10s after its Campaign began (it still waits); queue entries %s; b's node errors: %s", strings.Join(cards, ", "), bHooks.String())
 			}
 			rc.Pause(0)
 			// Before the clients close: their stragglers then end at once.
@@ -284,4 +297,53 @@ func TestElection_afterClose(t *testing.T) {
 	if got := m.CommandCount(); got != 0 {
 		t.Errorf("%d commands reached the node after Close; want 0", got)
 	}
+}
+
+// majorityValue returns the value key holds on a majority of rc's nodes,
+// and fails the test if none does.
+func majorityValue(t *testing.T, rc *redistest.Cluster, key string) string {
+	t.Helper()
+	count := make(map[string]int)
+	for i := range rc.N() {
+		if v, err := rc.Admin(i).Get(t.Context(), key).Result(); err == nil {
+			if count[v]++; count[v] > rc.N()/2 {
+				return v
+			}
+		}
+	}
+	t.Fatalf("%s holds no value on a majority of nodes: %v", key, count)
+	return ""
+}
+
+// nodeErrorLog is a redlock.Hooks that keeps the node errors and the
+// attempts' outcomes it sees, for a failure's message.
+type nodeErrorLog struct {
+	redlock.NoHooks
+	mu       sync.Mutex
+	errs     map[string]int // "node i op kind: err" → how many
+	attempts map[string]int // outcome and granted → how many
+}
+
+func (l *nodeErrorLog) NodeError(_ context.Context, info redlock.NodeErrorInfo) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.errs == nil {
+		l.errs = make(map[string]int)
+	}
+	l.errs[fmt.Sprintf("node %d %s %s: %v", info.Node, info.Op, info.Kind, info.Err)]++
+}
+
+func (l *nodeErrorLog) Attempt(_ context.Context, info redlock.AttemptInfo) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.attempts == nil {
+		l.attempts = make(map[string]int)
+	}
+	l.attempts[fmt.Sprintf("%s, %d granted", info.Outcome, info.Granted)]++
+}
+
+func (l *nodeErrorLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%v; attempts: %v", l.errs, l.attempts)
 }
