@@ -306,69 +306,82 @@ func TestClient_cancelledCtxIsCanceled(t *testing.T) {
 	}
 }
 
-// A node that comes back after an outage long enough for go-redis to stop
-// dialing it (PoolSize failed dials in a row: its pool then returns the
-// last dial's error and dials again once a second itself) is used again
-// within go-redis's second and one probe interval of ours. Two of three
-// nodes are down, so a TryLock succeeds only once the Client uses the
+// A node that comes back after an outage is used again within one probe
+// interval (probeEvery), and within go-redis's second more when its pool
+// had stopped dialing it (PoolSize failed dials: the pool then returns the
+// last dial's error and dials once a second itself). Two of three nodes
+// are down for 3s, so a TryLock succeeds only once the Client uses the
 // restarted one again.
 func TestReal_nodeBackIsUsedAgain(t *testing.T) {
 	t.Parallel()
-	rc := redistest.Start(t, 3)
-	addrs := []string{rc.ServerAddr(0), rc.ServerAddr(1), rc.ServerAddr(2)}
-	rc.Kill(1)
-	rc.Kill(2)
-	// Registered first, so it runs after the clients' Close: go-redis's
-	// dial loop of the node that stays down sleeps a second between dials
-	// and sees the Close only then.
-	t.Cleanup(func() { waitGoroutinesGone(t, "(*ConnPool).tryDial", 5*time.Second) })
-	var nodes []redis.UniversalClient
-	for _, a := range addrs {
-		// PoolSize 2: go-redis stops dialing after two failed dials.
-		cl := redis.NewClient(&redis.Options{Addr: a, PoolSize: 2, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { cl.Close() })
-		nodes = append(nodes, cl)
-	}
 	const nodeTimeout = 250 * time.Millisecond // probeEvery: 250ms
-	c := newClient(t, nodes, WithNodeTimeout(nodeTimeout))
-	// 3s of outage: our probe's dials (one every 250ms, each cut at the
-	// node timeout) are well over PoolSize.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		if _, err := c.TryLock(t.Context(), "back"); !errors.Is(err, ErrNoQuorum) {
-			t.Fatalf("TryLock with 2 of 3 down = %v; want ErrNoQuorum", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// go-redis's pool has stopped dialing node 2: a Ping fails at once with
-	// the last dial's error, where a dial would try 5 times, 100ms apart.
-	start := time.Now()
-	err := nodes[2].Ping(t.Context()).Err()
-	if took := time.Since(start); err == nil || took >= 300*time.Millisecond {
-		t.Fatalf("Ping of the dead node 2 took %v (%v); want a failure at once, from go-redis's pool that stopped dialing: without that the test measures nothing", took, err)
-	}
-	rc.Restart(2)
-	if got := rc.ServerAddr(2); got != addrs[2] {
-		t.Skipf("node 2 restarted on %s, not %s (another program took its port)", got, addrs[2])
-	}
-	back := time.Now()
-	// Measured: 0.71–0.90s, idle, beside the simulator and beside
-	// stress-ng --cpu 2 (28 runs, 20 of them with -race). The bound: go-redis's second, our probe interval
-	// and a node timeout, with 5x slack.
-	const bound = 5 * (time.Second + 2*nodeTimeout)
-	for call := 0; ; call++ {
-		l, err := c.TryLock(t.Context(), "back"+strconv.Itoa(call))
-		if err == nil {
-			t.Logf("the restarted node was used again %v after it answered (call %d)", time.Since(back), call)
-			_ = l.Unlock(t.Context())
-			return
-		}
-		if !errors.Is(err, ErrNoQuorum) {
-			t.Fatalf("TryLock = %v; want ErrNoQuorum until node 2 is used again", err)
-		}
-		if took := time.Since(back); took > bound {
-			t.Fatalf("node 2 was not used again %v after it answered: %v", took, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	for _, tc := range []struct {
+		name     string
+		poolSize int  // 2: stops dialing within the outage; 100: never does
+		stopped  bool // whether go-redis's pool stopped dialing the node
+		// Measured (-race included, idle, beside the simulator and
+		// stress-ng --cpu 2): stopped 0.71–0.90s in 40 runs, still
+		// dialing 2–47ms in 15. The bounds: a probe interval and a node
+		// timeout, and go-redis's second for a pool that stopped, with
+		// 5x slack.
+		bound time.Duration
+	}{
+		{"pool still dialing", 100, false, 5 * 2 * nodeTimeout},
+		{"pool stopped dialing", 2, true, 5 * (time.Second + 2*nodeTimeout)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc := redistest.Start(t, 3)
+			addrs := []string{rc.ServerAddr(0), rc.ServerAddr(1), rc.ServerAddr(2)}
+			rc.Kill(1)
+			rc.Kill(2)
+			// Registered first, so it runs after the clients' Close:
+			// go-redis's dial loop of the node that stays down sleeps a
+			// second between dials and sees the Close only then.
+			t.Cleanup(func() { waitGoroutinesGone(t, "(*ConnPool).tryDial", 5*time.Second) })
+			var nodes []redis.UniversalClient
+			for _, a := range addrs {
+				cl := redis.NewClient(&redis.Options{Addr: a, PoolSize: tc.poolSize, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { cl.Close() })
+				nodes = append(nodes, cl)
+			}
+			c := newClient(t, nodes, WithNodeTimeout(nodeTimeout))
+			// 3s of outage: our probe's dials (one every 250ms, each cut
+			// at the node timeout) are well over a PoolSize of 2.
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+				if _, err := c.TryLock(t.Context(), "back"); !errors.Is(err, ErrNoQuorum) {
+					t.Fatalf("TryLock with 2 of 3 down = %v; want ErrNoQuorum", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			// A pool that stopped dialing fails a Ping at once with the
+			// last dial's error; one that dials tries 5 times, 100ms apart.
+			start := time.Now()
+			err := nodes[2].Ping(t.Context()).Err()
+			if took := time.Since(start); err == nil || (took < 300*time.Millisecond) != tc.stopped {
+				t.Fatalf("Ping of the dead node 2 took %v (%v); want the pool to have stopped dialing: %v (without that the test measures something else)", took, err, tc.stopped)
+			}
+			rc.Restart(2)
+			if got := rc.ServerAddr(2); got != addrs[2] {
+				t.Skipf("node 2 restarted on %s, not %s (another program took its port)", got, addrs[2])
+			}
+			back := time.Now()
+			for call := 0; ; call++ {
+				l, err := c.TryLock(t.Context(), "back"+strconv.Itoa(call))
+				if err == nil {
+					t.Logf("the restarted node was used again %v after it answered (call %d)", time.Since(back), call)
+					_ = l.Unlock(t.Context())
+					return
+				}
+				if !errors.Is(err, ErrNoQuorum) {
+					t.Fatalf("TryLock = %v; want ErrNoQuorum until node 2 is used again", err)
+				}
+				if took := time.Since(back); took > tc.bound {
+					t.Fatalf("node 2 was not used again %v after it answered; want ≤ %v: %v", took, tc.bound, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
 
@@ -376,15 +389,8 @@ func TestReal_nodeBackIsUsedAgain(t *testing.T) {
 // of its stack), and logs if one still does.
 func waitGoroutinesGone(t *testing.T, fn string, limit time.Duration) {
 	buf := make([]byte, 1<<20)
-	for end := time.Now().Add(limit); ; {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte(fn)) {
-			return
-		}
-		if time.Now().After(end) {
-			t.Logf("a goroutine still runs %s after %v", fn, limit)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	running := func() bool { return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn)) }
+	if !eventually(limit, func() bool { return !running() }) {
+		t.Logf("a goroutine still runs %s after %v", fn, limit)
 	}
 }

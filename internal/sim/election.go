@@ -53,8 +53,8 @@ const electionName = "leader"
 //     delivered by Observe within ObserveBound of its beginning, unless
 //     the watcher's Client was frozen meanwhile. The bound is the poll's:
 //     an Observe that ignored announcements would still meet it (the
-//     announcements make it a read, about 1ms here, and no invariant
-//     bounds that path).
+//     announcements make it one read, and no invariant bounds that
+//     path).
 type ElectionProfile struct {
 	mu      sync.Mutex // protects the fields below
 	terms   []*Hold    // Resource electionName, Token the term's ID
