@@ -145,14 +145,28 @@ type Spawner interface {
 	Go(f func())
 }
 
-// Start sends call to nodes 0..n-1 in parallel and returns at once. The
-// calls share a context bounded by timeout (only when the caller's deadline
-// is later), released when the last one returns. sp starts them (nil: plain
-// goroutines nobody waits for but Wait), so that an owner can wait for
-// stragglers after an early decision.
+// Start sends call to nodes 0..n-1 in parallel and returns at once: it is
+// StartAt from now.
 func Start[T any](ctx context.Context, n int, timeout time.Duration, sp Spawner, call func(ctx context.Context, node int) (T, error)) *Round[T] {
+	return StartAt(ctx, time.Now(), n, timeout, sp, call)
+}
+
+// StartAt sends call to nodes 0..n-1 in parallel and returns at once, as a
+// round that began at start (a moment the caller fixed before it could be
+// delayed: when it registered the round). The calls share a context whose
+// deadline is start plus timeout, or the caller's deadline when that comes
+// first — fixed here from start, so that a caller descheduled between
+// fixing start and sending cannot push its requests' deadline later
+// (DESIGN step 4). The calls do not inherit the caller's cancellation:
+// once sent, a request finishes in the background within its deadline
+// (DESIGN step 2), so that a caller that cancels its ctx as it returns
+// (defer cancel()) leaves no grant half-made. Collect still returns when
+// the caller's ctx ends. sp starts the calls (nil: plain goroutines nobody
+// waits for but Wait), so that an owner can wait for stragglers after an
+// early decision. The context is released when the last call returns.
+func StartAt[T any](ctx context.Context, start time.Time, n int, timeout time.Duration, sp Spawner, call func(ctx context.Context, node int) (T, error)) *Round[T] {
 	r := &Round[T]{
-		start:   time.Now(),
+		start:   start,
 		timeout: timeout,
 		call:    call,
 		notify:  make(chan int, n),
@@ -162,16 +176,12 @@ func Start[T any](ctx context.Context, n int, timeout time.Duration, sp Spawner,
 	} else {
 		r.slots = make([]slot[T], n)
 	}
-	// One context for the round: every request starts now with the same
-	// timeout, so one deadline (one timer) serves them all, and the
-	// collector waits on it too. The last node to answer releases it.
+	// One context for the round: every request has the same deadline, so
+	// one timer serves them all, and the collector waits on it too. The
+	// last node to answer releases it.
 	var cctx context.Context
-	cctx, r.cancel = withTimeout(ctx, timeout)
+	cctx, r.cancel, r.ctx.timeout = deadlineFrom(ctx, start, timeout)
 	r.ctx.Context = cctx
-	if dl, ok := ctx.Deadline(); timeout > 0 && (!ok || time.Until(dl) > timeout) {
-		// The node timeout, not the caller, sets the requests' deadline.
-		r.ctx.timeout = timeout
-	}
 	if n == 0 {
 		r.cancel()
 		return r
@@ -224,15 +234,23 @@ func NodeTimeout(ctx context.Context) (time.Duration, bool) {
 	return d, ok
 }
 
-// withTimeout bounds ctx by d, unless ctx already ends sooner.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return context.WithCancel(ctx)
+// deadlineFrom returns the requests' context of a round that began at
+// start: ctx's values without its cancellation, ending at start+d or at
+// ctx's deadline, whichever comes first (no deadline when d ≤ 0 and ctx has
+// none). timeout is d when it sets the deadline, else 0 (see NodeTimeout).
+func deadlineFrom(ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
+	base := context.WithoutCancel(ctx)
+	dl, ok := ctx.Deadline()
+	switch {
+	case d > 0 && (!ok || dl.After(start.Add(d))):
+		c, cancel := context.WithDeadline(base, start.Add(d))
+		return c, cancel, d
+	case ok:
+		c, cancel := context.WithDeadline(base, dl)
+		return c, cancel, 0
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
+	c, cancel := context.WithCancel(base)
+	return c, cancel, 0
 }
 
 // Started returns when the round's requests were sent: validity is measured

@@ -212,8 +212,8 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	// bound (step 4, clock.go) has its slot in one slice, sent by pointer.
 	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.wakeArg())
 	bounds := make([]int64, n)
-	// Step 1: one parallel round on every node.
-	r := quorum.Start(ctx, n, cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	// Step 1: one parallel round on every node, registered first (rounds.go).
+	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			b, err := c.notAfter(ctx, i)
 			if err != nil {
@@ -224,7 +224,6 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
-	l.track(roundRef{r})
 	l.noteStart(r.Started())
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)

@@ -76,7 +76,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	var pend []*pendingRound // per live lock: registered before the round is sent (see extend)
 	timeout := time.Duration(0)
 	for j, l := range locks {
-		p, err := l.beginRound()
+		p, err := l.register(true)
 		if err != nil {
 			errs[j] = err
 			continue
@@ -91,7 +91,9 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 		return errs
 	}
 	n, k, q := len(c.nodes), len(live), c.quorum
-	r := quorum.Start(ctx, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
+	// The round starts from the first registration: every lock's deadline
+	// was fixed when it was registered, and the round's may not be later.
+	r := quorum.StartAt(ctx, pend[0].start, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "extend", ""}, func(ctx context.Context, _ redis.Scripter) (batchReply, error) {
 			return c.extendPipeline(ctx, i, locks, live)
 		})
@@ -216,7 +218,12 @@ func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scr
 				case scripts.IsNoScript(err) && pass == 0:
 					again = append(again, k)
 				case !errors.As(err, &re):
-					return nil, err // the node, not the item: a connection error or timeout
+					// The node, not the item: a connection error or
+					// timeout. Commands written before it may have landed.
+					if lo > 0 || pass > 0 {
+						err = &landedError{err}
+					}
+					return nil, err
 				}
 			}
 		}

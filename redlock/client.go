@@ -38,7 +38,11 @@ type node struct {
 	addr    string
 	sem     chan struct{} // requests in flight, capped
 	cluster bool          // a Redis Cluster client: keys of a lock share a hash tag
-	state   *nodeState    // health and identity (nodestate.go)
+	// noRetries is set for a node client whose go-redis retries are off
+	// (MaxRetries -1): only then does a dial error prove that a request
+	// was never written (see neverWrote).
+	noRetries bool
+	state     *nodeState // health and identity (nodestate.go)
 }
 
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
@@ -154,7 +158,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 		_, cluster := n.(*redis.ClusterClient)
-		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster}
+		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster, noRetries: retriesOff(n)}
 		c.nodes[i].state = newNodeState(n)
 		c.anyCluster = c.anyCluster || cluster
 	}
@@ -274,6 +278,11 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 			var v T
 			if err == nil {
 				v, err = fn(ctx, n.c)
+				if n.noRetries && neverWrote(err) {
+					// Classified here, before any wrapping (see cause):
+					// the one place a go-redis error becomes "never sent".
+					err = &unsentError{err}
+				}
 			}
 			n.state.returned(err, due.Sub(start))
 			<-n.sem
@@ -303,6 +312,14 @@ func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx con
 		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
 	}
 	return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
+}
+
+// retriesOff reports whether go-redis never retries a request of n
+// (MaxRetries -1; 0 means its default, 3). A Cluster client is never
+// counted so: it retries on redirects too.
+func retriesOff(n redis.UniversalClient) bool {
+	c, ok := n.(*redis.Client)
+	return ok && c.Options().MaxRetries < 0
 }
 
 // isTimeout reports whether err is a deadline or a network timeout.

@@ -47,29 +47,28 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 		return err
 	}
 	defer c.end()
-	// Registered before anything is sent, in the same step as the check
-	// that the lock is held: an Unlock either finds the round pending (and
-	// guards the nodes against it) or is seen here, and nothing is sent.
-	late := testhooks.ExtendRegisterLate.Load() // a negative control: register after sending
-	var p *pendingRound
-	if late {
+	// Registered before anything is sent, with its start (so its deadline)
+	// fixed, in the same step as the check that the lock is held
+	// (rounds.go): an Unlock either finds the round pending (and guards
+	// the nodes against it, for as long as it can land) or is seen here,
+	// and nothing is sent.
+	if testhooks.ExtendRegisterLate.Load() { // a negative control: register after sending
 		if err := l.usable(); err != nil {
 			return err
 		}
-	} else {
-		var err error
-		if p, err = l.beginRound(); err != nil {
-			return err
-		}
-	}
-	testhooks.BeforeExtendSend()
-	r := l.startExtend(ctx)
-	if late {
+		testhooks.BeforeExtendSend()
+		p := &pendingRound{start: time.Now(), done: make(chan struct{})}
+		r := l.startExtend(ctx, p)
 		t := r.Collect(ctx, classify, quorum.Majority)
-		l.track(roundRef{r})
+		l.track(p)
 		return l.settle(ctx, r.Started(), t, 0, due)
 	}
-	p.attach(roundRef{r})
+	p, err := l.register(true)
+	if err != nil {
+		return err
+	}
+	testhooks.BeforeExtendSend()
+	r := l.startExtend(ctx, p)
 	t := r.Collect(ctx, classify, quorum.Majority)
 	healed := 0
 	for i, v := range t.Votes {
@@ -81,12 +80,13 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 }
 
 // startExtend sends the extension script to every node at once (step 5:
-// re-arm where ours, set where absent) and returns the round.
-func (l *Lock) startExtend(ctx context.Context) *quorum.Round[reply] {
+// re-arm where ours, set where absent), as the registered round p, and
+// returns the round.
+func (l *Lock) startExtend(ctx context.Context, p *pendingRound) *quorum.Round[reply] {
 	c := l.c
 	ext := l.extendCalls()
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
-	return quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			b, err := c.notAfter(ctx, i)
 			if err != nil {

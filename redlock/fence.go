@@ -25,7 +25,7 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 		}
 	}
 	l.fence = top + 1
-	r2 := quorum.Start(ctx, r.N(), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	r2, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		select {
 		case <-r.Done(i):
 		case <-ctx.Done():
@@ -40,7 +40,6 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 			return reply{ours: ok}, err
 		})
 	})
-	l.track(roundRef{r2})
 	return r2.Collect(ctx, classify, quorum.Majority)
 }
 

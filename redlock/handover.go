@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -25,8 +27,19 @@ var ErrDetached = errors.New("redlock: detached (handed over)")
 // return ErrNotHeld without I/O, and Valid is false. Give the other process
 // Resource and Token (the token is a secret: pass it as one, never log it).
 //
+// The next owner knows nothing of this Client's requests, so Detach hands
+// over only what it can no longer change (DESIGN step 4): it waits until
+// no request of the lock sent by this Client can land on a node any more —
+// at once when every one was answered; when one went unanswered (a slow or
+// paused node), until its not-after bound has passed on that node, about
+// twice the node timeout at most. And it takes the lock's entry out of the
+// nodes' waiter queues (a Lock call that waited leaves one where a node
+// refused it), since the next owner's release cannot: one request per
+// node, each bounded by the node timeout (a node that does not answer
+// drops the entry when it lapses).
+//
 // Detach returns ErrNotHeld when the lock is not held (unlocked, lost,
-// detached, or nil), ErrClosed after Close. It does no I/O.
+// detached, or nil), ErrClosed after Close.
 func (l *Lock) Detach() error {
 	if l == nil {
 		return ErrNotHeld
@@ -47,24 +60,45 @@ func (l *Lock) Detach() error {
 		h.Stop()
 	}
 	l.detached.Store(true)
-	l.finish(ErrDetached)
+	l.finish(ErrDetached) // from here no round of the lock is registered (rounds.go)
 	c.mu.Lock()
 	c.forget(l)
 	c.mu.Unlock()
+	l.waitOut()
+	l.leaveQueues()
 	return nil
+}
+
+// leaveQueues takes l's waiter member out of every node's queue, bounded by
+// the node timeout (see Detach).
+func (l *Lock) leaveQueues() {
+	if l.waiter.Member == "" || queuesFor(l.cfg.mode) {
+		return // never queued, or the read-write queue, which Detach does not hand over
+	}
+	c := l.c
+	ctx := context.Background()
+	r, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (struct{}, error) {
+		return call(c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (struct{}, error) {
+			return struct{}{}, scripts.Leave(ctx, s, l.keys[i], l.waiter.Member)
+		})
+	})
+	r.Collect(ctx, func(_ int, rep quorum.Reply[struct{}]) (quorum.Vote, error) { return quorum.Yes, rep.Err }, quorum.All)
 }
 
 // Resume takes over the lock on resource whose token is token, held by
 // another process or Client (a scheduler acquires, Detaches and hands the
 // lock to a worker, which resumes, renews and releases it, as aioredlock's
-// get_lock and redis-semaphore's acquiredExternally do). It runs one round
-// of the extension script on every node: where the key holds token its TTL
-// is re-armed; a node that lost the key gets it again only when a majority
-// still held it. The returned *Lock is then renewed, reported lost,
-// Extended and Unlocked by this Client as if it had acquired it, with the
-// per-call options opts (WithTTL sets the lease it renews to; WithMaxHold
-// counts from the resume). Its Fence is 0: fencing tokens are not carried
-// over, pass the holder's Fence along with the token.
+// get_lock and redis-semaphore's acquiredExternally do). It first asks every
+// node whether the key holds token, writing nothing; only when a majority
+// says so does it run one round of the extension script: where the key
+// holds token its TTL is re-armed, and a node that lost the key gets it
+// again. A refused Resume so never writes the token anywhere: it can never
+// revive a lock that expired or was released. The returned *Lock is then
+// renewed, reported lost, Extended and Unlocked by this Client as if it had
+// acquired it, with the per-call options opts (WithTTL sets the lease it
+// renews to; WithMaxHold counts from the resume). Its Fence is 0: fencing
+// tokens are not carried over, pass the holder's Fence along with the
+// token.
 //
 // Resume does not stop the previous holder: it must Detach the lock (or
 // stop using and renewing it) first, or both would act on one lock.
@@ -72,11 +106,12 @@ func (l *Lock) Detach() error {
 // ctx bounds the call. It returns an error matching ErrNotHeld when the
 // nodes that answered show that no majority holds token for resource (the
 // lock expired, was released, or the token is wrong), after releasing the
-// token on every node (in the background); ErrNoQuorum with the node
-// errors when too few nodes answered to tell (the keys that held the token
-// are left alone then, so Resume may be retried); ErrInvalidArgument for an empty resource, a token that
-// is not one this library makes (a UUID), bad options, or a token this
-// Client already holds; ErrClosed after Close.
+// token where a node still held it (Resume waits for a majority of
+// answers, as Unlock does); ErrNoQuorum with the node errors when too few
+// nodes answered to tell (the keys that held the token are left alone
+// then, so Resume may be retried); ErrInvalidArgument for an empty
+// resource, a token that is not one this library makes (a UUID), bad
+// options, or a token this Client already holds; ErrClosed after Close.
 func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
@@ -95,63 +130,45 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		return nil, invalid("Resume: this Client holds that lock already")
 	}
 	l := c.newLockToken(resource, cfg, token)
-	r := l.startExtend(ctx) // extend.go
-	l.track(roundRef{r})
-	// Only a node where the key still held the token counts: a node that
-	// was healed only says the key was absent there.
-	held := func(i int, rep quorum.Reply[reply]) (quorum.Vote, error) {
-		switch {
-		case rep.Err != nil:
-			return quorum.Failed, rep.Err
-		case rep.Val.ours && !rep.Val.healed:
-			return quorum.Yes, nil
-		}
-		return quorum.No, nil
-	}
-	t := r.Collect(ctx, held, quorum.Majority)
-	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
-	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
-		if err := c.hold(ctx, l, deadline, 0); err != nil {
-			c.abandon(ctx, l, quorum.Tally{})
-			return nil, err
-		}
-		if l.handOut() {
-			return l, nil
-		}
-		c.drop(ctx, l)
-		return nil, fmt.Errorf("%w: Resume(%q): its validity ran out before Resume could return it", ErrNotHeld, resource)
-	}
 	n := len(c.nodes)
-	if t.No > n-c.quorum || t.Quorum() {
-		// No majority holds the token: the lock is gone. Release it
-		// everywhere (step 4), the keys the round healed with the rest.
+	// Ask first, write nothing: heal absent nodes only once a majority
+	// confirmed the token (DESIGN step 4).
+	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
+		return call(c, ctx, i, site{cfg.obs, "resume", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
+			ok, err := scripts.Holds(ctx, s, l.keys[i], token)
+			return reply{ours: ok}, err
+		})
+	})
+	t := r.Collect(ctx, classify, quorum.Majority)
+	if t.Quorum() {
+		p, _ := l.register(false)
+		r2 := l.startExtend(ctx, p) // extend.go
+		t2 := r2.Collect(ctx, classify, quorum.Majority)
+		deadline := quorum.Deadline(r2.Started(), cfg.ttl, cfg.drift)
+		if t2.Quorum() && quorum.Validity(cfg.ttl, t2.Elapsed, cfg.drift) > 0 {
+			if err := c.hold(ctx, l, deadline, 0); err != nil {
+				c.abandon(ctx, l, quorum.Tally{})
+				return nil, err
+			}
+			if l.handOut() {
+				return l, nil
+			}
+			c.drop(ctx, l)
+			return nil, fmt.Errorf("%w: Resume(%q): its validity ran out before Resume could return it", ErrNotHeld, resource)
+		}
+		// Lost between the two rounds, or too slow: what the extension
+		// set is ours to take back, everywhere (step 4).
 		c.abandon(ctx, l, quorum.Tally{})
-	} else {
-		// Undecided (too few answers): take back only what the round set
-		// where it answered (nodes it healed), and leave the rest alone,
-		// so that a Resume retried once the nodes answer finds the keys
-		// that held the token. A request that got no answer may still
-		// heal its node; its not-after bound (step 4) limits when, and the
-		// key lives one TTL at most: this is the one exception to step
-		// 4's release of every node, since that release would delete a
-		// live handed-over lock.
+		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, resource, t2.Yes, n, c.quorum), t2)
+	}
+	switch {
+	case t.No > n-c.quorum:
+		// No majority holds the token: the lock is gone. Nothing was
+		// written; the keys a minority still holds are released now.
 		l.mu.Lock()
 		l.state = stateFinished
 		l.mu.Unlock()
-		dctx := context.WithoutCancel(ctx)
-		args := l.releaseArgs()
-		for i := range n {
-			if rep, ok := r.Reply(i); ok && rep.Err == nil && rep.Val.healed {
-				c.wg.Go(func() {
-					rctx, cancel := context.WithTimeout(dctx, cfg.timeout())
-					defer cancel()
-					_, _ = l.releaseNode(rctx, i, args)
-				})
-			}
-		}
-	}
-	switch {
-	case t.No > n-c.quorum || t.Quorum():
+		l.releaseAll(ctx)
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes hold the token, %d needed", ErrNotHeld, resource, t.Yes, n, c.quorum), t)
 	case cancelled(t):
 		return nil, c.joinNodeErrors(errors.Join(ctxCancelled(fmt.Sprintf("%d of %d nodes answered", t.Yes+t.No, n)), ctx.Err()), t)

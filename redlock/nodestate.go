@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -251,9 +252,19 @@ func (st *nodeState) sent(due time.Time) {
 func (st *nodeState) returned(err error, timeout time.Duration) {
 	st.due.Store(monoNow() + int64(timeout))
 	st.inflight.Add(-1)
-	if st.dials != nil && answered(err) {
+	if st.dials != nil && replied(err) {
 		st.dials.up() // the node answered: it is up
 	}
+}
+
+// replied reports whether a request that ended with err got the node's
+// reply: a result, an error reply, or scripts.ErrLate.
+func replied(err error) bool {
+	if err == nil {
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate)
 }
 
 // probeEvery is how often a down node is probed: its node timeout, within

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -389,149 +387,8 @@ func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard
 	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.wakeArg())
 }
 
-// guardFor returns how long node i must refuse requests of this lock after
-// its release: 0 when every request of the lock there has been answered
-// (none can land later), else the guard's lifetime (see guardTTL).
-func (l *Lock) guardFor(i int) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	unsure := l.unsure != nil && l.unsure[i]
-	for _, r := range l.rounds {
-		unsure = unsure || !r.answered(i)
-	}
-	if unsure {
-		return l.guardTTL()
-	}
-	return 0
-}
-
-// guardTTL is how long a release's guard stays: until no request of ours
-// can land on a node with its not-after bound still ahead of the node's
-// clock (clock.go guardLifetime: about a node timeout plus the clock
-// estimates' error; twice the TTL for a node that was sent a request
-// without a bound). A request that lands later is refused by its bound,
-// however late. The guard is a key of its own, so it keeps nobody else
-// waiting.
-func (l *Lock) guardTTL() time.Duration {
-	if testhooks.SkipReleaseGuard.Load() {
-		return 0 // a negative control of the chaos checker
-	}
-	return l.c.guardLifetime(l.cfg.ttl, l.cfg.timeout())
-}
-
-// inflight is a round of requests of this lock, seen by release: where a
-// node has not answered it, a request may still land after the release.
-type inflight interface {
-	answered(i int) bool // node i's reply is in (not a timeout or a connection error)
-	settled() bool       // every node has answered or given up
-}
-
-// answered reports whether a request that ended with err can no longer
-// change anything on the node: the node replied (a result, an error reply,
-// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
-// or the request never left the client (see unsent). A timeout or a broken
-// connection leaves it unknown whether (and when) the request reaches the
-// node.
-func answered(err error) bool {
-	if err == nil {
-		return true // before the errors.As target, which escapes
-	}
-	var re redis.Error
-	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate) || unsent(err)
-}
-
-// roundRef is a round of this lock alone.
-type roundRef struct{ r *quorum.Round[reply] }
-
-func (p roundRef) answered(i int) bool {
-	rep, ok := p.r.Reply(i)
-	return ok && answered(rep.Err) // a request never sent (see unsent) cannot land either
-}
-
-func (p roundRef) settled() bool { return p.r.Settled() }
-
 // retryWindow is how long a release is retried on a node that does not
 // answer: ten TTLs, at least a minute. A node down for longer has lost the
 // key anyway (it expired there), and one paused for longer is a fault the
 // guard cannot outlast either.
 func retryWindow(ttl time.Duration) time.Duration { return max(10*ttl, time.Minute) }
-
-// markUnsure remembers for good that a request of l to node i went
-// unanswered: it may land at any later time, so the release there leaves
-// the token's guard.
-func (l *Lock) markUnsure(i int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.markUnsureLocked(i)
-}
-
-func (l *Lock) markUnsureLocked(i int) {
-	if l.unsure == nil {
-		l.unsure = make([]bool, len(l.keys))
-	}
-	l.unsure[i] = true
-}
-
-// track remembers a round until all its requests have answered or given
-// up; a node that gave up on one is remembered in unsure for good (its
-// request may land at any later time).
-func (l *Lock) track(r inflight) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.trackLocked(r)
-}
-
-// beginRound registers a round of a held lock before its requests go out,
-// in one step with the check that the lock is held and valid (under l.mu,
-// as Unlock's finish changes the state): a release that comes later sees
-// the round pending — every node unanswered, so it leaves the guard — and
-// a round that would come after the release is never sent. It returns
-// the error of usable otherwise.
-func (l *Lock) beginRound() (*pendingRound, error) {
-	for {
-		l.mu.Lock()
-		if l.state == stateHeld && time.Now().Before(l.validUntil) {
-			p := &pendingRound{}
-			l.trackLocked(p)
-			l.mu.Unlock()
-			return p, nil
-		}
-		l.mu.Unlock()
-		if err := l.usable(); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// pendingRound is a round registered before it is sent (beginRound):
-// unanswered everywhere until attach gives it its requests.
-type pendingRound struct{ r atomic.Pointer[inflight] }
-
-func (p *pendingRound) attach(r inflight) { p.r.Store(&r) }
-
-func (p *pendingRound) answered(i int) bool {
-	r := p.r.Load()
-	return r != nil && (*r).answered(i)
-}
-
-func (p *pendingRound) settled() bool {
-	r := p.r.Load()
-	return r != nil && (*r).settled()
-}
-
-func (l *Lock) trackLocked(r inflight) {
-	keep := l.rounds[:0]
-	for _, old := range l.rounds {
-		if !old.settled() {
-			keep = append(keep, old)
-			continue
-		}
-		for i := range l.keys {
-			if !old.answered(i) {
-				l.markUnsureLocked(i)
-			}
-		}
-	}
-	clear(l.rounds[len(keep):])
-	l.rounds = append(keep, r)
-}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,31 +70,43 @@ func (c *Client) line(ctx context.Context, resource string) (leave func(), err e
 // answered: if not, a late one could still hand over a key that our next
 // attempt counts, so the caller must go on with a fresh token.
 func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
-	dctx := context.WithoutCancel(ctx)
+	if t.Yes == 0 {
+		return true // granted nowhere: nothing to give back
+	}
 	yield := l.waiter.Member != ""
-	if yield && t.Yes > 0 {
+	if yield {
 		l.yielded = true
 	}
-	var wg sync.WaitGroup
-	var unsure atomic.Bool
-	for i, v := range t.Votes {
-		if v != quorum.Yes {
-			continue
+	// One registered round (rounds.go), like every request of the lock: a
+	// later release leaves the guard where a yield is unanswered, and a
+	// yield carries its not-after bound, so one that lands after that guard
+	// is gone changes nothing (it would queue a finished token again).
+	r, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (scripts.Released, error) {
+		if t.Votes[i] != quorum.Yes {
+			return scripts.NotOurs, nil // nothing of ours there to give back
 		}
-		wg.Go(func() {
-			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
-			defer cancel()
-			_, err := call(c, rctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
-				return l.releaseScript(ctx, i, s, 0, yield)
-			})
-			if err != nil && !answered(err) {
-				unsure.Store(true)
-				l.markUnsure(i) // a later release there leaves the guard
+		return call(c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
+			if !yield {
+				return l.releaseScript(ctx, i, s, 0, false)
 			}
+			b, err := c.notAfter(ctx, i)
+			if err != nil {
+				return scripts.NotOurs, err
+			}
+			return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArg(), b)
 		})
+	})
+	// Waited for in full, whatever the caller's ctx: each is bounded by the
+	// node timeout.
+	r.Collect(context.WithoutCancel(ctx), func(_ int, rep quorum.Reply[scripts.Released]) (quorum.Vote, error) {
+		return quorum.Yes, rep.Err
+	}, quorum.All)
+	for i := range c.nodes {
+		if rep, ok := r.Reply(i); !ok || !answered(rep.Err) {
+			return false
+		}
 	}
-	wg.Wait()
-	return !unsure.Load()
+	return true
 }
 
 // jitter is the fallback delay between two attempts of Lock: uniform in

@@ -2,7 +2,8 @@
 --              ARGV => [token, guard ms ("0": no guard), member ("" for none),
 --                       wake-up channel prefix, yield ticket ("" unless
 --                       yielding), entry lapse in ms, attempt number
---                       (yielding: the attempt whose grants we yield)]
+--                       (yielding: the attempt whose grants we yield),
+--                       not after (yielding only; node TIME in ms)]
 -- Releases our key (DESIGN steps 4, 6 and 9) and reports what became of it:
 -- 0 the key was not ours; 1 deleted (nobody queued: any Redlock client of
 -- the key, redsync or node-redlock, can take it at once); 2 handed to the
@@ -26,6 +27,14 @@
 -- out on a slow or paused node) that reaches the node after this release
 -- finds it and sets nothing (see acquire.lua, extend.lua). The guard lives
 -- beside the lock key, so nobody else is kept waiting by it.
+-- A yield carries a not-after bound (ARGV[8], node TIME in ms; DESIGN
+-- step 4, as in acquire.lua): past it, the client no longer waits for it
+-- and may have released the lock since, so it changes nothing and returns
+-- -1 (late). Without the bound, a yield held in the network until the
+-- release's guard expired would queue a finished token again.
+if ARGV[5] ~= '' and ARGV[8] and tonumber(ARGV[8]) > 0 and now() > tonumber(ARGV[8]) then
+  return -1
+end
 local member = ARGV[3]
 if member ~= '' then
   dequeue(member)

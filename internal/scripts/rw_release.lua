@@ -1,6 +1,7 @@
 -- rw_release.lua: after rw.lua. ARGV => as release.lua: [token, guard ms
 -- ("0": no guard), member ("" for none), wake-up prefix (unused), yield
--- ticket ("" unless yielding), entry lapse in ms, attempt (unused)].
+-- ticket ("" unless yielding), entry lapse in ms, attempt (unused), not
+-- after (yielding only)].
 -- Gives up our grant: a reader leaves the readers (the key's MARKER then
 -- lasts until the latest reader left, or goes with the last one); a
 -- writer deletes the key where it holds our token. Returns 1 when we held
@@ -10,6 +11,14 @@
 -- key holds, as in release.lua, so a request of ours landing later sets
 -- nothing. Then the waiters whose turn it may be are told (see wake in
 -- rw.lua), so that they attempt at once.
+-- A yield past its not-after bound (ARGV[8], as in release.lua) changes
+-- nothing and returns -1 (late).
+if ARGV[5] ~= '' and ARGV[8] and tonumber(ARGV[8]) > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+    return -1
+  end
+end
 prune()
 local token = ARGV[1]
 local me = ''

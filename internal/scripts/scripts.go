@@ -31,6 +31,10 @@ var (
 	releaseSrc string
 	//go:embed exists.lua
 	existsSrc string
+	//go:embed holds.lua
+	holdsSrc string
+	//go:embed leave.lua
+	leaveSrc string
 	//go:embed fenced_set.lua
 	fencedSetSrc string
 	//go:embed queue.lua
@@ -46,6 +50,8 @@ var (
 	// nodes on a tie.
 	releaseTieKeeps = newScript(strings.Replace(queueSrc, tieRule, "return ticket <= t", 1) + releaseSrc)
 	exists          = newScript(existsSrc)
+	holds           = newScript(holdsSrc)
+	leave           = newScript(queueSrc + leaveSrc)
 	fenced          = newScript(fencedSetSrc)
 
 	// plainSet is the plain lock's scripts; Keys of other kinds carry
@@ -486,10 +492,32 @@ func parseReleased(n int64, err error) (Released, error) {
 	if err != nil {
 		return NotOurs, err
 	}
+	if n == -1 {
+		return NotOurs, ErrLate // a yield past its not-after bound: it changed nothing
+	}
 	if n >= 0 && n <= 3 {
 		return Released(n), nil
 	}
 	return NotOurs, fmt.Errorf("scripts: release returned %d", n)
+}
+
+// Yield is Release for a waiter giving back the grants of a failed attempt
+// (see Release, yield), with its not-after bound in the node's clock (ms; 0:
+// none): past it, the node changes nothing and Yield returns ErrLate.
+func Yield(ctx context.Context, c redis.Scripter, k Keys, token string, r Waiter, wake string, notAfter int64) (Released, error) {
+	args := append(ReleaseArgs(token, 0, r, true, wake), notAfter)
+	return ReleaseWith(ctx, c, k, args)
+}
+
+// Holds reports whether the lock key of k holds token. It writes nothing.
+func Holds(ctx context.Context, c redis.Scripter, k Keys, token string) (bool, error) {
+	n, err := holds.Run(ctx, c, []string{k.Lock}, token).Int64()
+	return n == 1, err
+}
+
+// Leave takes member out of the queue of k, and does nothing else.
+func Leave(ctx context.Context, c redis.Scripter, k Keys, member string) error {
+	return leave.Run(ctx, c, k.rel, member).Err()
 }
 
 // Exists reports whether key exists, whoever holds it.
