@@ -156,7 +156,8 @@
 // some instant of [s, r]; so with m = (s+r)/2 and e = (r−s)/2 + 1µs, for
 // every t: lo(t) ≤ n(t) ≤ hi(t), where lo, hi = T + (t−m) ∓ (e + ρ|t−m|).
 // A request whose caller waits for it until local D (its round's
-// deadline: the node timeout, or the caller's earlier deadline) carries
+// deadline: its start plus the node timeout, or the caller's earlier
+// deadline) carries
 // N = hi(D), rounded up to whole ms, and its script refuses it when the
 // node's TIME, rounded down to ms, exceeds N. It is never refused while
 // waited for: it runs at some t ≤ D, and n(t) ≤ n(D) ≤ hi(D) ≤ N. It changes
@@ -183,6 +184,28 @@
 // timeout, which is the Client's node timeout. No request goes out without a
 // bound (a round always has a deadline); one that did would keep the guard
 // of before, two TTLs.
+//
+// One layer owns this argument, not each caller (redlock/rounds.go). Every
+// round of a lock — acquire, extension, renewal batch, fence commit,
+// yield, Resume's rounds, Detach's leaving the queues — is registered
+// under the lock's mutex with its start s fixed there, and sent from s: D
+// = s + node timeout (or the caller's earlier deadline) however long its
+// goroutine waits before it sends. Unlock, Detach and Close change the
+// lock's state under the same mutex, so a round is either registered
+// before the release (s ≤ s_r, so D ≤ s_r + node timeout: covered by G)
+// or never sent. A node needs no guard only when each request of the lock
+// there was answered: the node replied (a late reply included), or the
+// request provably never left the client — kept back by the Client (the
+// node known down or stuck, the in-flight cap full), or refused a
+// connection by a go-redis client whose retries are off. A timeout, a
+// broken connection, or a dial error after go-redis may have retried a
+// written request "may have landed". Requests do not inherit the caller's
+// cancellation: they end at D, so a caller that cancels as it returns
+// leaves no grant half-made. A lock handed over by Detach takes nothing
+// of this with it: Detach waits until each round has settled or passed
+// D, and where one went unanswered for G more, then takes the Lock call's
+// entry out of the queues; Resume writes nothing until a majority has
+// confirmed the token.
 //
 // Hence the guard no longer has to outlast the longest pause, and a release
 // needs to reach a node only once: retried until the node answers. A key

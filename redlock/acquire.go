@@ -102,7 +102,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// Validity ran out between the decision and here (the process
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
-			err, settled = fmt.Errorf("%w: granted, but its validity ran out before Lock could return it", ErrNotObtained), true
+			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
 			if l, err = q.renew(l, err); l == nil {
 				return nil, err
 			}
@@ -291,7 +291,7 @@ func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (er
 	}
 	n := len(c.nodes)
 	if t.Quorum() {
-		return fmt.Errorf("%w: a majority granted after %v, which left no validity of the TTL %v", ErrNotObtained, t.Elapsed.Round(time.Millisecond), cfg.ttl), true
+		return grantExpired(fmt.Sprintf("a majority granted after %v, which left no validity of the TTL %v", t.Elapsed.Round(time.Millisecond), cfg.ttl)), true
 	}
 	cut := t.CutShort()
 	var head error
@@ -313,6 +313,12 @@ func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (er
 			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
 	}
 	return c.joinNodeErrors(head, t), true
+}
+
+// grantExpired is the error of a grant that came too late to use: it
+// matches ErrGrantExpired and ErrNotObtained.
+func grantExpired(detail string) error {
+	return &classed{msg: "redlock: not obtained: " + detail, class: []error{ErrNotObtained, ErrGrantExpired}}
 }
 
 // hold turns a granted attempt into a held Lock, registered with the Client

@@ -12,7 +12,8 @@
 // then the [WithOnLost] callback runs.
 //
 // Errors are told apart with errors.Is and errors.As: [ErrNotObtained]
-// (another owner holds it), [ErrNoQuorum] with one [*NodeError] per failed
+// (another owner holds it; or, matching [ErrGrantExpired] too, a majority
+// granted it too late to use), [ErrNoQuorum] with one [*NodeError] per failed
 // node (too few nodes answered), the ctx error when ctx ended,
 // [ErrInvalidArgument], [ErrClosed], [ErrLockLost], [ErrNotHeld].
 //

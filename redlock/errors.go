@@ -6,10 +6,21 @@ import (
 )
 
 var (
-	// ErrNotObtained means another owner holds the lock: enough nodes refused
-	// that a majority was impossible (after all attempts, for Lock). When the
-	// caller's ctx ended, it is joined with ctx's error.
+	// ErrNotObtained means the lock was not obtained though the nodes
+	// answered: another owner holds it (enough nodes refused that a majority
+	// was impossible), or — and then the error also matches ErrGrantExpired
+	// — a majority granted it too late to use. It is the last attempt's
+	// error, for Lock. When the caller's ctx ended, it is joined with ctx's
+	// error.
 	ErrNotObtained = errors.New("redlock: not obtained")
+
+	// ErrGrantExpired means a majority granted the lock, but its validity
+	// ran out before it could be returned: the round took longer than the
+	// TTL less the drift allowance, or the process was starved between the
+	// grant and the return. Nobody else need hold the lock; the grants were
+	// released. The error also matches ErrNotObtained, so that code that
+	// retries on contention retries on it too.
+	ErrGrantExpired = errors.New("redlock: granted too late to use")
 
 	// ErrNoQuorum means too few nodes answered to decide. It is joined with
 	// one *NodeError per node that failed.
