@@ -166,7 +166,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	}
 	for i := range c.nodes {
 		// Plain nodes share one set of keys; Cluster nodes need hash tags.
-		if i > 0 && !c.nodes[i].cluster && !c.nodes[i-1].cluster {
+		if i > 0 && !c.nodes[i].Cluster && !c.nodes[i-1].Cluster {
 			l.keys[i] = l.keys[i-1]
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
@@ -53,11 +54,11 @@ type batchRef struct {
 	k int
 }
 
-func (p batchRef) answered(i int) bool {
+func (p batchRef) Answered(i int) bool {
 	rep, ok := p.r.Reply(i)
-	return ok && answered(rep.Err) // a request never sent (see unsent) cannot land either
+	return ok && node.Answered(rep.Err) // a request never sent (see node.Unsent) cannot land either
 }
-func (p batchRef) settled() bool { return p.r.Settled() }
+func (p batchRef) Settled() bool { return p.r.Settled() }
 
 // extendBatch extends locks in one round: per node, one pipeline of the
 // extend script for every lock. Each lock is then decided on its own
@@ -73,7 +74,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	}
 	defer c.end()
 	var live []int
-	var pend []*pendingRound // per live lock: registered before the round is sent (see extend)
+	var pend []*node.Pending // per live lock: registered before the round is sent (see extend)
 	timeout := time.Duration(0)
 	for j, l := range locks {
 		p, err := l.register(true)
@@ -93,13 +94,13 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	n, k, q := len(c.nodes), len(live), c.quorum
 	// The round starts from the first registration: every lock's deadline
 	// was fixed when it was registered, and the round's may not be later.
-	r := quorum.StartAt(ctx, pend[0].start, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
+	r := quorum.StartAt(ctx, pend[0].Start, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "extend", ""}, func(ctx context.Context, _ redis.Scripter) (batchReply, error) {
 			return c.extendPipeline(ctx, i, locks, live)
 		})
 	})
 	for kk := range live {
-		pend[kk].attach(batchRef{r, kk})
+		pend[kk].Attach(batchRef{r, kk})
 	}
 
 	// Per lock and node: the vote and the error, in one flat slice each.
@@ -118,7 +119,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 			case rep.Err != nil:
 				v, e = quorum.Failed, rep.Err
 			case rep.Val.errs[kk] != nil:
-				v, e = quorum.Failed, &NodeError{Node: i, Addr: c.nodes[i].addr, Err: rep.Val.errs[kk]}
+				v, e = quorum.Failed, &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: rep.Val.errs[kk]}
 			case rep.Val.res[kk].ours:
 				v = quorum.Yes
 				yes[kk]++
@@ -171,7 +172,7 @@ func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live 
 		return batchReply{}, err
 	}
 	bound := &b
-	cmds, err := pipelined(ctx, c.nodes[i].c, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
+	cmds, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
 		l := locks[live[kk]]
 		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, bound)
 	})
@@ -195,7 +196,7 @@ const pipelineChunk = 512
 // FLUSH) are sent again once it is loaded. It returns each item's command,
 // whose error is that item's error reply; a connection error or timeout
 // fails the node for every item.
-func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scripts.Script, queue func(p redis.Pipeliner, k int) *redis.Cmd) ([]*redis.Cmd, error) {
+func pipelined(ctx context.Context, nc redis.UniversalClient, count int, s scripts.Script, queue func(p redis.Pipeliner, k int) *redis.Cmd) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, count)
 	todo := make([]int, count)
 	for k := range todo {
@@ -205,7 +206,7 @@ func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scr
 		var again []int
 		for lo := 0; lo < len(todo); lo += pipelineChunk {
 			part := todo[lo:min(lo+pipelineChunk, len(todo))]
-			pipe := node.Pipeline()
+			pipe := nc.Pipeline()
 			for _, k := range part {
 				cmds[k] = queue(pipe, k)
 			}
@@ -221,14 +222,14 @@ func pipelined(ctx context.Context, node redis.UniversalClient, count int, s scr
 					// The node, not the item: a connection error or
 					// timeout. Commands written before it may have landed.
 					if lo > 0 || pass > 0 {
-						err = &landedError{err}
+						err = node.MayHaveLanded(err)
 					}
 					return nil, err
 				}
 			}
 		}
 		if len(again) > 0 {
-			if err := scripts.Load(ctx, node, s); err != nil {
+			if err := scripts.Load(ctx, nc, s); err != nil {
 				return nil, err
 			}
 		}

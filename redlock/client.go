@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -15,34 +14,23 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
 
 const (
-	// maxInFlight caps the requests one Client has in flight on one node, so
-	// that a node that hangs cannot pile up goroutines without bound.
-	maxInFlight = 1024
 	// closeGrace is added to the node timeout when Close waits for requests
 	// still in flight.
 	closeGrace = 250 * time.Millisecond
 )
 
-var errBusy = errors.New("too many requests in flight on this node")
-
-// node is one Redis master.
-type node struct {
-	c       redis.UniversalClient
-	addr    string
-	sem     chan struct{} // requests in flight, capped
-	cluster bool          // a Redis Cluster client: keys of a lock share a hash tag
-	// noRetries is set for a node client whose go-redis retries are off
-	// (MaxRetries -1): only then does a dial error prove that a request
-	// was never written (see neverWrote).
-	noRetries bool
-	state     *nodeState // health and identity (nodestate.go)
+// node is one Redis master: the node layer's Node (its client, health and
+// in-flight cap), and this Client's check of its identity (identity.go).
+type clientNode struct {
+	node.Node
+	id *identity
 }
 
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
@@ -51,9 +39,9 @@ const fenceSuffix = ":fence"
 // keys names the keys of resource on this node. On a Cluster node the lock
 // key and the fence counter share a hash tag, so they live in one slot and
 // one script may touch both.
-func (n *node) keys(prefix, resource string, fencing bool, token string) scripts.Keys {
+func (n *clientNode) keys(prefix, resource string, fencing bool, token string) scripts.Keys {
 	lock := prefix + resource
-	if n.cluster {
+	if n.Cluster {
 		lock = prefix + "{" + resource + "}"
 	}
 	fence := ""
@@ -67,7 +55,7 @@ func (n *node) keys(prefix, resource string, fencing bool, token string) scripts
 // safe for concurrent use. Close it when done: it stops the renewals and
 // releases every lock still held.
 type Client struct {
-	nodes  []node
+	nodes  []clientNode
 	clocks []nodeClock // per node: its clock, for not-after bounds (clock.go)
 	cfg    config      // defaults for every lock
 	quorum int
@@ -136,7 +124,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		nodes:   make([]node, len(nodes)),
+		nodes:   make([]clientNode, len(nodes)),
 		clocks:  make([]nodeClock, len(nodes)),
 		cfg:     cfg,
 		quorum:  quorum.Size(len(nodes)),
@@ -157,10 +145,8 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if err := checkNode(nodes, i); err != nil {
 			return nil, err
 		}
-		_, cluster := n.(*redis.ClusterClient)
-		c.nodes[i] = node{c: n, addr: nodeaddr.Of(n), sem: make(chan struct{}, maxInFlight), cluster: cluster, noRetries: retriesOff(n)}
-		c.nodes[i].state = newNodeState(n)
-		c.anyCluster = c.anyCluster || cluster
+		c.nodes[i] = clientNode{Node: node.New(n), id: newIdentity()}
+		c.anyCluster = c.anyCluster || c.nodes[i].Cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
 	c.chanPre = c.cfg.keyPrefix + "wake:"
@@ -249,83 +235,37 @@ type site struct {
 	resource string
 }
 
-// call runs fn on node i with the in-flight cap, and turns any failure into
-// a *NodeError, reported to the hooks. A request is not sent, and fails at
-// once, to a node known down or stuck (see refuse), and to a node before
-// identify has found it distinct from the others (identify runs first, on
-// the same ctx). A timeout while the node's dials fail is reported as the
-// dialer's error (Kind "connection").
+// call runs fn on node i through the node layer (node.Do: the down-node
+// and stuck-node gate, the in-flight cap, the classification of what a
+// failed request may have done), and turns any failure into a *NodeError,
+// reported to the hooks. Before this Client's first request to a node,
+// identify checks that it is none of the others (on the same ctx).
 func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	n := &c.nodes[i]
 	var zero T
 	var err error
-	start := time.Now()
-	due, ok := ctx.Deadline()
-	if !ok {
-		due = start.Add(c.cfg.timeout())
-	}
 	// Two nodes found to reach one server: nothing may count them, but
 	// releases still go out (a lock granted before it was found).
-	if dup := c.duplicate(); dup != nil && at.op != "release" && at.op != "publish" {
+	lockOp := at.op != "release" && at.op != "publish"
+	if dup := c.duplicate(); dup != nil && lockOp {
 		err = dup
-	} else if err = c.refuse(i); err == nil {
-		select {
-		case n.sem <- struct{}{}:
-			n.state.sent(due)
-			if !n.state.verified.Load() && at.op != "release" && at.op != "publish" {
-				err = c.identify(ctx, i)
-			}
-			var v T
-			if err == nil {
-				v, err = fn(ctx, n.c)
-				if n.noRetries && neverWrote(err) {
-					// Classified here, before any wrapping (see cause):
-					// the one place a go-redis error becomes "never sent".
-					err = &unsentError{err}
-				}
-			}
-			n.state.returned(err, due.Sub(start))
-			<-n.sem
-			if err == nil {
-				return v, nil
-			}
-			// One wording for a node that did not answer in time, whether
-			// the client reports the deadline or an i/o timeout.
-			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && isTimeout(err) {
-				after := dl.Sub(start)
-				// The round's node timeout, when it was that deadline (the
-				// request started a moment after the round).
-				if d, ok := quorum.NodeTimeout(ctx); ok {
-					after = d
-				}
-				err = &quorum.TimeoutError{After: after}
-			}
-			err = c.cause(i, err)
-		default:
-			err = errBusy
+	} else {
+		var gate func(context.Context) error
+		if lockOp && !n.id.verified.Load() {
+			gate = func(ctx context.Context) error { return c.identify(ctx, i) }
+		}
+		var v T
+		if v, err = node.Do(ctx, &n.Node, c.cfg.timeout(), gate, func() { c.probe(i) }, fn); err == nil {
+			return v, nil
 		}
 	}
 	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
 		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
 	}
 	if at.obs != nil {
-		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.addr, Kind: errorKind(err), Err: err})
+		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.Addr, Kind: errorKind(err), Err: err})
 	}
-	return zero, &NodeError{Node: i, Addr: n.addr, Err: err}
-}
-
-// retriesOff reports whether go-redis never retries a request of n
-// (MaxRetries -1; 0 means its default, 3). A Cluster client is never
-// counted so: it retries on redirects too.
-func retriesOff(n redis.UniversalClient) bool {
-	c, ok := n.(*redis.Client)
-	return ok && c.Options().MaxRetries < 0
-}
-
-// isTimeout reports whether err is a deadline or a network timeout.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+	return zero, &NodeError{Node: i, Addr: n.Addr, Err: err}
 }
 
 // scriptRefused reports whether err is a node refusing a command inside a
@@ -374,7 +314,7 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 			continue
 		}
 		if ne := (*NodeError)(nil); !errors.As(e, &ne) {
-			e = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
+			e = &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: c.nodes[i].Health.Cause(e)}
 		}
 		errs = append(errs, e)
 	}

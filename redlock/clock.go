@@ -181,7 +181,7 @@ func (c *Client) probeClock(i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.probeTimeout())
 	defer cancel()
 	send := time.Now()
-	t, err := c.nodes[i].c.Time(ctx).Result()
+	t, err := c.nodes[i].C.Time(ctx).Result()
 	recv := time.Now()
 	if err != nil {
 		return err

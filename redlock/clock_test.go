@@ -85,7 +85,7 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 		// An idle connection to node j in the pool: else the acquire
 		// would wait for a dial, whose handshake the latency holds past
 		// the node timeout, and never leave the client.
-		if !eventually(5*time.Second, func() bool { return c.nodes[j].c.Ping(ctx).Err() == nil }) {
+		if !eventually(5*time.Second, func() bool { return c.nodes[j].C.Ping(ctx).Err() == nil }) {
 			t.Fatalf("trial %d: node %d does not answer PING", trial, j)
 		}
 		// The acquire to node j is held 4× the node timeout on its way.

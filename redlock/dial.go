@@ -114,7 +114,7 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 	}
 	for i, n := range nodes {
 		if addrs[i] != "" {
-			c.nodes[i].addr = addrs[i]
+			c.nodes[i].Addr = addrs[i]
 		}
 		c.owned = append(c.owned, n)
 	}
@@ -303,7 +303,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		g.Go(func() error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
-			probes[i] = probeNode(pctx, c.nodes[i].c)
+			probes[i] = probeNode(pctx, c.nodes[i].C)
 			return nil
 		})
 	}
@@ -312,15 +312,15 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 	obs := c.cfg.obs
 	for i, p := range probes {
 		if p.unverified != nil && obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].addr, Kind: errorKind(p.unverified), Err: p.unverified})
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.unverified), Err: p.unverified})
 		}
 		if p.err == nil {
 			continue
 		}
 		if obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].addr, Kind: errorKind(p.err), Err: p.err})
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.err), Err: p.err})
 		}
-		ne := &NodeError{Node: i, Addr: c.nodes[i].addr, Err: p.err}
+		ne := &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: p.err}
 		failed = append(failed, ne)
 		if permanent(p.err) {
 			refused = append(refused, ne)

@@ -97,7 +97,7 @@ func TestDial_buildsOwnedClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, n := range c.nodes {
-		o := n.c.(*redis.Client).Options()
+		o := n.C.(*redis.Client).Options()
 		if !o.ContextTimeoutEnabled || o.PoolSize != 4 || o.Addr != ms[i].Addr() {
 			t.Errorf("node %d options: ContextTimeoutEnabled %v, PoolSize %d, Addr %s; want true, 4 (from the URL), %s",
 				i, o.ContextTimeoutEnabled, o.PoolSize, o.Addr, ms[i].Addr())
@@ -115,7 +115,7 @@ func TestDial_buildsOwnedClients(t *testing.T) {
 		t.Fatalf("Close = %v", err)
 	}
 	for i, n := range nodes {
-		if err := n.c.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+		if err := n.C.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
 			t.Errorf("node %d Ping after Close = %v; want redis.ErrClosed (Close closes what Dial built)", i, err)
 		}
 	}

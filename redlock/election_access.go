@@ -20,7 +20,7 @@ import (
 func (c *Client) Nodes() []redis.UniversalClient {
 	out := make([]redis.UniversalClient, len(c.nodes))
 	for i := range c.nodes {
-		out[i] = c.nodes[i].c
+		out[i] = c.nodes[i].C
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -57,10 +58,12 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return err
 		}
 		testhooks.BeforeExtendSend()
-		p := &pendingRound{start: time.Now(), done: make(chan struct{})}
+		var late node.Ledger // the round registered nowhere until it is in
+		late.Init(len(c.nodes))
+		p := late.Register()
 		r := l.startExtend(ctx, p)
 		t := r.Collect(ctx, classify, quorum.Majority)
-		l.track(p)
+		l.reg.Track(p)
 		return l.settle(ctx, r.Started(), t, 0, due)
 	}
 	p, err := l.register(true)
@@ -82,7 +85,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 // startExtend sends the extension script to every node at once (step 5:
 // re-arm where ours, set where absent), as the registered round p, and
 // returns the round.
-func (l *Lock) startExtend(ctx context.Context, p *pendingRound) *quorum.Round[reply] {
+func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
 	c := l.c
 	ext := l.extendCalls()
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)

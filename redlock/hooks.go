@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -178,7 +179,7 @@ func (c *Client) nodeErrors(t quorum.Tally) []*NodeError {
 		}
 		var ne *NodeError
 		if !errors.As(e, &ne) {
-			ne = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: c.cause(i, e)}
+			ne = &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: c.nodes[i].Health.Cause(e)}
 		}
 		out = append(out, ne)
 	}
@@ -197,11 +198,11 @@ func (e *NodeError) Kind() string { return errorKind(e.Err) }
 func errorKind(err error) string {
 	var ne net.Error
 	var re redis.Error
-	var ce *connError
+	var ce *node.ConnError
 	switch {
 	case errors.As(err, &ce):
 		return "connection" // the node's dials fail: ce says the dialer's error
-	case errors.Is(err, errBusy):
+	case errors.Is(err, node.ErrBusy):
 		return "busy"
 	case errors.Is(err, ErrNodeRestarted):
 		return "restarted"

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/renew"
 )
@@ -62,8 +63,10 @@ type Lock struct {
 	// reported, and no hook or OnLost called, for a lock Lock did not
 	// return.
 	returned bool
-	rounds   []inflight // rounds of this lock with requests maybe still in flight
-	unsure   []bool     // per node (nil: none): a request there went unanswered
+	// reg registers every request of the lock that may still land on a
+	// node (the node layer's Ledger): rounds register under mu, in one
+	// step with the check of state (rounds.go).
+	reg node.Ledger
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter

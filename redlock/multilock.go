@@ -93,7 +93,7 @@ func (c *Client) multiResources(resources []string) ([]string, error) {
 		return rs, nil
 	}
 	for i := range c.nodes {
-		if !c.nodes[i].cluster {
+		if !c.nodes[i].Cluster {
 			continue
 		}
 		first := -1

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -127,7 +128,7 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-			return pipelined(ctx, c.nodes[i].c, count, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
+			return pipelined(ctx, c.nodes[i].C, count, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 				return queue(ctx, p, j)
 			})
 		})
@@ -165,7 +166,7 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 					if o.errs == nil {
 						o.errs = make(map[int]error)
 					}
-					o.errs[lo+j] = &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+					o.errs[lo+j] = &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: err}
 				}
 			}
 			return nil
@@ -331,7 +332,7 @@ func (l *Lock) needsRetry(i int, err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, errBusy), errors.As(err, &re):
+	case errors.Is(err, node.ErrBusy), errors.As(err, &re):
 		return true
 	case unsent(err):
 		// A request of the lock still in flight there may turn out to

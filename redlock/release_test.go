@@ -262,7 +262,7 @@ func TestReal_releasesWithAPausedNodeStayBounded(t *testing.T) {
 	if n := c.rel.pending(2); n > 2*k {
 		t.Errorf("%d releases pending for the paused node; want at most %d", n, 2*k)
 	}
-	if n := len(c.nodes[2].sem); n > 2 {
+	if n := c.nodes[2].InFlight(); n > 2 {
 		t.Errorf("%d requests in flight on the paused node a second after; want the retry loop's only", n)
 	}
 	s0 := sent.Load()
@@ -272,7 +272,7 @@ func TestReal_releasesWithAPausedNodeStayBounded(t *testing.T) {
 		t.Errorf("%d requests to the paused node in a second; want at most 5 (one pipeline per round)", n)
 	}
 	t.Logf("goroutines %d before, %d after; pending %d, in flight %d, requests in a second %d",
-		g0, runtime.NumGoroutine(), c.rel.pending(2), len(c.nodes[2].sem), sent.Load()-s0)
+		g0, runtime.NumGoroutine(), c.rel.pending(2), c.nodes[2].InFlight(), sent.Load()-s0)
 	rc.Resume(2)
 	if !eventually(10*time.Second, func() bool { return c.rel.pending(2) == 0 }) {
 		t.Errorf("%d releases still pending after the node resumed", c.rel.pending(2))

@@ -2,14 +2,13 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -252,7 +251,7 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
 	cmds, err := call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-		return pipelined(ctx, c.nodes[i].c, len(es), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
+		return pipelined(ctx, c.nodes[i].C, len(es), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 			return scripts.ReleaseCmd(ctx, p, es[j].keys, es[j].args)
 		})
 	})
@@ -310,56 +309,6 @@ func (r *releaser) stop() {
 	_ = r.g.Wait()
 }
 
-// unsent reports whether a request provably never left the client, so
-// that nothing of it can land on the node later: the node layer kept it
-// back (the in-flight cap was full, errBusy; the node is down or stuck,
-// notSent: nodestate.go), or go-redis failed to get it a connection on its
-// only try (see neverWrote). Every other failure — a timeout, a broken
-// connection, a dial error after go-redis retried a request it may have
-// written — is "may have landed".
-func unsent(err error) bool {
-	return err != nil && (notSent(err) || errors.Is(err, errBusy))
-}
-
-// neverWrote reports whether err, returned by a node client whose
-// retries are off (MaxRetries -1), says that the request got no
-// connection, so that no byte of it was written: a dial refused or timed
-// out, a name that did not resolve, the pool timed out, exhausted or
-// closed. With retries on (go-redis's default), a dial error may follow a
-// first try that wrote the request and lost its connection, so it proves
-// nothing (issue 30 item 6). errMayHaveLanded marks the error of a
-// pipeline that sent part of its commands before it failed.
-func neverWrote(err error) bool {
-	if err == nil || errors.Is(err, errMayHaveLanded) {
-		return false
-	}
-	var oe *net.OpError
-	var de *net.DNSError
-	switch {
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
-		return true
-	case errors.As(err, &de):
-		return true
-	case errors.As(err, &oe):
-		return oe.Op == "dial"
-	}
-	return false
-}
-
-// errMayHaveLanded marks the error of a request that may have been
-// written before it failed (see neverWrote).
-var errMayHaveLanded = errors.New("may have landed")
-
-// landedError is an error marked with errMayHaveLanded; it reads as the
-// error itself.
-type landedError struct{ err error }
-
-func (e *landedError) Error() string   { return e.err.Error() }
-func (e *landedError) Unwrap() []error { return []error{e.err, errMayHaveLanded} }
-
-// unsentError is the error of a request that go-redis provably never
-// wrote (neverWrote); it reads as the error itself.
-type unsentError struct{ err error }
-
-func (e *unsentError) Error() string   { return e.err.Error() }
-func (e *unsentError) Unwrap() []error { return []error{e.err, errNotSent} }
+// unsent reports whether a request provably never left the client
+// (node.Unsent).
+func unsent(err error) bool { return node.Unsent(err) }

@@ -10,7 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -93,6 +95,9 @@ func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
 			if err != nil {
 				return scripts.NotOurs, err
 			}
+			if testhooks.YieldUnbounded.Load() {
+				b = 0 // a negative control: a yield without its bound
+			}
 			return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArg(), b)
 		})
 	})
@@ -102,7 +107,7 @@ func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
 		return quorum.Yes, rep.Err
 	}, quorum.All)
 	for i := range c.nodes {
-		if rep, ok := r.Reply(i); !ok || !answered(rep.Err) {
+		if rep, ok := r.Reply(i); !ok || !node.Answered(rep.Err) {
 			return false
 		}
 	}

@@ -128,7 +128,7 @@ func withMode(opts []Option, m Mode) []Option {
 }
 
 // lockKeys names the keys of a lock of cfg's kind on this node (newLock).
-func (n *node) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
+func (n *clientNode) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
 	switch cfg.mode {
 	case ModeRead:
 		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker

@@ -70,7 +70,7 @@ func (w *wakeups) join(token string) (*waiter, error) {
 	if w.subs == nil {
 		w.subs = make([]*redis.PubSub, len(w.c.nodes))
 		for i := range w.subs {
-			ps := w.c.nodes[i].c.Subscribe(context.Background()) // no channel yet: no I/O
+			ps := w.c.nodes[i].C.Subscribe(context.Background()) // no channel yet: no I/O
 			w.subs[i] = ps
 			w.c.wg.Go(func() { w.read(i, ps) })
 		}

@@ -74,3 +74,14 @@ var TermIgnoresLoss atomic.Bool
 // new term, which the simulator's election profile must catch
 // (observe-liveness).
 var ObserveSeesFirst atomic.Bool
+
+// DetachSkipsWait makes Detach hand a lock over without waiting out its
+// requests still in flight (Detach before issue 30): an extension of the
+// detached lock that lands after the next owner's release sets the key
+// again, which the simulator's key-back check must catch.
+var DetachSkipsWait atomic.Bool
+
+// YieldUnbounded makes a yield carry no not-after bound (yields before
+// issue 30): a yield held in the network until the release's guard is gone
+// queues a finished token again.
+var YieldUnbounded atomic.Bool

@@ -1,0 +1,22 @@
+// Package node is the node layer of a redlock Client: what the Client
+// knows of each node it sends requests to, and of each request that may
+// still land there. Every request of the library goes through it (package
+// redlock's call, which package election reaches through the Client):
+//
+//   - health: a node whose last dial failed is down, and one with requests
+//     in flight past their deadline is stuck; requests to either fail at
+//     once, provably unsent (Health.Refuse), instead of queuing in its
+//     sockets;
+//   - the in-flight cap per node (Node.Enter);
+//   - what a failed request may have done (Unsent, Answered, NeverWrote):
+//     it counts as never sent only when it provably wrote no byte;
+//   - the registry of every request in flight per lock token (Ledger),
+//     with each round's start — so its deadline and its requests' not-after
+//     bounds — fixed when it is registered, before any point where it can
+//     be delayed. A release reads it to know where a request of the token
+//     may still land, and for how long (DESIGN step 4).
+//
+// The package knows nothing of locks: a token's Ledger is kept by its
+// Lock, which registers under its own mutex in one step with the check
+// that it may still send.
+package node

@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// TestClassify is the node layer's one rule for a failed request: it
+// counts as never sent only when it provably wrote no byte.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	cases := []struct {
+		name               string
+		err                error
+		neverWrote, unsent bool
+		answered, replied  bool
+	}{
+		{"nil", nil, false, false, true, true},
+		{"pool closed", redis.ErrClosed, true, false, false, false},
+		{"error reply", fmt.Errorf("wrapped: %w", errReply("WRONGTYPE x")), false, false, true, true},
+		{"late", scripts.ErrLate, false, false, true, true},
+		{"dial refused", dial, true, false, false, false},
+		{"dial refused, marked unsent", neverSent(dial), true, true, true, false},
+		{"dial after a pipeline wrote", MayHaveLanded(dial), false, false, false, false},
+		{"timeout", context.DeadlineExceeded, false, false, false, false},
+		{"eof", io.EOF, false, false, false, false},
+		{"busy", ErrBusy, false, true, true, false},
+		{"down", &ConnError{Err: dial, notSent: true}, true, true, true, false},
+		{"timeout while dials fail", &ConnError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false},
+		{"stuck", &StuckError{}, false, true, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := NeverWrote(tc.err); got != tc.neverWrote {
+				t.Errorf("NeverWrote(%v) = %v; want %v", tc.err, got, tc.neverWrote)
+			}
+			if got := Unsent(tc.err); got != tc.unsent {
+				t.Errorf("Unsent(%v) = %v; want %v", tc.err, got, tc.unsent)
+			}
+			if got := Answered(tc.err); got != tc.answered {
+				t.Errorf("Answered(%v) = %v; want %v", tc.err, got, tc.answered)
+			}
+			if got := Replied(tc.err); got != tc.replied {
+				t.Errorf("Replied(%v) = %v; want %v", tc.err, got, tc.replied)
+			}
+		})
+	}
+	// The case of issue 30 item 6: a timeout while the node's dials fail
+	// is wrapped with the dialer's error, and must still "may have landed".
+	h := &Health{dials: &dialState{}}
+	h.dials.set(dial)
+	if err := h.Cause(context.DeadlineExceeded); Unsent(err) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Cause(timeout) while dials fail = %v (unsent %v); want the dialer's error, not unsent", err, Unsent(err))
+	}
+}
+
+type errReply string
+
+func (e errReply) Error() string { return string(e) }
+func (errReply) RedisError()     {}

@@ -1,0 +1,246 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What a Client knows of each node's health, so that a call is answered by
+// what the node is doing, not by the go-redis options its client was built
+// with (issue 21):
+//
+//   - a node whose last dial failed (refused, unresolvable) is down: its
+//     requests fail at once with the dialer's error, Kind "connection",
+//     while one probe per node and Client checks it in the background;
+//   - a node with requests in flight and no reply for longer than a
+//     request's timeout is stuck (paused, or a link that drops packets): its
+//     requests fail at once instead of queuing in its sockets behind the
+//     earlier ones, which a client built without ContextTimeoutEnabled keeps
+//     waiting until its read timeout (3s by default) — DESIGN step 2.
+//
+// Failing a request early is always safe for the algorithm: a node that
+// fails grants nothing, and a request that was never sent cannot land.
+
+// epoch is the origin of the monotonic times kept in atomics.
+var epoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// Health is one node's health as seen by one Client.
+type Health struct {
+	inflight atomic.Int32 // requests sent and not returned
+	// due is when the node is late (monoNow time): the deadline of the
+	// request that found none in flight, pushed to a node timeout after
+	// each return while others are in flight.
+	due     atomic.Int64
+	probing atomic.Bool // a probe of a down node is running
+	// grace is how late past its deadline a request in flight must be
+	// for the node to count as stuck: 0 for a client that may ignore ctx
+	// on reads (ContextTimeoutEnabled false: its requests wait for the read
+	// timeout), lateGrace for one that honours it (a request late by more
+	// is stuck in the node, not in a busy scheduler).
+	grace time.Duration
+	dials *dialState // shared by every Client over the same node client
+}
+
+// dialState records the dials of one node client (go-redis DialHook).
+type dialState struct {
+	err atomic.Pointer[error] // the last dial's error; nil once a dial or a request succeeded
+}
+
+func (d *dialState) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		switch {
+		case err == nil:
+			d.set(nil)
+		case ctx.Err() == nil && !IsTimeout(err):
+			// Refused, unresolvable, unreachable: the node is down. A dial
+			// cut short by its ctx, or one that timed out, says less.
+			d.set(err)
+		}
+		return conn, err
+	}
+}
+
+func (d *dialState) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dialState) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (d *dialState) set(err error) {
+	if err == nil {
+		d.up()
+		return
+	}
+	d.err.Store(&err)
+}
+
+// up clears the last dial's error: a dial or a request succeeded. It is
+// apart from set, whose err escapes, so that the hot path allocates nothing.
+func (d *dialState) up() {
+	if d.err.Load() != nil { // most calls: a load, no store
+		d.err.Store(nil)
+	}
+}
+
+// down returns the error of the node's last dial, or nil.
+func (d *dialState) down() error {
+	if d == nil {
+		return nil
+	}
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// dialStates holds one dialState per node client, so that Clients built
+// one after another over the same clients add one hook in all (go-redis has
+// no RemoveHook). Keys are weak: the entry goes with the client.
+var dialStates sync.Map // weak.Pointer[redis.Client] or weak.Pointer[redis.ClusterClient] → *dialState
+
+// dialsOf returns the dialState of n, adding its hook on first use; nil
+// for a node client of another type (it is not watched).
+func dialsOf(n redis.UniversalClient) *dialState {
+	switch c := n.(type) {
+	case *redis.Client:
+		return stateFor(c, func(d *dialState) { c.AddHook(d) })
+	case *redis.ClusterClient:
+		// A Cluster client's own hooks do not see its nodes' dials.
+		return stateFor(c, func(d *dialState) { c.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(d) }) })
+	}
+	return nil
+}
+
+var dialStatesMu sync.Mutex // serializes adding hooks: one per client
+
+func stateFor[T any](c *T, hook func(*dialState)) *dialState {
+	key := weak.Make(c)
+	if d, ok := dialStates.Load(key); ok {
+		return d.(*dialState)
+	}
+	dialStatesMu.Lock()
+	defer dialStatesMu.Unlock()
+	if d, ok := dialStates.Load(key); ok {
+		return d.(*dialState)
+	}
+	d := &dialState{}
+	hook(d)
+	dialStates.Store(key, d)
+	// The hook keeps d alive as long as the client; the map entry goes
+	// when the client does.
+	runtime.AddCleanup(c, func(k weak.Pointer[T]) { dialStates.Delete(k) }, key)
+	return d
+}
+
+// Refuse returns why a request to the node must not be sent now, or nil;
+// down is set when the node is down (its last dial failed): the caller
+// probes it (see ProbeEvery).
+func (h *Health) Refuse() (err error, down bool) {
+	if err := h.dials.down(); err != nil {
+		return &ConnError{Err: err, notSent: true}, true
+	}
+	if in := h.inflight.Load(); in > 0 {
+		due := h.due.Load()
+		late := time.Duration(monoNow() - due)
+		// Once a second one request goes through all the same: a request
+		// whose client never times out (ReadTimeout -1) on a link that
+		// dropped it would otherwise keep the node stuck for good.
+		if late >= h.grace && (late < stuckProbe || !h.due.CompareAndSwap(due, monoNow())) {
+			return &StuckError{Late: late, Inflight: in}, false
+		}
+	}
+	return nil, false
+}
+
+// stuckProbe is how often a stuck node is sent a request all the same.
+const stuckProbe = time.Second
+
+// lateGrace is the grace of a node client that honours ctx deadlines.
+const lateGrace = 250 * time.Millisecond
+
+// NewHealth returns the health of node n, adding the dial hook to its
+// client on first use (once per client, whichever Clients share it).
+func NewHealth(n redis.UniversalClient) *Health {
+	h := &Health{dials: dialsOf(n)}
+	switch c := n.(type) {
+	case *redis.Client:
+		if c.Options().ContextTimeoutEnabled {
+			h.grace = lateGrace
+		}
+	case *redis.ClusterClient:
+		if c.Options().ContextTimeoutEnabled {
+			h.grace = lateGrace
+		}
+	}
+	return h
+}
+
+// Sent and Returned bracket a request in flight on a node; due is the
+// request's deadline, timeout its whole budget (due − its start): while
+// other requests are in flight, the node is late that long after a return.
+func (h *Health) Sent(due time.Time) {
+	if h.inflight.Add(1) == 1 {
+		h.due.Store(int64(due.Sub(epoch)))
+	}
+}
+
+// Returned ends a request that Sent began; err is its outcome.
+func (h *Health) Returned(err error, timeout time.Duration) {
+	h.due.Store(monoNow() + int64(timeout))
+	h.inflight.Add(-1)
+	if h.dials != nil && Replied(err) {
+		h.dials.up() // the node answered: it is up
+	}
+}
+
+// Down returns the error of the node's last dial, or nil once a dial or a
+// request succeeded.
+func (h *Health) Down() error { return h.dials.down() }
+
+// SetUp records that the node answered a probe.
+func (h *Health) SetUp() { h.dials.set(nil) }
+
+// StartProbe reports whether the caller is to run the node's probe: false
+// while one runs. The probe calls EndProbe when it ends.
+func (h *Health) StartProbe() bool { return h.probing.CompareAndSwap(false, true) }
+
+// EndProbe ends the probe that StartProbe began.
+func (h *Health) EndProbe() { h.probing.Store(false) }
+
+// ProbeEvery is how often a down node is probed: its node timeout, within
+// [250ms, 1s] — a dead node gets at most four dials a second from a Client
+// (with the release loops' own requests, TestReal_releasesWithAKilledNodeStayBounded
+// allows five), and one that is back is noticed within the interval. Not
+// sooner than go-redis lets it: once its pool has counted PoolSize failed
+// dials (reset only after that, by its own probe), it returns the last
+// dial's error without dialing and dials once a second itself, so a node
+// back from a long outage can take up to a second more
+// (TestReal_nodeBackIsUsedAgain).
+func ProbeEvery(timeout time.Duration) time.Duration {
+	return min(max(timeout, 250*time.Millisecond), time.Second)
+}
+
+// Cause returns the real cause of a failure err of a request to the node:
+// one that timed out while the node's dials fail was down, and says so
+// with the dialer's error. The request may still have landed: the error
+// does not match ErrNotSent.
+func (h *Health) Cause(err error) error {
+	if err == nil || !IsTimeout(err) || errors.Is(err, ErrNotSent) {
+		return err
+	}
+	if down := h.dials.down(); down != nil {
+		return &ConnError{Err: fmt.Errorf("%w (its dials fail; %v)", down, err)}
+	}
+	return err
+}
