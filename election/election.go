@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -42,6 +43,8 @@ const LeaderSuffix = ":leader"
 type Election struct {
 	client  *redlock.Client
 	nodes   []redis.UniversalClient
+	layer   []*node.Node // the node layer of nodes (internal/node): every request goes through it
+	link    node.Linked  // the Client's node layer and goroutine owner
 	name    string
 	cfg     config
 	quorum  int
@@ -70,7 +73,7 @@ func New(client *redlock.Client, name string, opts ...Option) (*Election, error)
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	return newElection(client, client.Nodes(), name, opts)
+	return newElection(client, clientsOf(node.Link(client).Nodes), name, opts)
 }
 
 // NewWithNodes is New with nodes given separately: clients of client's
@@ -87,7 +90,7 @@ func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name st
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	own := client.Nodes()
+	own := clientsOf(node.Link(client).Nodes)
 	if len(nodes) != len(own) {
 		return nil, invalid("nodes: %d given, the Client has %d: an election must use the Client's nodes", len(nodes), len(own))
 	}
@@ -100,6 +103,25 @@ func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name st
 		}
 	}
 	return newElection(client, nodes, name, opts)
+}
+
+// sameClients reports whether nodes are the clients of layer.
+func sameClients(nodes []redis.UniversalClient, layer []*node.Node) bool {
+	for i, n := range nodes {
+		if n != layer[i].C {
+			return false
+		}
+	}
+	return len(nodes) == len(layer)
+}
+
+// clientsOf returns the node clients of nodes.
+func clientsOf(nodes []*node.Node) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.C
+	}
+	return out
 }
 
 func isNil(n redis.UniversalClient) bool {
@@ -124,7 +146,19 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
 	}
 	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
-		nodeTimeout: lt, lockTimeout: lt}
+		nodeTimeout: lt, lockTimeout: lt, link: node.Link(client)}
+	// The election's requests go through the Client's node layer: its
+	// nodes when they are the Client's clients (New), nodes of their own
+	// over the clients given otherwise (NewWithNodes), with the Client's
+	// identity check and probes either way.
+	e.layer = e.link.Nodes
+	if !sameClients(nodes, e.layer) {
+		e.layer = make([]*node.Node, len(nodes))
+		for i, n := range nodes {
+			nd := node.New(n)
+			e.layer[i] = &nd
+		}
+	}
 	if cfg.nodeTimeoutSet {
 		e.nodeTimeout = cfg.nodeTimeout
 	}

@@ -8,16 +8,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // owner starts the requests of one round on goroutines the redlock Client
-// owns (redlock.Client.Go), so that a straggler left behind by an early
+// owns (node.Linked.Go), so that a straggler left behind by an early
 // decision is waited for by the Client's Close, as the lock's own are.
 type owner struct {
-	c       *redlock.Client
+	goOwned func(timeout time.Duration, f func()) error
 	timeout time.Duration
 	closed  atomic.Bool // the Client refused a request: it is closed
 }
@@ -26,7 +27,7 @@ type owner struct {
 // goroutine of its own, where its request sees closed and returns at once,
 // with no I/O.
 func (o *owner) Go(f func()) {
-	if !o.closed.Load() && o.c.Go(o.timeout, f) == nil {
+	if !o.closed.Load() && o.goOwned(o.timeout, f) == nil {
 		return
 	}
 	o.closed.Store(true)
@@ -47,13 +48,18 @@ func (o *owner) Go(f func()) {
 // pool (see New). The caller stops waiting for them when ctx ends, by
 // giving ctx to Collect.
 func start[T any](e *Election, ctx context.Context, call func(ctx context.Context, i int, n redis.UniversalClient) (T, error)) *quorum.Round[T] {
-	o := &owner{c: e.client, timeout: e.nodeTimeout}
+	o := &owner{goOwned: e.link.Go, timeout: e.nodeTimeout}
 	return quorum.Start(context.WithoutCancel(ctx), len(e.nodes), e.nodeTimeout, o, func(ctx context.Context, i int) (T, error) {
 		if o.closed.Load() {
 			var zero T
 			return zero, redlock.ErrClosed
 		}
-		return call(ctx, i, e.nodes[i])
+		// Through the node layer (node.Do): the Client's gates for a node
+		// down or stuck, its in-flight cap and identity check.
+		gate, down := e.link.Gate(i)
+		return node.Do(ctx, e.layer[i], e.nodeTimeout, gate, down, func(ctx context.Context, _ redis.Scripter) (T, error) {
+			return call(ctx, i, e.nodes[i])
+		})
 	})
 }
 

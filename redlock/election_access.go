@@ -1,29 +1,18 @@
 package redlock
 
 import (
+	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-// This file holds what packages built on a Client (package election) need
-// of it beyond locks: its nodes, so that they cannot be given others; the
-// node timeout its locks use, so that their own requests time out where
-// the lock's do; and an owner for their requests to the nodes, so that
-// Close waits for those as it waits for its own.
-
-// Nodes returns the Client's node clients, in the order given to New (or
-// the URLs given to Dial): a new slice each call, of the clients the
-// Client runs its requests on. Packages built on a Client (election) use
-// them, so that they act on the very nodes its locks are on. Do not close
-// them: New's caller, or Close for a Dial'ed Client, does. It does no I/O.
-func (c *Client) Nodes() []redis.UniversalClient {
-	out := make([]redis.UniversalClient, len(c.nodes))
-	for i := range c.nodes {
-		out[i] = c.nodes[i].C
-	}
-	return out
-}
+// This file holds what packages built on a Client (package election, the
+// qlock command) need of it beyond locks: the node timeout its locks use,
+// so that their own requests time out where the lock's do, and — through
+// the node layer's Link, not exported here — its nodes, so that they cannot
+// be given others and their requests pass the same gates, and an owner for
+// their requests, so that Close waits for those as for its own.
 
 // NodeTimeout returns the per-node request timeout of a lock this Client
 // takes with the per-call options opts: the value of WithNodeTimeout, or by
@@ -46,16 +35,38 @@ func (c *Client) NodeTimeout(opts ...Option) (time.Duration, error) {
 	return cfg.timeout(), nil
 }
 
-// Go runs f on a goroutine the Client owns, as it runs the stragglers of its
-// own requests after an early decision: Close waits for f, for at most
-// timeout (the longest time f may take: its node timeout) plus a short
-// grace, or the Client's own node timeout if that is longer. Packages built
-// on a Client use it for their requests to its nodes, so that one Close
-// waits for everything the Client's users left in flight. f must return
-// within timeout; Go does not enforce it.
-//
-// It returns ErrClosed, and does not run f, once Close has begun.
-func (c *Client) Go(timeout time.Duration, f func()) error {
+func init() {
+	node.Link = func(x any) node.Linked {
+		c := x.(*Client)
+		nodes := make([]*node.Node, len(c.nodes))
+		for i := range c.nodes {
+			nodes[i] = &c.nodes[i].Node
+		}
+		return node.Linked{Nodes: nodes, Gate: c.gate, Go: c.goOwned}
+	}
+}
+
+// gate returns what node.Do needs for node i (see node.Linked).
+func (c *Client) gate(i int) (func(context.Context) error, func()) {
+	var g func(context.Context) error
+	if !c.nodes[i].id.verified.Load() {
+		g = func(ctx context.Context) error {
+			if dup := c.duplicate(); dup != nil {
+				return dup
+			}
+			return c.identify(ctx, i)
+		}
+	}
+	return g, func() { c.probe(i) }
+}
+
+// goOwned runs f on a goroutine the Client owns, as it runs the stragglers
+// of its own requests after an early decision: Close waits for f, for at
+// most timeout (the longest time f may take: its node timeout) plus a
+// short grace, or the Client's own node timeout if that is longer. f must
+// return within timeout; goOwned does not enforce it. It returns
+// ErrClosed, and does not run f, once Close has begun.
+func (c *Client) goOwned(timeout time.Duration, f func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

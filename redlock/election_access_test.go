@@ -44,7 +44,7 @@ func TestClient_NodeTimeout(t *testing.T) {
 	}
 }
 
-func TestClient_Go(t *testing.T) {
+func TestClient_goOwned(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
 	n := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -57,8 +57,8 @@ func TestClient_Go(t *testing.T) {
 	// Client's own 100ms node timeout).
 	const run = 400 * time.Millisecond
 	done := make(chan struct{})
-	if err := c.Go(2*time.Second, func() { time.Sleep(run); close(done) }); err != nil {
-		t.Fatalf("Go() = %v; want nil", err)
+	if err := c.goOwned(2*time.Second, func() { time.Sleep(run); close(done) }); err != nil {
+		t.Fatalf("goOwned() = %v; want nil", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -66,9 +66,9 @@ func TestClient_Go(t *testing.T) {
 	select {
 	case <-done:
 	default:
-		t.Errorf("Close returned before the function given to Go")
+		t.Errorf("Close returned before the function given to goOwned")
 	}
-	if err := c.Go(time.Second, func() { t.Error("f ran after Close") }); !errors.Is(err, ErrClosed) {
-		t.Errorf("Go() after Close = %v; want ErrClosed", err)
+	if err := c.goOwned(time.Second, func() { t.Error("f ran after Close") }); !errors.Is(err, ErrClosed) {
+		t.Errorf("goOwned() after Close = %v; want ErrClosed", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -108,7 +109,7 @@ type identity struct {
 
 func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity {
 	val, _ := json.Marshal(election.Leader{Identity: c.identity, Fence: l.Fence(), Since: time.Now()})
-	nodes := client.Nodes()
+	nodes := clientsOf(client)
 	write := func(px time.Duration) {
 		var wg sync.WaitGroup
 		for _, n := range nodes {
@@ -231,4 +232,15 @@ func statusPermits(nodes []redis.UniversalClient, c *common, resource string, st
 	}
 	fmt.Fprintf(stdout, "verdict: unknown: %d of %d permits held, %d undecided (too few nodes answered)\n", held, k, unknown)
 	return exitNoQuorum
+}
+
+// clientsOf returns the node clients of client, in its order (the node
+// layer's Link: package redlock exports no such plumbing).
+func clientsOf(client *redlock.Client) []redis.UniversalClient {
+	nodes := node.Link(client).Nodes
+	out := make([]redis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.C
+	}
+	return out
 }
