@@ -141,14 +141,23 @@ func TestLate_extendHeldAfterRegistration(t *testing.T) {
 	t.Logf("Extend held %v after its registration, then let go: %v", held.Round(time.Millisecond), eerr)
 	// Its requests land or time out within a node timeout of their send:
 	// five of them is the window.
-	if s := noneHoldsFor(t, rc, key, l.Token(), 5*nodeTimeout); s != "" {
-		t.Errorf("%v after Unlock, the released token is back: %s; want no node to hold it",
-			time.Since(unlocked).Round(time.Millisecond), s)
+	staysReleased(t, rc, b, "late-extend", l.Token(), 5*nodeTimeout, "Unlock", unlocked)
+	t.Logf("the held Extend returned %v before the checks ended", time.Since(returned).Round(time.Millisecond))
+}
+
+// staysReleased checks the promise of a release at since (what names it):
+// for window, no node shows token in resource's key, and then another
+// Client, next, takes the lock at once.
+func staysReleased(t *testing.T, rc *redistest.Cluster, next *Client, resource, token string, window time.Duration, what string, since time.Time) {
+	t.Helper()
+	if s := noneHoldsFor(t, rc, "lock:"+resource, token, window); s != "" {
+		t.Errorf("%v after %s, the released token is back: %s; want no node to hold it",
+			time.Since(since).Round(time.Millisecond), what, s)
 	}
-	other, err := b.TryLock(t.Context(), "late-extend")
+	other, err := next.TryLock(t.Context(), resource)
 	if err != nil {
-		t.Errorf("another Client's TryLock %v after the held Extend returned = %v; want the free lock",
-			time.Since(returned).Round(time.Millisecond), err)
+		t.Errorf("another Client's TryLock %v after %s = %v; want the free lock",
+			time.Since(since).Round(time.Millisecond), what, err)
 		return
 	}
 	other.Unlock(context.Background())
@@ -174,12 +183,8 @@ func TestLate_detachWithExtendInFlight(t *testing.T) {
 	// holder's links are slow.
 	resumer := newClient(t, directClients(t, rc), opts...)
 	next := newClient(t, directClients(t, rc), opts...)
-	const res, key = "late-detach", "lock:late-detach"
-	l, err := holder.Lock(t.Context(), res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heldOnEvery(t, rc, l)
+	const res = "late-detach"
+	l := lockedEverywhere(t, rc, holder, res)
 	before1, before2 := sent[1].Load(), sent[2].Load()
 	rc.SetLatency(1, latency)
 	rc.SetLatency(2, latency)
@@ -206,18 +211,25 @@ func TestLate_detachWithExtendInFlight(t *testing.T) {
 	unlocked := time.Now()
 	// The holder's Extend lands a latency after its send and gives up a
 	// node timeout after it: five node timeouts is the window.
-	if s := noneHoldsFor(t, rc, key, l.Token(), 5*nodeTimeout); s != "" {
-		t.Errorf("%v after the resumer's Unlock, the released token is back: %s; want no node to hold it",
-			time.Since(unlocked).Round(time.Millisecond), s)
-	}
+	staysReleased(t, rc, next, res, l.Token(), 5*nodeTimeout, "the resumer's Unlock", unlocked)
 	t.Logf("the holder's Extend: %v", extendErr())
-	other, err := next.TryLock(t.Context(), res)
+}
+
+// lockedEverywhere locks resource with c, waits until every node holds it,
+// and extends it once, so that the extend script is loaded on every node
+// (an EVALSHA answered NOSCRIPT costs a round trip more, which a slowed
+// link may not leave).
+func lockedEverywhere(t *testing.T, rc *redistest.Cluster, c *Client, resource string) *Lock {
+	t.Helper()
+	l, err := c.Lock(t.Context(), resource)
 	if err != nil {
-		t.Errorf("another Client's TryLock %v after the resumer's Unlock = %v; want the free lock",
-			time.Since(unlocked).Round(time.Millisecond), err)
-		return
+		t.Fatal(err)
 	}
-	other.Unlock(context.Background())
+	heldOnEvery(t, rc, l)
+	if err := l.Extend(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // Item 3: a Resume refused with ErrNotHeld (the token expired, was never
@@ -521,30 +533,40 @@ func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Co
 	return nd.DialContext(ctx, network, addr)
 }
 
-// Item 6: a request that timed out while the node's dials failed may have
-// landed: it must not be counted as never sent. Node 2's link has 300ms of
-// latency and its dialer refuses new connections; an Extend misses the
-// 500ms node timeout there while another call's dial to node 2 is refused;
-// the lock is unlocked; node 2 becomes reachable again → the released
-// token must go from node 2 (the Client's release retry loop), long before
-// its TTL. The same with go-redis retries (MaxRetries ≥ 1, its default).
-// The control, with dials that succeed, shows the setup releases node 2.
+// Item 6: a request that may have reached its node counts as "may have
+// landed", not "never sent", also when the node's dials fail: its release
+// there gets the guard and is retried until the node answers. Node 2 lost
+// the lock's key (restarted empty, say), its link has 300ms of latency and
+// its dialer refuses new connections; an Extend, sent on the connection the
+// node client had, sets the key there again; then
+//   - "timeout while a dial is refused": it misses the 500ms node timeout
+//     while another call's dial to node 2 is refused (a Lock call that
+//     waits subscribes on every node);
+//   - "go-redis retries" (MaxRetries 2, go-redis's default is 3): its
+//     connection is reset after it landed, go-redis retries it, and the
+//     retry's dial is refused;
+//
+// the lock is unlocked and node 2 becomes reachable again: the released
+// token must go from node 2 within a few probe intervals, long before its
+// TTL (30s). The control (dials succeed) shows the setup releases node 2.
 func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name       string
-		maxRetries int
-		refuse     bool
+		name        string
+		maxRetries  int
+		nodeTimeout time.Duration
+		refuse      bool
+		reset       bool // reset node 2's connections once the Extend landed
 	}{
-		{"no retries", -1, true},
-		{"go-redis retries", 2, true},
-		{"control: dials succeed", -1, false},
+		{"timeout while a dial is refused", -1, 500 * time.Millisecond, true, false},
+		{"go-redis retries", 2, 2 * time.Second, true, true},
+		{"control: dials succeed", -1, 500 * time.Millisecond, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rc := redistest.Start(t, 3)
-			const nodeTimeout, latency = 500 * time.Millisecond, 300 * time.Millisecond
+			const latency = 300 * time.Millisecond
 			d := &refusingDialer{}
 			node2 := redis.NewClient(&redis.Options{
 				Addr:                     rc.Addr(2),
@@ -561,16 +583,24 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 			node2.AddHook(countingHook{&sent})
 			h := &nodeErrs{}
 			a := newClient(t, []redis.UniversalClient{rc.Client(0), rc.Client(1), node2},
-				WithTTL(30*time.Second), WithNodeTimeout(nodeTimeout), WithAutoRenew(false), WithHooks(h))
+				WithTTL(30*time.Second), WithNodeTimeout(tc.nodeTimeout), WithAutoRenew(false), WithHooks(h))
 			next := newClient(t, directClients(t, rc))
 			const res, key = "late-dial", "lock:late-dial"
-			l, err := a.Lock(t.Context(), res)
+			l := lockedEverywhere(t, rc, a, res)
+			// Node 2 loses the key: only the Extend can set it there again.
+			if err := rc.Admin(2).Del(t.Context(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Another holds a resource a's waiting call will want.
+			busy, err := next.Lock(t.Context(), "late-dial-busy")
 			if err != nil {
 				t.Fatal(err)
 			}
-			heldOnEvery(t, rc, l)
+			defer busy.Unlock(context.Background())
 			rc.SetLatency(2, latency)
+			defer rc.SetLatency(2, 0)
 			d.refuse.Store(tc.refuse)
+			defer d.refuse.Store(false)
 			before := sent.Load()
 			extended := make(chan error, 1)
 			go func() { extended <- l.Extend(context.Background()) }()
@@ -578,55 +608,74 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				t.Fatal("the Extend was never sent to node 2")
 			}
 			extendSent := time.Now()
-			// Other calls need connections to node 2 while the Extend's
-			// holds the one it had: their dials are refused.
-			var calls sync.WaitGroup
-			for range 4 {
-				calls.Go(func() { _, _ = a.IsLocked(context.Background(), "late-dial-other") })
-			}
-			calls.Wait()
-			if tc.refuse && d.refused.Load() == 0 {
-				t.Fatal("setup: no dial to node 2 was refused")
+			var waiting sync.WaitGroup
+			defer waiting.Wait()
+			if tc.reset {
+				if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 2, key) == l.Token() }) {
+					t.Fatal("setup: the Extend never reached node 2")
+				}
+				rc.Cut(2)
+				defer rc.Heal(2)
+			} else {
+				// A Lock call of the same Client waits for the busy
+				// resource: it subscribes on every node, and its dial to
+				// node 2 is refused.
+				waiting.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					if l, err := a.Lock(ctx, "late-dial-busy"); err == nil {
+						l.Unlock(context.Background())
+					}
+				})
 			}
 			eerr := <-extended
-			// Node 2's request of the Extend ends at its node timeout.
-			extendFailed := func() bool {
+			var failed *NodeErrorInfo
+			if !eventually(5*time.Second, func() bool {
 				for _, ne := range h.seenNow() {
 					if ne.Op == "extend" && ne.Node == 2 {
+						failed = &ne
 						return true
 					}
 				}
 				return false
-			}
-			if !eventually(5*time.Second, extendFailed) {
+			}) {
 				t.Fatal("node 2's request of the Extend never ended")
 			}
-			for _, ne := range h.seenNow() {
-				if ne.Op == "extend" && ne.Node == 2 {
-					t.Logf("Extend = %v; node 2: kind %s, %v (%v after its send; %d dials refused)",
-						eerr, ne.Kind, ne.Err, time.Since(extendSent).Round(time.Millisecond), d.refused.Load())
-					break
-				}
+			t.Logf("Extend = %v; node 2: kind %s, %v (%v after its send; %d dials refused)",
+				eerr, failed.Kind, failed.Err, time.Since(extendSent).Round(time.Millisecond), d.refused.Load())
+			if tc.refuse && d.refused.Load() == 0 {
+				t.Fatal("setup: no dial to node 2 was refused")
+			}
+			if got := keyOn(t, rc, 2, key); got != l.Token() {
+				t.Fatalf("setup: node 2's key = %q after the Extend; want our token (the Extend set it again)", got)
 			}
 			if err := l.Unlock(t.Context()); err != nil {
 				t.Fatalf("Unlock = %v", err)
 			}
+			// Node 2 stays unreachable until Unlock's request there has
+			// failed (go-redis's own retries included).
+			if tc.refuse && !eventually(5*time.Second, func() bool {
+				for _, ne := range h.seenNow() {
+					if ne.Op == "release" && ne.Node == 2 {
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Logf("no release to node 2 failed within 5s")
+			}
 			d.refuse.Store(false)
 			rc.SetLatency(2, 0)
+			rc.Heal(2)
 			reachable := time.Now()
-			// Back within a probe interval, or go-redis's second when its
-			// pool stopped dialing (docs/nodes.md: 0.71-0.90s); 10s is the
-			// bound, far below the key's 30s TTL.
+			// A down node is probed every node timeout (at least 250ms, at
+			// most 1s), and a go-redis pool that stopped dialing dials
+			// again within a second (docs/nodes.md: 0.71-0.90s): 10s is
+			// the bound, far below the key's TTL of 30s.
 			if !eventually(10*time.Second, func() bool { return keyOn(t, rc, 2, key) != l.Token() }) {
-				t.Errorf("%v after node 2 was reachable again, %s; want the released token gone from node 2",
+				t.Errorf("%v after node 2 was reachable again, the released token is still there: %s; want it gone from node 2",
 					time.Since(reachable).Round(time.Millisecond), heldWhere(t, rc, key, l.Token()))
 			}
-			other, err := next.TryLock(t.Context(), res)
-			if err != nil {
-				t.Errorf("another Client's TryLock = %v; want the free lock", err)
-				return
-			}
-			other.Unlock(context.Background())
 		})
 	}
 }
