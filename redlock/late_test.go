@@ -654,7 +654,7 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				}
 				return false
 			}) {
-				t.Fatal("node 2's request of the Extend never ended")
+				t.Fatalf("node 2's request of the Extend never ended (Extend = %v; node errors %+v)", eerr, h.seenNow())
 			}
 			t.Logf("Extend = %v; node 2: kind %s, %v (%v after its send; %d dials refused)",
 				eerr, failed.Kind, failed.Err, time.Since(extendSent).Round(time.Millisecond), d.refused.Load())
