@@ -468,13 +468,13 @@ func (h *yieldDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // released it with a guard, and the guard expired — must not put the
 // finished token back in the queue: the next acquire there would hand it
 // the key. Nodes 1 and 2 hold another owner's key, so the waiter wins only
-// node 0 and yields it; the yield is held 2s on the way. Then the other
+// node 0 and yields it; the yield is held 3s on the way (the guard lasts about a node timeout, 500ms). Then the other
 // owner lets go, node 2 is cut off, and another Client's TryLock (nodes 0
 // and 1) must succeed. Not parallel: the ticket seam is global.
 func TestLate_lateYieldRequeuesNothing(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	const res, key = "late-yield", "lock:late-yield"
-	const nodeTimeout, late = 300 * time.Millisecond, 2 * time.Second
+	const nodeTimeout, late = 500 * time.Millisecond, 3 * time.Second
 	const ticket = 1_000_000_007
 	setTicket(t, ticket)
 	for i := 1; i < 3; i++ {
@@ -485,13 +485,31 @@ func TestLate_lateYieldRequeuesNothing(t *testing.T) {
 	nodes := rc.Clients()
 	h := &yieldDelay{rc: rc, node: 0, ticket: strconv.Itoa(ticket), late: late}
 	nodes[0].(*redis.Client).AddHook(h)
-	w := newClient(t, nodes, WithTTL(10*time.Second), WithNodeTimeout(nodeTimeout))
-	listening(t, w) // its Lock call queues from its first attempt
+	rec := &recorder{}
+	w := newClient(t, nodes, WithTTL(10*time.Second), WithNodeTimeout(nodeTimeout), WithHooks(rec))
+	// w learns its nodes (identity, clocks) first, so that its first
+	// attempt is answered within the node timeout on a loaded machine,
+	// and listens already, so that the attempt queues.
+	warm, err := w.TryLock(t.Context(), "late-yield-warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+	listening(t, w)
+	// Nodes 1 and 2 answer later than node 0, so that the attempt counts
+	// node 0's grant before their refusals decide it (and yields it).
+	for i := 1; i < 3; i++ {
+		rc.SetLatency(i, 50*time.Millisecond)
+		defer rc.SetLatency(i, 0)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	got := lockAsyncCtx(ctx, w, res, WithRetryDelay(10*time.Second, 11*time.Second))
 	if !eventually(10*time.Second, func() bool { return h.sent.Load() != 0 }) {
-		t.Fatal("the waiter never yielded node 0")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		t.Fatalf("setup: the waiter never yielded node 0 (no request to it carried the ticket %q as a string argument, as scripts.ReleaseArgs sends a yield); its attempts: %+v",
+			h.ticket, rec.attempts)
 	}
 	sent := time.Unix(0, h.sent.Load())
 	tok := *h.token.Load()
