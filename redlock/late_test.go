@@ -468,9 +468,10 @@ func (h *yieldDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // released it with a guard, and the guard expired — must not put the
 // finished token back in the queue: the next acquire there would hand it
 // the key. Nodes 1 and 2 hold another owner's key, so the waiter wins only
-// node 0 and yields it; the yield is held 3s on the way (the guard lasts about a node timeout, 500ms). Then the other
-// owner lets go, node 2 is cut off, and another Client's TryLock (nodes 0
-// and 1) must succeed. Not parallel: the ticket seam is global.
+// node 0 and yields it; the yield is held 3s on the way (the guard lasts
+// about a node timeout, 500ms). Then the other owner lets go, node 2 is
+// cut off, and another Client's TryLock (nodes 0 and 1) must succeed. Not
+// parallel: the ticket seam is global.
 func TestLate_lateYieldRequeuesNothing(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	const res, key = "late-yield", "lock:late-yield"
