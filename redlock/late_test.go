@@ -1,0 +1,757 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
+)
+
+// Regression tests of issue 30: a released, refused, yielded or handed-over
+// token's key must never be (re)written on the nodes, and a call's
+// background work must not depend on the caller's ctx. One test per item
+// (1–6 and 8), each on real redis-server nodes; each failed on main at
+// a90295e for the reason the issue gives.
+
+// heldWhere describes the nodes whose key holds token, with their PTTLs
+// ("" when none does), read directly from the servers.
+func heldWhere(t *testing.T, rc *redistest.Cluster, key, token string) string {
+	t.Helper()
+	var where []string
+	for i := range rc.N() {
+		if keyOn(t, rc, i, key) == token {
+			pttl, _ := rc.Admin(i).PTTL(context.Background(), key).Result()
+			where = append(where, fmt.Sprintf("node %d (PTTL %v)", i, pttl.Round(time.Millisecond)))
+		}
+	}
+	if len(where) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d nodes hold it: %s", len(where), rc.N(), strings.Join(where, ", "))
+}
+
+// noneHoldsFor watches the nodes for d and returns, at the first sighting
+// of token in key on any node, what heldWhere says then; "" when no node
+// showed it for the whole of d.
+func noneHoldsFor(t *testing.T, rc *redistest.Cluster, key, token string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if s := heldWhere(t, rc, key, token); s != "" {
+			return s
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ""
+}
+
+// queuedTokenOn reports whether node i's waiter queue for key holds an
+// entry of token (members are "client/reservation/token").
+func queuedTokenOn(t *testing.T, rc *redistest.Cluster, i int, key, token string) bool {
+	t.Helper()
+	members, err := rc.Admin(i).ZRange(context.Background(), key+scripts.QueueSuffix, 0, -1).Result()
+	if err != nil {
+		t.Fatalf("ZRANGE on node %d: %v", i, err)
+	}
+	for _, m := range members {
+		if strings.HasSuffix(m, "/"+token) {
+			return true
+		}
+	}
+	return false
+}
+
+// Item 1: an Extend registered before Unlock but sent after it (its
+// goroutine descheduled in between: here held at testhooks.ExtendPause past
+// the release's guard) must set nothing: no node holds the released token
+// after the Extend's requests could have landed, and another Client takes
+// the lock at once. Not parallel: the seam is global.
+func TestLate_extendHeldAfterRegistration(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	const ttl, nodeTimeout = 5 * time.Second, 500 * time.Millisecond
+	opts := []Option{WithTTL(ttl), WithNodeTimeout(nodeTimeout), WithAutoRenew(false)}
+	a := newClient(t, rc.Clients(), opts...)
+	b := newClient(t, rc.Clients(), opts...)
+	const key = "lock:late-extend"
+	l, err := a.Lock(t.Context(), "late-extend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := make(chan time.Time, 1), make(chan struct{})
+	var once atomic.Bool
+	f := func() {
+		if once.CompareAndSwap(false, true) {
+			paused <- time.Now()
+			<-resume
+		}
+	}
+	testhooks.ExtendPause.Store(&f)
+	defer testhooks.ExtendPause.Store(nil)
+	letGo := sync.OnceFunc(func() { close(resume) })
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(context.Background()) }()
+	extendErr := sync.OnceValue(func() error { return <-extended })
+	defer extendErr()
+	defer letGo()
+	registered := <-paused
+	// Unlock on a goroutine of its own: a Client may make it wait for the
+	// registered Extend (until that request's bound has passed, say);
+	// then the Extend is let go four node timeouts after its registration.
+	unlockErr := make(chan error, 1)
+	go func() { unlockErr <- l.Unlock(context.Background()) }()
+	var unlocked time.Time
+	select {
+	case err := <-unlockErr:
+		unlocked = time.Now()
+		if err != nil {
+			t.Fatalf("Unlock = %v", err)
+		}
+		if !eventually(5*time.Second, func() bool { return heldWhere(t, rc, key, l.Token()) == "" }) {
+			t.Fatalf("the release never landed: %s", heldWhere(t, rc, key, l.Token()))
+		}
+		// The Extend stays held past the release's guard (it lasts about
+		// a node timeout), as a goroutine descheduled between its
+		// registration and its send would be: until no node has the guard
+		// any more, and at least four node timeouts after the
+		// registration.
+		guard := key + scripts.GuardSuffix + l.Token()
+		if !eventually(10*time.Second, func() bool {
+			for i := range rc.N() {
+				if n, _ := rc.Admin(i).Exists(context.Background(), guard).Result(); n != 0 {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Logf("the release's guard is still on a node 10s after Unlock")
+		}
+		if d := time.Until(registered.Add(4 * nodeTimeout)); d > 0 {
+			time.Sleep(d)
+		}
+	case <-time.After(time.Until(registered.Add(4 * nodeTimeout))):
+		t.Logf("Unlock waits for the registered Extend: letting it go")
+		letGo()
+		if err := <-unlockErr; err != nil {
+			t.Fatalf("Unlock = %v", err)
+		}
+		unlocked = time.Now()
+	}
+	held := time.Since(registered)
+	letGo()
+	eerr := extendErr()
+	t.Logf("Extend held %v after its registration, then let go: %v", held.Round(time.Millisecond), eerr)
+	// Its requests land or time out within a node timeout of their send:
+	// five of them is the window.
+	staysReleased(t, rc, b, "late-extend", l.Token(), 5*nodeTimeout, "Unlock", unlocked)
+}
+
+// staysReleased checks the promise of a release at since (what names it):
+// for window, no node shows token in resource's key, and then another
+// Client, next, takes the lock at once.
+func staysReleased(t *testing.T, rc *redistest.Cluster, next *Client, resource, token string, window time.Duration, what string, since time.Time) {
+	t.Helper()
+	if s := noneHoldsFor(t, rc, "lock:"+resource, token, window); s != "" {
+		t.Errorf("%v after %s, the released token is back: %s; want no node to hold it",
+			time.Since(since).Round(time.Millisecond), what, s)
+	}
+	other, err := next.TryLock(t.Context(), resource)
+	if err != nil {
+		t.Errorf("another Client's TryLock %v after %s = %v; want the free lock",
+			time.Since(since).Round(time.Millisecond), what, err)
+		return
+	}
+	other.Unlock(context.Background())
+}
+
+// Item 2: Detach while an Extend of the lock is in flight on slow links;
+// another Client resumes the lock, works 20ms and unlocks. The Extend
+// reaches the nodes after that release: it must set nothing (Detach hands
+// over its requests in flight or waits them out), so that no node holds
+// the released token afterwards and another Client takes the lock at once.
+func TestLate_detachWithExtendInFlight(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	const ttl, nodeTimeout, latency = 5 * time.Second, 500 * time.Millisecond, 400 * time.Millisecond
+	opts := []Option{WithTTL(ttl), WithNodeTimeout(nodeTimeout), WithAutoRenew(false)}
+	nodes := rc.Clients()
+	var sent [3]atomic.Int64
+	for i, n := range nodes {
+		n.(*redis.Client).AddHook(countingHook{&sent[i]})
+	}
+	holder := newClient(t, nodes, opts...)
+	// The resumer and the next Client reach the servers directly: only the
+	// holder's links are slow.
+	resumer := newClient(t, directClients(t, rc), opts...)
+	next := newClient(t, directClients(t, rc), opts...)
+	const res = "late-detach"
+	l := lockedEverywhere(t, rc, holder, res)
+	before1, before2 := sent[1].Load(), sent[2].Load()
+	rc.SetLatency(1, latency)
+	rc.SetLatency(2, latency)
+	defer rc.SetLatency(1, 0)
+	defer rc.SetLatency(2, 0)
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(context.Background()) }()
+	extendErr := sync.OnceValue(func() error { return <-extended })
+	defer extendErr()
+	if !eventually(5*time.Second, func() bool { return sent[1].Load() > before1 && sent[2].Load() > before2 }) {
+		t.Fatal("the Extend was never sent to nodes 1 and 2")
+	}
+	if err := l.Detach(); err != nil {
+		t.Fatalf("Detach = %v", err)
+	}
+	r, err := resumer.Resume(t.Context(), res, l.Token())
+	if err != nil {
+		t.Fatalf("Resume = %v", err)
+	}
+	time.Sleep(20 * time.Millisecond) // the resumer's work
+	if err := r.Unlock(t.Context()); err != nil {
+		t.Fatalf("the resumer's Unlock = %v", err)
+	}
+	unlocked := time.Now()
+	// The holder's Extend lands a latency after its send and gives up a
+	// node timeout after it: five node timeouts is the window.
+	staysReleased(t, rc, next, res, l.Token(), 5*nodeTimeout, "the resumer's Unlock", unlocked)
+	t.Logf("the holder's Extend: %v", extendErr())
+}
+
+// lockedEverywhere locks resource with c, waits until every node holds it,
+// and extends it once, so that the extend script is loaded on every node
+// (an EVALSHA answered NOSCRIPT costs a round trip more, which a slowed
+// link may not leave).
+func lockedEverywhere(t *testing.T, rc *redistest.Cluster, c *Client, resource string) *Lock {
+	t.Helper()
+	l, err := c.Lock(t.Context(), resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOnEvery(t, rc, l)
+	if err := l.Extend(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Item 3: a Resume refused with ErrNotHeld (the token expired, was never
+// issued, or is held on a minority only) writes nothing: as soon as Resume
+// returns, no node where the key was absent holds the token, the rest let
+// go of it, and another Client takes the lock at once. The Resumes' links
+// are slowed (100ms each way), so that anything the refused round wrote is
+// still there when Resume returns, whatever it releases in the background.
+func TestLate_refusedResumeWritesNothing(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients())
+	// Through the servers directly: the Client that holds or takes the
+	// lock meanwhile is not slowed.
+	direct := directClients(t, rc)
+	other := newClient(t, direct)
+	issuer := newClient(t, direct)
+	// The resuming Client learns its nodes (identity, clocks) before the
+	// links slow down.
+	w, err := c.TryLock(t.Context(), "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Unlock(t.Context())
+	for i := range rc.N() {
+		rc.SetLatency(i, 100*time.Millisecond)
+		defer rc.SetLatency(i, 0)
+	}
+	cases := []struct {
+		name string
+		// token makes the token to resume; it returns the nodes that hold
+		// it before Resume (and may hold it until Resume's cleanup lands).
+		token func(t *testing.T, res string) (string, []int)
+	}{
+		{"never issued", func(t *testing.T, res string) (string, []int) { return uuid.NewString(), nil }},
+		{"expired", func(t *testing.T, res string) (string, []int) {
+			l, err := issuer.Lock(t.Context(), res, WithTTL(time.Second), WithAutoRenew(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Detach(); err != nil {
+				t.Fatal(err)
+			}
+			if !noLockKey(t, rc, "lock:"+res, 5*time.Second) {
+				t.Fatal("the detached lock's key did not expire")
+			}
+			return l.Token(), nil
+		}},
+		{"held on a minority", func(t *testing.T, res string) (string, []int) {
+			tok := uuid.NewString()
+			if err := rc.Admin(0).Set(t.Context(), "lock:"+res, tok, 30*time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return tok, []int{0}
+		}},
+	}
+	for k, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := "late-resume-" + strconv.Itoa(k)
+			key := "lock:" + res
+			tok, had := tc.token(t, res)
+			_, err := c.Resume(t.Context(), res, tok)
+			var written []string
+			for i := range rc.N() {
+				if keyOn(t, rc, i, key) == tok && !containsInt(had, i) {
+					pttl, _ := rc.Admin(i).PTTL(context.Background(), key).Result()
+					written = append(written, fmt.Sprintf("node %d (PTTL %v)", i, pttl.Round(time.Millisecond)))
+				}
+			}
+			l, lerr := other.TryLock(t.Context(), res)
+			if !errors.Is(err, ErrNotHeld) {
+				t.Errorf("Resume = %v; want ErrNotHeld", err)
+			}
+			if len(written) > 0 {
+				t.Errorf("when the refused Resume returned, the token was on %d nodes where it had been absent: %s; want none",
+					len(written), strings.Join(written, ", "))
+			}
+			if lerr != nil {
+				t.Errorf("another Client's TryLock at once after the refused Resume = %v; want the free lock", lerr)
+			} else {
+				l.Unlock(context.Background())
+			}
+			if !eventually(5*time.Second, func() bool { return heldWhere(t, rc, key, tok) == "" }) {
+				t.Errorf("5s after the refused Resume: %s; want no node to hold the token", heldWhere(t, rc, key, tok))
+			}
+		})
+	}
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Item 4: a lock acquired through the waiter queue, detached and resumed by
+// another Client: once the resumed Lock is unlocked, the waiter's queue
+// entry is gone from every node, and no later acquire or release hands the
+// key to the released token. Here node 2 holds another owner's key while
+// the waiter queues, so the handoff (from nodes 0 and 1) leaves the entry
+// there.
+func TestLate_resumedWaiterLeavesNoQueueEntry(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	const res, key = "late-queue", "lock:late-queue"
+	if err := rc.Admin(2).Set(t.Context(), key, uuid.NewString(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := newClient(t, rc.Clients())
+	waiter := newClient(t, rc.Clients())
+	resumer := newClient(t, rc.Clients())
+	next := newClient(t, rc.Clients())
+	held, err := first.Lock(t.Context(), res) // nodes 0 and 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retry delay of 10s: the waiter's entries neither lapse nor get
+	// refreshed by a fallback attempt while the test runs.
+	got := lockAsync(t, waiter, res, WithRetryDelay(10*time.Second, 11*time.Second))
+	if !eventually(10*time.Second, func() bool { return queuedOnEvery(t, rc, key+scripts.QueueSuffix, 1) }) {
+		t.Fatal("the waiter never queued on every node")
+	}
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock = %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter's Lock = %v", r.err)
+	}
+	tok := r.l.Token()
+	if err := r.l.Detach(); err != nil {
+		t.Fatalf("Detach = %v", err)
+	}
+	resumed, err := resumer.Resume(t.Context(), res, tok)
+	if err != nil {
+		t.Fatalf("Resume = %v", err)
+	}
+	if err := resumed.Unlock(t.Context()); err != nil {
+		t.Fatalf("the resumed lock's Unlock = %v", err)
+	}
+	unlocked := time.Now()
+	left := func() []int {
+		var on []int
+		for i := range rc.N() {
+			if queuedTokenOn(t, rc, i, key, tok) {
+				on = append(on, i)
+			}
+		}
+		return on
+	}
+	// A release lands within a node timeout (1s at the default TTL).
+	if !eventually(5*time.Second, func() bool { return len(left()) == 0 }) {
+		t.Errorf("%v after the resumed lock's Unlock, the queues of nodes %v still hold the waiter's entry; want it gone",
+			time.Since(unlocked).Round(time.Millisecond), left())
+	}
+	// The other owner lets go of node 2: the next acquire there serves
+	// the queue, and must not hand the key to the released token.
+	rc.Admin(2).Del(t.Context(), key)
+	l, err := next.TryLock(t.Context(), res)
+	if err != nil {
+		t.Errorf("another Client's TryLock = %v; want the free lock", err)
+	} else {
+		defer l.Unlock(context.Background())
+	}
+	if s := noneHoldsFor(t, rc, key, tok, 2*time.Second); s != "" {
+		t.Errorf("after another Client's TryLock, the released token holds the key again: %s; want no node to hold it", s)
+	}
+}
+
+// yieldDelay is a hook on one node's client that holds a waiter's yield
+// (the release script with the waiter's ticket, sent by settle) in the
+// network: the node's link gets latency late while the yield is written,
+// and none from its return on, so that what the waiter sends next (the
+// guarded release of the token) overtakes it by late.
+type yieldDelay struct {
+	rc     *redistest.Cluster
+	node   int
+	ticket string
+	late   time.Duration
+	sent   atomic.Int64           // UnixNano when the yield was sent; 0 until then
+	token  atomic.Pointer[string] // the yielding token
+	once   atomic.Bool
+}
+
+func (h *yieldDelay) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *yieldDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		yield, token := false, ""
+		for _, a := range args {
+			s, ok := a.(string)
+			if !ok {
+				continue
+			}
+			if s == h.ticket {
+				yield = true
+			}
+			if _, err := uuid.Parse(s); err == nil && len(s) == 36 && token == "" {
+				token = s
+			}
+		}
+		if !yield || token == "" || !h.once.CompareAndSwap(false, true) {
+			return next(ctx, cmd)
+		}
+		h.token.Store(&token)
+		h.rc.SetLatency(h.node, h.late)
+		h.sent.Store(time.Now().UnixNano())
+		err := next(ctx, cmd)
+		h.rc.SetLatency(h.node, 0)
+		return err
+	}
+}
+func (h *yieldDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Item 5: a yield that lands late — after the waiter gave the token up,
+// released it with a guard, and the guard expired — must not put the
+// finished token back in the queue: the next acquire there would hand it
+// the key. Nodes 1 and 2 hold another owner's key, so the waiter wins only
+// node 0 and yields it; the yield is held 3s on the way (the guard lasts
+// about a node timeout, 500ms). Then the other owner lets go, node 2 is
+// cut off, and another Client's TryLock (nodes 0 and 1) must succeed. Not
+// parallel: the ticket seam is global.
+func TestLate_lateYieldRequeuesNothing(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	const res, key = "late-yield", "lock:late-yield"
+	const nodeTimeout, late = 500 * time.Millisecond, 3 * time.Second
+	const ticket = 1_000_000_007
+	setTicket(t, ticket)
+	for i := 1; i < 3; i++ {
+		if err := rc.Admin(i).Set(t.Context(), key, uuid.NewString(), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := rc.Clients()
+	h := &yieldDelay{rc: rc, node: 0, ticket: strconv.Itoa(ticket), late: late}
+	nodes[0].(*redis.Client).AddHook(h)
+	rec := &recorder{}
+	w := newClient(t, nodes, WithTTL(10*time.Second), WithNodeTimeout(nodeTimeout), WithHooks(rec))
+	// w learns its nodes (identity, clocks) first, so that its first
+	// attempt is answered within the node timeout on a loaded machine,
+	// and listens already, so that the attempt queues.
+	warm, err := w.TryLock(t.Context(), "late-yield-warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+	listening(t, w)
+	// Nodes 1 and 2 answer later than node 0, so that the attempt counts
+	// node 0's grant before their refusals decide it (and yields it).
+	for i := 1; i < 3; i++ {
+		rc.SetLatency(i, 50*time.Millisecond)
+		defer rc.SetLatency(i, 0)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := lockAsyncCtx(ctx, w, res, WithRetryDelay(10*time.Second, 11*time.Second))
+	if !eventually(10*time.Second, func() bool { return h.sent.Load() != 0 }) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		t.Fatalf("setup: the waiter never yielded node 0 (no request to it carried the ticket %q as a string argument, as scripts.ReleaseArgs sends a yield); its attempts: %+v",
+			h.ticket, rec.attempts)
+	}
+	sent := time.Unix(0, h.sent.Load())
+	tok := *h.token.Load()
+	guard := key + scripts.GuardSuffix + tok
+	// The yield times out; the waiter gives the token up (a guarded
+	// release on node 0, at once) and goes on with a fresh one, which it
+	// abandons when its call ends.
+	if !eventually(5*time.Second, func() bool {
+		n, _ := rc.Admin(0).Exists(context.Background(), guard).Result()
+		return n == 1
+	}) {
+		t.Logf("no guard of the yielding token showed on node 0")
+	}
+	cancel()
+	if r := <-got; r.err == nil {
+		r.l.Unlock(context.Background())
+		t.Fatal("the waiter's Lock succeeded; want it cut short by its ctx")
+	}
+	// The yield lands late after its send; a second more is the window.
+	if eventually(time.Until(sent.Add(late+time.Second)), func() bool { return queuedTokenOn(t, rc, 0, key, tok) }) {
+		t.Errorf("%v after it was sent, a late yield put the finished token back in node 0's queue; want it refused",
+			time.Since(sent).Round(time.Millisecond))
+	}
+	for i := 1; i < 3; i++ {
+		rc.Admin(i).Del(t.Context(), key) // the other owner lets go
+	}
+	rc.Cut(2)
+	defer rc.Heal(2)
+	next := newClient(t, rc.Clients(), WithNodeTimeout(nodeTimeout))
+	l, err := next.TryLock(t.Context(), res)
+	if err != nil {
+		t.Errorf("another Client's TryLock with node 2 cut off = %v; want the free lock on nodes 0 and 1", err)
+	} else {
+		defer l.Unlock(context.Background())
+	}
+	if s := heldWhere(t, rc, key, tok); s != "" {
+		t.Errorf("the finished token holds the key again: %s; want no node to hold it", s)
+	}
+}
+
+// refusingDialer dials through net.Dialer, or, while refuse is set, fails
+// as a closed port does (ECONNREFUSED), counting the refusals.
+type refusingDialer struct {
+	refuse  atomic.Bool
+	refused atomic.Int64
+}
+
+func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.refuse.Load() {
+		d.refused.Add(1)
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+// Item 6: a request that may have reached its node counts as "may have
+// landed", not "never sent", also when the node's dials fail: its release
+// there gets the guard and is retried until the node answers. Node 2 lost
+// the lock's key (restarted empty, say), its link has 300ms of latency and
+// its dialer refuses new connections; an Extend, sent on the connection the
+// node client had, sets the key there again; then
+//   - "timeout while a dial is refused": it misses the 500ms node timeout
+//     while another call's dial to node 2 is refused (a Lock call that
+//     waits subscribes on every node);
+//   - "go-redis retries" (MaxRetries 2, go-redis's default is 3): its
+//     connection is reset after it landed, go-redis retries it, and the
+//     retry's dial is refused;
+//
+// the lock is unlocked and node 2 becomes reachable again: the released
+// token must go from node 2 within a few probe intervals, long before its
+// TTL (30s). The control (dials succeed) shows the setup releases node 2.
+func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		maxRetries  int
+		nodeTimeout time.Duration
+		refuse      bool
+		reset       bool // reset node 2's connections once the Extend landed
+	}{
+		{"timeout while a dial is refused", -1, 500 * time.Millisecond, true, false},
+		{"go-redis retries", 2, 2 * time.Second, true, true},
+		{"control: dials succeed", -1, 500 * time.Millisecond, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc := redistest.Start(t, 3)
+			const latency = 300 * time.Millisecond
+			d := &refusingDialer{}
+			node2 := redis.NewClient(&redis.Options{
+				Addr:                     rc.Addr(2),
+				Dialer:                   d.dial,
+				DialTimeout:              redistest.ClientDialTimeout,
+				DialerRetries:            1,
+				MaxRetries:               tc.maxRetries,
+				ContextTimeoutEnabled:    true,
+				DisableIdentity:          true,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			})
+			t.Cleanup(func() { node2.Close() })
+			var sent atomic.Int64
+			node2.AddHook(countingHook{&sent})
+			h := &nodeErrs{}
+			a := newClient(t, []redis.UniversalClient{rc.Client(0), rc.Client(1), node2},
+				WithTTL(30*time.Second), WithNodeTimeout(tc.nodeTimeout), WithAutoRenew(false), WithHooks(h))
+			next := newClient(t, directClients(t, rc))
+			const res, key = "late-dial", "lock:late-dial"
+			l := lockedEverywhere(t, rc, a, res)
+			// Node 2 loses the key: only the Extend can set it there again.
+			if err := rc.Admin(2).Del(t.Context(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Another holds a resource a's waiting call will want.
+			busy, err := next.Lock(t.Context(), "late-dial-busy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Unlock(context.Background())
+			rc.SetLatency(2, latency)
+			defer rc.SetLatency(2, 0)
+			d.refuse.Store(tc.refuse)
+			defer d.refuse.Store(false)
+			before := sent.Load()
+			extended := make(chan error, 1)
+			go func() { extended <- l.Extend(context.Background()) }()
+			if !eventually(5*time.Second, func() bool { return sent.Load() > before }) {
+				t.Fatal("the Extend was never sent to node 2")
+			}
+			extendSent := time.Now()
+			var waiting sync.WaitGroup
+			defer waiting.Wait()
+			if tc.reset {
+				if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 2, key) == l.Token() }) {
+					t.Fatal("setup: the Extend never reached node 2")
+				}
+				rc.Cut(2)
+				defer rc.Heal(2)
+			} else {
+				// A Lock call of the same Client waits for the busy
+				// resource: it subscribes on every node, and its dial to
+				// node 2 is refused.
+				waiting.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					if l, err := a.Lock(ctx, "late-dial-busy"); err == nil {
+						l.Unlock(context.Background())
+					}
+				})
+			}
+			eerr := <-extended
+			var failed *NodeErrorInfo
+			if !eventually(5*time.Second, func() bool {
+				for _, ne := range h.seenNow() {
+					if ne.Op == "extend" && ne.Node == 2 {
+						failed = &ne
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Fatalf("node 2's request of the Extend never ended (Extend = %v; node errors %+v)", eerr, h.seenNow())
+			}
+			t.Logf("Extend = %v; node 2: kind %s, %v (%v after its send; %d dials refused)",
+				eerr, failed.Kind, failed.Err, time.Since(extendSent).Round(time.Millisecond), d.refused.Load())
+			if tc.refuse && d.refused.Load() == 0 {
+				t.Fatal("setup: no dial to node 2 was refused")
+			}
+			if got := keyOn(t, rc, 2, key); got != l.Token() {
+				t.Fatalf("setup: node 2's key = %q after the Extend; want our token (the Extend set it again)", got)
+			}
+			if err := l.Unlock(t.Context()); err != nil {
+				t.Fatalf("Unlock = %v", err)
+			}
+			// Node 2 stays unreachable until Unlock's request there has
+			// failed (go-redis's own retries included).
+			if tc.refuse && !eventually(5*time.Second, func() bool {
+				for _, ne := range h.seenNow() {
+					if ne.Op == "release" && ne.Node == 2 {
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Logf("no release to node 2 failed within 5s")
+			}
+			d.refuse.Store(false)
+			rc.SetLatency(2, 0)
+			rc.Heal(2)
+			reachable := time.Now()
+			// A down node is probed every node timeout (at least 250ms, at
+			// most 1s), and a go-redis pool that stopped dialing dials
+			// again within a second (docs/nodes.md: 0.71-0.90s): 10s is
+			// the bound, far below the key's TTL of 30s.
+			if !eventually(10*time.Second, func() bool { return keyOn(t, rc, 2, key) != l.Token() }) {
+				t.Errorf("%v after node 2 was reachable again, the released token is still there: %s; want it gone from node 2",
+					time.Since(reachable).Round(time.Millisecond), heldWhere(t, rc, key, l.Token()))
+			}
+		})
+	}
+}
+
+// Item 8: a fresh Client's first Lock or TryLock, with the usual
+// `defer cancel()` cancelling its ctx right at return, still gets the
+// grant on its slowest node (150ms each way: identity, clock probe and
+// acquire take 1s there): all nodes hold the key shortly after, long
+// before the first renewal (10s at the default TTL) could heal it.
+func TestLate_firstGrantSurvivesCancelAtReturn(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		lock func(c *Client, ctx context.Context, res string) (*Lock, error)
+	}{
+		{"Lock", func(c *Client, ctx context.Context, res string) (*Lock, error) { return c.Lock(ctx, res) }},
+		{"TryLock", func(c *Client, ctx context.Context, res string) (*Lock, error) { return c.TryLock(ctx, res) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc := redistest.Start(t, 3)
+			rc.SetLatency(2, 150*time.Millisecond)
+			for trial := range 3 {
+				c := newClient(t, rc.Clients(), WithNodeTimeout(3*time.Second)) // fresh: it learns its nodes now
+				res := "late-first-" + strconv.Itoa(trial)
+				l, err := func() (*Lock, error) {
+					ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+					defer cancel()
+					return tc.lock(c, ctx, res)
+				}()
+				if err != nil {
+					t.Fatalf("trial %d: %s = %v", trial, tc.name, err)
+				}
+				returned := time.Now()
+				// Node 2's grant takes about 1s from the call's start.
+				if !eventually(5*time.Second, func() bool { return holders(t, rc, "lock:"+res, l.Token()) == rc.N() }) {
+					t.Errorf("trial %d: %v after %s returned (its ctx cancelled at return), %d of %d nodes hold the key; want all",
+						trial, time.Since(returned).Round(time.Millisecond), tc.name, holders(t, rc, "lock:"+res, l.Token()), rc.N())
+				}
+				l.Unlock(context.Background())
+			}
+		})
+	}
+}
