@@ -618,53 +618,14 @@ func serverCPU(ctx context.Context, ns []redis.UniversalClient) float64 {
 }
 
 // commandStats reads INFO commandstats of every node and sums each
-// command's calls and usec over the nodes. Commands a script calls are in
-// it under their own names (as well as in the script's EVALSHA). It
-// returns nil when a node cannot tell (miniredis has no commandstats).
+// command's calls and usec over the nodes (nodes.CommandStats). It returns
+// nil when a node cannot tell (miniredis has no commandstats).
 func commandStats(ctx context.Context, ns []redis.UniversalClient) map[string]CmdCost {
-	total := map[string]CmdCost{}
-	for _, n := range ns {
-		info, err := n.Info(ctx, "commandstats").Result()
-		if err != nil || !strings.Contains(info, "cmdstat_") {
-			return nil
-		}
-		for name, c := range parseCommandStats(info) {
-			t := total[name]
-			t.Calls += c.Calls
-			t.Usec += c.Usec
-			total[name] = t
-		}
+	m, err := nodes.CommandStats(ctx, ns)
+	if err != nil {
+		return nil
 	}
-	return total
-}
-
-// parseCommandStats reads the lines "cmdstat_get:calls=3,usec=5,…" of INFO
-// commandstats into calls and usec per command ("config|get" for a
-// subcommand).
-func parseCommandStats(info string) map[string]CmdCost {
-	out := map[string]CmdCost{}
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if name, ok = strings.CutPrefix(name, "cmdstat_"); !ok {
-			continue
-		}
-		var c CmdCost
-		for kv := range strings.SplitSeq(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				continue
-			}
-			switch k {
-			case "calls":
-				c.Calls = f
-			case "usec":
-				c.Usec = f
-			}
-		}
-		out[name] = c
-	}
-	return out
+	return m
 }
 
 // perOp returns, per command, the calls and usec between two readings of

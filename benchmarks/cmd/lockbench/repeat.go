@@ -3,6 +3,8 @@ package main
 import (
 	"slices"
 	"time"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 )
 
 // minSamples is the number of samples per run under which a p90 or p99 is
@@ -51,10 +53,7 @@ type Run struct {
 // CmdCost is one command's share of an operation: calls and usec (time
 // inside the command, INFO commandstats' usec) per operation, summed over
 // the nodes.
-type CmdCost struct {
-	Calls float64 `json:"calls"`
-	Usec  float64 `json:"usec"`
-}
+type CmdCost = nodes.CmdCost
 
 // Spread is, for one figure, (max − min) / median over the runs: 0.1 means
 // the runs lay within 10% of their median's size of each other. It is 0

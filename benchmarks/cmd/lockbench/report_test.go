@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 )
 
 func TestFmtDur(t *testing.T) {
@@ -205,9 +207,9 @@ func TestWriteTables_count(t *testing.T) {
 // TestCommandStats reads INFO commandstats, takes the difference per
 // operation, and prints it per node.
 func TestCommandStats(t *testing.T) {
-	before := parseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=100,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
+	before := nodes.ParseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=100,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_info:calls=5,usec=50,usec_per_call=10.00\r\ncmdstat_pubsub|numsub:calls=2,usec=4,usec_per_call=2.00\r\n")
-	after := parseCommandStats("cmdstat_evalsha:calls=30,usec=500,usec_per_call=16.67\r\ncmdstat_info:calls=9,usec=90,usec_per_call=10.00\r\n" +
+	after := nodes.ParseCommandStats("cmdstat_evalsha:calls=30,usec=500,usec_per_call=16.67\r\ncmdstat_info:calls=9,usec=90,usec_per_call=10.00\r\n" +
 		"cmdstat_pubsub|numsub:calls=2,usec=4,usec_per_call=2.00\r\ncmdstat_zadd:calls=10,usec=30,usec_per_call=3.00\r\n")
 	got := perOp(before, after, 10)
 	want := map[string]CmdCost{"evalsha": {Calls: 2, Usec: 40}, "zadd": {Calls: 1, Usec: 3}}
