@@ -127,25 +127,19 @@ func TestProtocolPrototype(t *testing.T) {
 	admin := rc.Admin(0)
 	admins := []redis.UniversalClient{admin}
 	ctx := t.Context()
-	read := func(path string) string {
-		t.Helper()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	read := func(path string) string { return readScript(t, path) }
 	queue := read("../internal/scripts/queue.lua")
 	today := struct{ acquire, release *redis.Script }{
 		redis.NewScript(queue + read("../internal/scripts/acquire.lua")),
 		redis.NewScript(queue + read("../internal/scripts/release.lua")),
 	}
+	serve := read("testdata/proposal/serve.lua")
 	proposal := struct{ acquire, release, acquireWithQueueLua *redis.Script }{
-		redis.NewScript(read("testdata/proposal/acquire.lua")),
-		redis.NewScript(read("testdata/proposal/release.lua")),
+		redis.NewScript(serve + read("testdata/proposal/acquire.lua")),
+		redis.NewScript(serve + read("testdata/proposal/release.lua")),
 		// The prototype behind today's queue.lua, whose functions it does
 		// not call: what defining them costs each call.
-		redis.NewScript(queue + read("testdata/proposal/acquire.lua")),
+		redis.NewScript(queue + serve + read("testdata/proposal/acquire.lua")),
 	}
 	// The floor of any script: one that calls nothing, with today's
 	// acquire's 4 keys and 8 arguments.
@@ -205,10 +199,12 @@ func TestProtocolPrototype(t *testing.T) {
 		{name: "today: refused, not queued", prep: func() { reset(); must(admin.Set(ctx, "k", "other", 0).Err()) },
 			one: func(int) { must(today.acquire.Run(ctx, admin, keys4, "me", 30000, "", 0, lapse, "1w:", 1, far).Err()) }},
 		{name: "proposal: refused, not queued", prep: func() { reset(); must(admin.Set(ctx, "k", "other", 0).Err()) },
-			one: func(int) { must(proposal.acquire.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far).Err()) }},
+			one: func(int) {
+				must(proposal.acquire.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far, "w:").Err())
+			}},
 		{name: "proposal behind today's queue.lua: refused, not queued", prep: func() { reset(); must(admin.Set(ctx, "k", "other", 0).Err()) },
 			one: func(int) {
-				must(proposal.acquireWithQueueLua.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far).Err())
+				must(proposal.acquireWithQueueLua.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far, "w:").Err())
 			}},
 		{name: "today: refused, queued", prep: func() { reset(); must(admin.Set(ctx, "k", "other", 0).Err()) },
 			one: func(i int) {
@@ -229,7 +225,7 @@ func TestProtocolPrototype(t *testing.T) {
 			done: func(t *testing.T) { wantHolder(t, admin, tok(m)) }},
 		{name: "proposal: refused, queued", prep: func() { reset(); must(admin.Set(ctx, "k", "other", 0).Err()) },
 			one: func(i int) {
-				must(proposal.acquire.Run(ctx, admin, keys3, tok(i), 30000, entry(i, far+lapse), i, 2*lapse, "", far).Err())
+				must(proposal.acquire.Run(ctx, admin, keys3, tok(i), 30000, entry(i, far+lapse), i, 2*lapse, "", far, "w:").Err())
 			}},
 		{name: "proposal: release that hands over",
 			one: func(i int) {
@@ -243,7 +239,9 @@ func TestProtocolPrototype(t *testing.T) {
 		{name: "today: acquire, free key", prep: reset, each: func(int) { must(admin.Unlink(ctx, "k").Err()) }, skip: []string{"unlink"},
 			one: func(int) { must(today.acquire.Run(ctx, admin, keys4, "me", 30000, "", 0, lapse, "1w:", 1, far).Err()) }},
 		{name: "proposal: acquire, free key", prep: reset, each: func(int) { must(admin.Unlink(ctx, "k").Err()) }, skip: []string{"unlink"},
-			one: func(int) { must(proposal.acquire.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far).Err()) }},
+			one: func(int) {
+				must(proposal.acquire.Run(ctx, admin, keys3, "me", 30000, "", 0, 2*lapse, "", far, "w:").Err())
+			}},
 		{name: "today: release, nobody queued", prep: reset, each: func(int) { must(admin.SetEx(ctx, "k", "me", time.Minute).Err()) }, skip: []string{"setex"},
 			one: func(int) { must(today.release.Run(ctx, admin, keys4, "me", "0", "", "1w:", "", lapse, 1).Err()) }},
 		{name: "proposal: release, nobody queued", prep: reset, each: func(int) { must(admin.SetEx(ctx, "k", "me", time.Minute).Err()) }, skip: []string{"setex"},
@@ -442,19 +440,11 @@ func TestNodeCPUPerRequest(t *testing.T) {
 		{"PUBLISH, no subscriber", func() error { return admin.Publish(ctx, "w:nobody", "tok 1").Err() }},
 	}
 	cpu := func() float64 {
-		info, err := admin.Info(ctx, "cpu").Result()
+		v, err := nodes.CPU(ctx, []redis.UniversalClient{admin})
 		if err != nil {
 			t.Fatal(err)
 		}
-		total := 0.0
-		for line := range strings.Lines(info) {
-			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if k == "used_cpu_user" || k == "used_cpu_sys" {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f * 1e6
-			}
-		}
-		return total
+		return v
 	}
 	const batches = 5
 	m := max(1, n/batches)
@@ -480,4 +470,15 @@ func TestNodeCPUPerRequest(t *testing.T) {
 		fmt.Fprintf(&out, "  %-40s %6.1fµs (%.1f–%.1f)\n", k.name, xs[len(xs)/2], xs[0], xs[len(xs)-1])
 	}
 	t.Log("\n" + out.String())
+}
+
+// readScript returns the text of a script file (today's in
+// ../internal/scripts, the prototype's in testdata/proposal).
+func readScript(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -607,14 +607,11 @@ func loadAverage() float64 {
 // nodes, in µs: the CPU time the server processes used, network I/O
 // included. It returns -1 when a node cannot tell (miniredis).
 func serverCPU(ctx context.Context, ns []redis.UniversalClient) float64 {
-	return sumInfo(ctx, ns, "cpu", "used_cpu_user:", func(line string) (float64, bool) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-			return 0, false
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		return f * 1e6, err == nil
-	})
+	v, err := nodes.CPU(ctx, ns)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 // commandStats reads INFO commandstats of every node and sums each
@@ -644,22 +641,4 @@ func perOp(before, after map[string]CmdCost, ops int) map[string]CmdCost {
 		out[name] = CmdCost{Calls: (a.Calls - b.Calls) / float64(ops), Usec: (a.Usec - b.Usec) / float64(ops)}
 	}
 	return out
-}
-
-// sumInfo sums what value reads from the lines of one INFO section over
-// the nodes, or returns -1 when a node's section lacks mark.
-func sumInfo(ctx context.Context, ns []redis.UniversalClient, section, mark string, value func(line string) (float64, bool)) float64 {
-	total := 0.0
-	for _, n := range ns {
-		info, err := n.Info(ctx, section).Result()
-		if err != nil || !strings.Contains(info, mark) {
-			return -1
-		}
-		for line := range strings.Lines(info) {
-			if f, ok := value(line); ok {
-				total += f
-			}
-		}
-	}
-	return total
 }

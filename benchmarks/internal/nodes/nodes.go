@@ -244,3 +244,29 @@ func ParseCommandStats(info string) map[string]CmdCost {
 	}
 	return out
 }
+
+// CPU sums used_cpu_user and used_cpu_sys of INFO cpu over the nodes, in
+// µs: the CPU time the server processes have used, network I/O included.
+func CPU(ctx context.Context, ns []redis.UniversalClient) (float64, error) {
+	total := 0.0
+	for i, n := range ns {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, fmt.Errorf("node %d: %w", i, err)
+		}
+		if !strings.Contains(info, "used_cpu_user:") {
+			return 0, fmt.Errorf("node %d: no used_cpu_user in INFO cpu", i)
+		}
+		for line := range strings.Lines(info) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("node %d: %s: %w", i, k, err)
+				}
+				total += f * 1e6
+			}
+		}
+	}
+	return total, nil
+}
