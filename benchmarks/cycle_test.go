@@ -42,16 +42,21 @@ func TestProtocolCycle(t *testing.T) {
 	rounds, secs := envInt(t, "QUORUMLOCK_CYCLE_ROUNDS", 1), envInt(t, "QUORUMLOCK_CYCLE_SECONDS", 1)
 	rc := redistest.Start(t, 5)
 	read := func(path string) string { return readScript(t, path) }
+	// Holders of each resource at once, across the bare instances: a
+	// second holder is an overlap, counted (the bare client holds only
+	// while every key it got is within its reservation, well under the
+	// 2s a hold-0 cycle never reaches).
+	var overlaps bareOverlaps
 	queue, serve := read("../internal/scripts/queue.lua"), read("testdata/proposal/serve.lua")
 	variants := []libs.Lib{
 		{Name: "bare today", Waits: true, New: newBare(&todayScripts{
 			acq: redis.NewScript(queue + read("../internal/scripts/acquire.lua")),
 			rel: redis.NewScript(queue + read("../internal/scripts/release.lua")),
-		})},
+		}, &overlaps)},
 		{Name: "bare proposal", Waits: true, New: newBare(&proposalScripts{
 			acq: redis.NewScript(serve + read("testdata/proposal/acquire.lua")),
 			rel: redis.NewScript(serve + read("testdata/proposal/release.lua")),
-		})},
+		}, &overlaps)},
 	}
 	for _, name := range []string{"quorumlock", "redsync"} {
 		l, _ := libs.ByName(name)
@@ -79,7 +84,11 @@ func TestProtocolCycle(t *testing.T) {
 			xs[i] = f(r)
 		}
 		slices.Sort(xs)
-		return xs[len(xs)/2], xs[0], xs[len(xs)-1]
+		m := xs[len(xs)/2]
+		if len(xs)%2 == 0 {
+			m = (xs[len(xs)/2-1] + m) / 2
+		}
+		return m, xs[0], xs[len(xs)-1]
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "8 instances, one key, hold 0, 5 nodes, %d round(s) of %ds, medians (min–max); load %s:\n", rounds, secs, loadavg())
@@ -99,6 +108,29 @@ func TestProtocolCycle(t *testing.T) {
 		fmt.Fprintf(&b, "%-14s %6.0f (%5.0f–%5.0f) %10.0f (%5.0f–%5.0f) %12.2f× (%.2f–%.2f) %10.1f%%\n", v.Name, r, rlo, rhi, c, clo, chi, p, plo, phi, 100*o)
 	}
 	t.Log("\n" + b.String())
+	if n := overlaps.n.Load(); n > 0 {
+		t.Errorf("bare client: %d acquisitions while another instance held the same key", n)
+	}
+}
+
+// bareOverlaps counts, per resource, the bare instances holding it, and
+// the acquisitions that found another holder.
+type bareOverlaps struct {
+	mu      sync.Mutex // protects holding
+	holding map[string]int
+	n       atomic.Int64
+}
+
+func (o *bareOverlaps) add(res string, d int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.holding == nil {
+		o.holding = map[string]int{}
+	}
+	o.holding[res] += d
+	if d > 0 && o.holding[res] > 1 {
+		o.n.Add(1)
+	}
 }
 
 // nodesCPU sums used_cpu_user + used_cpu_sys over the nodes, in µs.
@@ -191,6 +223,7 @@ type bare struct {
 	nodes   []redis.UniversalClient
 	offset  []int64 // node clock − local clock, ms
 	scripts bareScripts
+	held    *bareOverlaps
 	subs    []*redis.PubSub
 	wg      sync.WaitGroup
 	waiting atomic.Pointer[bareWait] // the Lock call waiting now, if any
@@ -207,9 +240,9 @@ type bareWait struct {
 	got        map[int]bool // nodes where the key is ours
 }
 
-func newBare(s bareScripts) func(nodes []redis.UniversalClient, ttl time.Duration) (libs.Locker, error) {
+func newBare(s bareScripts, held *bareOverlaps) func(nodes []redis.UniversalClient, ttl time.Duration) (libs.Locker, error) {
 	return func(nodes []redis.UniversalClient, _ time.Duration) (libs.Locker, error) {
-		b := &bare{id: randomID(), nodes: nodes, scripts: s, offset: make([]int64, len(nodes))}
+		b := &bare{id: randomID(), nodes: nodes, scripts: s, held: held, offset: make([]int64, len(nodes))}
 		for i, n := range nodes {
 			tm, err := n.Time(context.Background()).Result()
 			if err != nil {
@@ -287,6 +320,7 @@ func (b *bare) Lock(ctx context.Context, res string) (libs.Held, error) {
 			w.mu.Unlock()
 			if n >= quorum {
 				timer.Stop()
+				b.held.add(res, 1)
 				return &bareHeld{b: b, w: w}, nil
 			}
 			select {
@@ -330,6 +364,7 @@ type bareHeld struct {
 func (h *bareHeld) Extend(context.Context) error { return errors.New("bare: no extend") }
 
 func (h *bareHeld) Unlock(context.Context) error {
+	h.b.held.add(h.w.res, -1) // before the release reaches any node
 	h.b.releaseAll(h.w)
 	return nil
 }
