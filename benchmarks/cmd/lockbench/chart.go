@@ -29,10 +29,11 @@ const (
 // libStyle gives each library a colour (from a palette that stays apart for
 // the common kinds of colour blindness) and a dash pattern.
 var libStyle = map[string]struct{ color, dash string }{
-	"quorumlock": {"#0072B2", ""},
-	"redsync":    {"#D55E00", ""},
-	"redislock":  {"#009E73", "7 3"},
-	"floor":      {"#555555", "3 3"},
+	"quorumlock":      {"#0072B2", ""},
+	"quorumlock+poll": {"#56B4E9", "7 3"},
+	"redsync":         {"#D55E00", ""},
+	"redislock":       {"#009E73", "7 3"},
+	"floor":           {"#555555", "3 3"},
 }
 
 var fallbackColors = []string{"#CC79A7", "#E69F00", "#56B4E9", "#F0E442"}

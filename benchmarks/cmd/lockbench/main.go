@@ -80,6 +80,10 @@ type config struct {
 	many      int
 	count     int
 	cpuprof   string
+	// nodeLatency puts every node behind a proxy adding this delay to each
+	// direction (0: direct).
+	nodeLatency time.Duration
+	commands    bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -97,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "longest an operation in flight may run past -duration before it is abandoned")
 	fs.DurationVar(&c.hold, "hold", 0, "time a lock is held in the contended scenario (handoff holds at least 10ms)")
 	fs.DurationVar(&c.slow, "slow", 20*time.Millisecond, "latency added to each direction of node 0 in the slow scenario")
+	fs.DurationVar(&c.nodeLatency, "node-latency", 0, "put every node behind a proxy that delays each direction by this much (e.g. 250us: nodes on machines of their own); 0: no proxy")
+	fs.BoolVar(&c.commands, "commands", false, "also print the commands each operation ran on a node (INFO commandstats, script-called commands included): calls and µs per operation per node, µs per call")
 	fs.StringVar(&c.libs, "libs", "all", "libraries, comma-separated: "+strings.Join(libs.Names(), ", "))
 	fs.StringVar(&c.scenarios, "scenarios", "all", "scenarios, comma-separated: "+strings.Join(scenarioNames(), ", "))
 	fs.StringVar(&c.csv, "csv", "", "write every sample to this CSV `file`")
@@ -137,8 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.clients < 1 || c.resources < 1 {
 		bad = append(bad, "-clients and -resources must be at least 1")
 	}
-	if c.hold < 0 || c.slow < 0 {
-		bad = append(bad, "-hold and -slow must not be negative")
+	if c.hold < 0 || c.slow < 0 || c.nodeLatency < 0 {
+		bad = append(bad, "-hold, -slow and -node-latency must not be negative")
 	}
 	switch c.progress {
 	case "auto", "on", "off":
@@ -163,6 +169,9 @@ type Report struct {
 	Clients   int       `json:"clients"`
 	Resources int       `json:"resources"`
 	Slow      string    `json:"slow"`
+	// NodeLatency is the delay added to each direction of every node
+	// (-node-latency), "0s" for none.
+	NodeLatency string `json:"node_latency"`
 	// Count is the number of runs of each library × scenario (-count).
 	Count    int       `json:"count"`
 	Versions Versions  `json:"versions"`
@@ -251,6 +260,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			desc = fmt.Sprintf("%d embedded in-process miniredis nodes with ClockTTL(true) (redis-server not used%s)", cfg.n, onPath())
 		}
 	}
+	// Every node behind a delaying proxy: nodes on machines of their own.
+	// The proxy is redistest.Proxy, the one the slow scenario and the
+	// fault tests use, not toxiproxy: no extra process or dependency, and
+	// it delays each chunk from when it was read, so pipelined requests
+	// are not serialised behind each other's delay. It runs in this
+	// process, so its CPU counts in the client CPU column, never in the
+	// nodes'.
+	if cfg.nodeLatency > 0 {
+		for i, o := range opts {
+			p, err := redistest.NewProxy(o.Addr)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			p.SetLatency(cfg.nodeLatency)
+			po := *o
+			po.Addr = p.Addr()
+			opts[i] = &po
+		}
+		desc += fmt.Sprintf(", each behind a proxy adding %v per direction", cfg.nodeLatency)
+	}
 	fast := nodes.Clients(opts)
 	defer nodes.CloseAll(fast)
 	versions := readVersions(ctx, fast, miniredis)
@@ -273,17 +303,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	rep := &Report{
-		Nodes:     desc,
-		NodeCount: len(fast),
-		Machine:   fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d), %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()),
-		Started:   time.Now(),
-		TTL:       cfg.ttl.String(),
-		Duration:  cfg.duration.String(),
-		Clients:   cfg.clients,
-		Resources: cfg.resources,
-		Slow:      cfg.slow.String(),
-		Count:     cfg.count,
-		Versions:  versions,
+		Nodes:       desc,
+		NodeCount:   len(fast),
+		Machine:     fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d), %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()),
+		Started:     time.Now(),
+		TTL:         cfg.ttl.String(),
+		Duration:    cfg.duration.String(),
+		Clients:     cfg.clients,
+		Resources:   cfg.resources,
+		Slow:        cfg.slow.String(),
+		NodeLatency: cfg.nodeLatency.String(),
+		Count:       cfg.count,
+		Versions:    versions,
 	}
 	type job struct {
 		s   scenario
@@ -329,6 +360,9 @@ rounds:
 	ratios(rep.Results)
 
 	writeTables(stdout, rep, cfg.markdown)
+	if cfg.commands {
+		writeCommands(stdout, rep, cfg.markdown)
+	}
 	if cfg.many > 0 && ctx.Err() == nil {
 		if err := writeMany(ctx, stdout, opts, cfg); err != nil {
 			return err
@@ -429,7 +463,8 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	soft, cancelSoft := context.WithTimeout(context.WithValue(ctx, hardKey{}, hard), cfg.duration)
 	defer cancelSoft()
 	prog.start(tag+" "+lib.Name+" · "+s.name, cfg.duration, &rec.ops)
-	usecBefore, cpuBefore := serverUsec(ctx, ns), serverCPU(ctx, ns)
+	res.Load = loadAverage()
+	statsBefore, cpuBefore := commandStats(ctx, ns), serverCPU(ctx, ns)
 	clientBefore := processCPU()
 	start := time.Now()
 	name := fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano())
@@ -440,7 +475,8 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	}
 	res.Elapsed = time.Since(start)
 	client := processCPU() - clientBefore
-	usec, cpu := serverUsec(ctx, ns)-usecBefore, serverCPU(ctx, ns)-cpuBefore
+	statsAfter, cpuAfter := commandStats(ctx, ns), serverCPU(ctx, ns)
+	cpu := cpuAfter - cpuBefore
 	if cerr := lk.Close(); err == nil {
 		err = cerr
 	}
@@ -457,10 +493,13 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	res.Errors = rec.errs
 	res.Fair = rec.fair
 	res.Ops = len(rec.samples)
-	if res.Ops > 0 && usecBefore >= 0 && usec > 0 {
-		res.ServerUS = usec / float64(res.Ops)
+	if res.Ops > 0 && statsBefore != nil && statsAfter != nil {
+		res.Commands = perOp(statsBefore, statsAfter, res.Ops)
+		for _, c := range res.Commands {
+			res.ServerUS += c.Usec
+		}
 	}
-	if res.Ops > 0 && cpuBefore >= 0 && cpu > 0 {
+	if res.Ops > 0 && cpuBefore >= 0 && cpuAfter >= 0 && cpu > 0 {
 		res.ServerCPUUS = cpu / float64(res.Ops)
 	}
 	if res.Ops > 0 && clientBefore >= 0 && client > 0 {
@@ -548,49 +587,58 @@ func writeMany(ctx context.Context, stdout io.Writer, opts []*redis.Options, cfg
 	return tw.Flush()
 }
 
+// loadAverage returns the machine's 1-minute load average
+// (/proc/loadavg), or -1 where it cannot be read. On a machine whose
+// cores other work shares, it says how much CPU the run had to itself.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, err := strconv.ParseFloat(f, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 // serverCPU sums used_cpu_user and used_cpu_sys of INFO cpu over the
 // nodes, in µs: the CPU time the server processes used, network I/O
 // included. It returns -1 when a node cannot tell (miniredis).
 func serverCPU(ctx context.Context, ns []redis.UniversalClient) float64 {
-	return sumInfo(ctx, ns, "cpu", "used_cpu_user:", func(line string) (float64, bool) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-			return 0, false
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		return f * 1e6, err == nil
-	})
-}
-
-// serverUsec sums the usec of every command in INFO commandstats over the
-// nodes: the time the servers spent in commands. It returns -1 when a node
-// cannot tell (miniredis has no commandstats).
-func serverUsec(ctx context.Context, ns []redis.UniversalClient) float64 {
-	return sumInfo(ctx, ns, "commandstats", "usec=", func(line string) (float64, bool) {
-		_, rest, ok := strings.Cut(line, "usec=")
-		if !ok {
-			return 0, false
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		f, err := strconv.ParseFloat(v, 64)
-		return f, err == nil
-	})
-}
-
-// sumInfo sums what value reads from the lines of one INFO section over
-// the nodes, or returns -1 when a node's section lacks mark.
-func sumInfo(ctx context.Context, ns []redis.UniversalClient, section, mark string, value func(line string) (float64, bool)) float64 {
-	total := 0.0
-	for _, n := range ns {
-		info, err := n.Info(ctx, section).Result()
-		if err != nil || !strings.Contains(info, mark) {
-			return -1
-		}
-		for line := range strings.Lines(info) {
-			if f, ok := value(line); ok {
-				total += f
-			}
-		}
+	v, err := nodes.CPU(ctx, ns)
+	if err != nil {
+		return -1
 	}
-	return total
+	return v
+}
+
+// commandStats reads INFO commandstats of every node and sums each
+// command's calls and usec over the nodes (nodes.CommandStats). It returns
+// nil when a node cannot tell (miniredis has no commandstats).
+func commandStats(ctx context.Context, ns []redis.UniversalClient) map[string]CmdCost {
+	m, err := nodes.CommandStats(ctx, ns)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// perOp returns, per command, the calls and usec between two readings of
+// commandStats divided by ops, leaving out INFO (lockbench's own reads)
+// and commands that did not run.
+func perOp(before, after map[string]CmdCost, ops int) map[string]CmdCost {
+	out := map[string]CmdCost{}
+	for name, a := range after {
+		if name == "info" {
+			continue
+		}
+		b := before[name]
+		if a.Calls <= b.Calls {
+			continue
+		}
+		out[name] = CmdCost{Calls: (a.Calls - b.Calls) / float64(ops), Usec: (a.Usec - b.Usec) / float64(ops)}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -85,6 +87,64 @@ func TestRun_miniredis(t *testing.T) {
 	}
 }
 
+// TestRun_nodeLatency puts every node behind the delaying proxy and prints
+// the commands per operation: the header says so, an uncontended Lock+Unlock
+// (two rounds, each at least two delayed directions) takes at least 4×d,
+// and the commands table lists quorumlock's scripts and the polling
+// variant selected by name.
+func TestRun_nodeLatency(t *testing.T) {
+	if !redistest.Available() {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not found on PATH (failing, not skipping, because CI is set): " + redistest.InstallHint)
+		}
+		t.Skip("redis-server not on PATH: " + redistest.InstallHint)
+	}
+	// Not parallel: a run of 2ms round trips beside the other runs of this
+	// package under -race once completed no operation in 200ms.
+	dir := t.TempDir()
+	var stdout bytes.Buffer
+	args := []string{"-n", "3", "-duration", "500ms", "-grace", "5s", "-scenarios", "uncontended", "-libs", "quorumlock+poll,redsync",
+		"-node-latency", "2ms", "-commands", "-json", filepath.Join(dir, "r.json")}
+	if err := run(t.Context(), args, &stdout, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, &stdout)
+	}
+	out := stdout.String()
+	for _, want := range []string{"each behind a proxy adding 2ms per direction", "uncontended  quorumlock+poll", "EVALSHA", "(all)", "µs/op/node"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "r.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		NodeLatency string `json:"node_latency"`
+		Results     []struct {
+			Lib     string `json:"lib"`
+			Summary struct {
+				N   int           `json:"n"`
+				P50 time.Duration `json:"p50_ns"`
+			} `json:"summary"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.NodeLatency != "2ms" || len(rep.Results) != 2 {
+		t.Fatalf("JSON: node latency %q, %d results; want 2ms, 2", rep.NodeLatency, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Summary.N == 0 {
+			t.Errorf("%s: no operation completed in 500ms:\n%s", r.Lib, out)
+			continue
+		}
+		if r.Summary.P50 < 8*time.Millisecond {
+			t.Errorf("%s: uncontended p50 %v behind 2ms per direction; want at least 8ms (two rounds of two delayed directions)", r.Lib, r.Summary.P50)
+		}
+	}
+}
+
 // TestRun_cancelled checks that an interrupt (ctx cancelled, as Ctrl-C does
 // through signal.NotifyContext) stops the run and the nodes: goleak in
 // TestMain finds any goroutine left behind.
@@ -113,6 +173,7 @@ func TestParseFlags(t *testing.T) {
 		{"stray argument", []string{"extra"}, errUsage},
 		{"bad progress", []string{"-progress", "sometimes"}, errUsage},
 		{"no runs", []string{"-count", "0"}, errUsage},
+		{"negative node latency", []string{"-node-latency", "-1ms"}, errUsage},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,8 @@ package main
 import (
 	"slices"
 	"time"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 )
 
 // minSamples is the number of samples per run under which a p90 or p99 is
@@ -37,7 +39,21 @@ type Run struct {
 	// library's client side, network I/O included. With embedded miniredis
 	// nodes it includes the nodes too.
 	ClientCPUUS float64 `json:"client_cpu_us_per_op,omitempty"`
+	// Commands is, per command, its calls and usec per operation summed
+	// over the nodes (INFO commandstats before and after the run; commands
+	// a script calls count under their own names too; lockbench's INFO
+	// left out). Nil when it could not be read.
+	Commands map[string]CmdCost `json:"commands_per_op,omitempty"`
+	// Load is the machine's 1-minute load average when the run started
+	// (-1: unknown); merged results keep the lowest and highest.
+	Load    float64 `json:"load"`
+	LoadMax float64 `json:"load_max,omitempty"`
 }
+
+// CmdCost is one command's share of an operation: calls and usec (time
+// inside the command, INFO commandstats' usec) per operation, summed over
+// the nodes.
+type CmdCost = nodes.CmdCost
 
 // Spread is, for one figure, (max − min) / median over the runs: 0.1 means
 // the runs lay within 10% of their median's size of each other. It is 0
@@ -46,6 +62,8 @@ type Spread struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50       float64 `json:"p50"`
 	P99       float64 `json:"p99"`
+	// ServerCPU is the spread of the nodes' CPU per operation.
+	ServerCPU float64 `json:"server_cpu"`
 }
 
 // merge combines the runs of one library in one scenario, in run order,
@@ -57,12 +75,16 @@ func merge(runs []*Result) *Result {
 	if len(runs) == 1 {
 		r := runs[0]
 		r.MinRunN = r.Summary.N
+		r.LoadMax = r.Load
 		r.Runs = []*Run{runOf(r)}
 		return r
 	}
 	first := runs[0]
 	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
+	m.Load, m.LoadMax = -1, -1
 	var rates, server, serverCPU, clientCPU []float64
+	cmds := map[string][]CmdCost{}
+	withCmds := 0
 	var p50, p90, p99, mean []time.Duration
 	for i, r := range runs {
 		m.Runs = append(m.Runs, runOf(r))
@@ -75,6 +97,12 @@ func merge(runs []*Result) *Result {
 		for _, s := range r.Samples {
 			s.Run = i
 			m.Samples = append(m.Samples, s)
+		}
+		if r.Load >= 0 {
+			if m.Load < 0 || r.Load < m.Load {
+				m.Load = r.Load
+			}
+			m.LoadMax = max(m.LoadMax, r.Load)
 		}
 		if m.MinRunN < 0 || r.Summary.N < m.MinRunN {
 			m.MinRunN = r.Summary.N
@@ -98,6 +126,12 @@ func merge(runs []*Result) *Result {
 		server = append(server, r.ServerUS)
 		serverCPU = append(serverCPU, r.ServerCPUUS)
 		clientCPU = append(clientCPU, r.ClientCPUUS)
+		if r.Commands != nil {
+			withCmds++
+			for name, c := range r.Commands {
+				cmds[name] = append(cmds[name], c)
+			}
+		}
 		p50 = append(p50, r.Summary.P50)
 		p90 = append(p90, r.Summary.P90)
 		p99 = append(p99, r.Summary.P99)
@@ -108,7 +142,19 @@ func merge(runs []*Result) *Result {
 	m.ServerCPUUS = medianFloat(serverCPU)
 	m.ClientCPUUS = medianFloat(clientCPU)
 	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
-	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99)}
+	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99), ServerCPU: spread(serverCPU)}
+	if withCmds > 0 {
+		// Per command, the median over the runs that read the stats; a
+		// command a run did not call counts 0 there.
+		m.Commands = map[string]CmdCost{}
+		for name, cs := range cmds {
+			calls, usec := make([]float64, withCmds), make([]float64, withCmds)
+			for i, c := range cs {
+				calls[i], usec[i] = c.Calls, c.Usec
+			}
+			m.Commands[name] = CmdCost{Calls: medianFloat(calls), Usec: medianFloat(usec)}
+		}
+	}
 	return m
 }
 

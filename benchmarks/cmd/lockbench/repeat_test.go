@@ -72,3 +72,31 @@ func TestMerge(t *testing.T) {
 		t.Errorf("4th sample = %+v; want run 1's first, 5ms", s)
 	}
 }
+
+// TestMerge_commandsAndLoad: per command, the median over the runs (a run
+// that did not call a command counts 0 there); the load keeps its range;
+// the nodes' CPU has a spread.
+func TestMerge_commandsAndLoad(t *testing.T) {
+	t.Parallel()
+	run := func(load, cpu float64, cmds map[string]CmdCost) *Result {
+		return &Result{Scenario: "clients", Lib: "quorumlock", Nodes: 5,
+			Run: Run{Ops: 1, Summary: Summary{N: 1}, ServerCPUUS: cpu, Load: load, Commands: cmds}}
+	}
+	m := merge([]*Result{
+		run(2, 100, map[string]CmdCost{"evalsha": {Calls: 10, Usec: 100}, "time": {Calls: 5, Usec: 5}}),
+		run(1, 300, map[string]CmdCost{"evalsha": {Calls: 12, Usec: 140}}),
+		run(3, 200, map[string]CmdCost{"evalsha": {Calls: 11, Usec: 90}, "time": {Calls: 4, Usec: 4}}),
+	})
+	if got, want := m.Commands["evalsha"], (CmdCost{Calls: 11, Usec: 100}); got != want {
+		t.Errorf("merged evalsha = %v; want %v", got, want)
+	}
+	if got, want := m.Commands["time"], (CmdCost{Calls: 4, Usec: 4}); got != want {
+		t.Errorf("merged time = %v; want %v (the run without it counts 0)", got, want)
+	}
+	if m.Load != 1 || m.LoadMax != 3 {
+		t.Errorf("merged load = %v–%v; want 1–3", m.Load, m.LoadMax)
+	}
+	if m.ServerCPUUS != 200 || m.Spread.ServerCPU != 1 {
+		t.Errorf("server CPU = %v, spread %v; want the median 200 and (300-100)/200", m.ServerCPUUS, m.Spread.ServerCPU)
+	}
+}

@@ -45,6 +45,8 @@ func fmtRatio(r float64) string {
 	return strconv.FormatFloat(r, 'f', 2, 64) + "×"
 }
 
+// fmtRate prints a rate (or any positive figure) with about three
+// significant digits: 1234, 12.3, 1.23.
 func fmtRate(r float64) string {
 	switch {
 	case r >= 100:
@@ -168,7 +170,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		}
 	}
 
-	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another"}}
+	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server CPU µs/acq"}}
 	for _, r := range rep.Results {
 		if r.Fair == nil {
 			continue
@@ -181,8 +183,12 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Scenario == "clients" {
 			who = fmt.Sprintf("%d instances / 1 res.", rep.Clients)
 		}
+		cpu := "–"
+		if r.ServerCPUUS > 0 {
+			cpu = strconv.FormatFloat(r.ServerCPUUS, 'f', 0, 64)
+		}
 		ft.add(who, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair))
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), cpu)
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)
@@ -193,14 +199,27 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 }
 
 // writeCost prints what one operation cost the nodes and the client, for
-// every result that could read it.
+// every result that could read it, with the nodes' CPU beside redsync's in
+// the same scenario and the load the runs saw.
 func writeCost(w io.Writer, rep *Report, markdown bool) {
-	ct := &table{head: []string{"scenario", "lib", "nodes", "server µs/op", "server CPU µs/op", "client CPU µs/op", "CPU µs/op"}}
+	repeated := rep.Count > 1
+	head := []string{"scenario", "lib", "nodes", "server µs/op", "server CPU µs/op"}
+	if repeated {
+		head = append(head, "server CPU spread")
+	}
+	head = append(head, "server CPU vs redsync", "client CPU µs/op", "CPU µs/op", "load")
+	ct := &table{head: head}
 	us := func(v float64) string {
 		if v <= 0 {
 			return "–"
 		}
 		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	redsyncCPU := map[string]float64{}
+	for _, r := range rep.Results {
+		if r.Lib == "redsync" && r.Summary.N > 0 {
+			redsyncCPU[r.Scenario] = r.ServerCPUUS
+		}
 	}
 	for _, r := range rep.Results {
 		if r.Summary.N == 0 || (r.ServerUS <= 0 && r.ServerCPUUS <= 0 && r.ClientCPUUS <= 0) {
@@ -210,14 +229,78 @@ func writeCost(w io.Writer, rep *Report, markdown bool) {
 		if r.ServerCPUUS > 0 && r.ClientCPUUS > 0 {
 			total = r.ServerCPUUS + r.ClientCPUUS
 		}
-		ct.add(r.Scenario, r.Lib, strconv.Itoa(r.Nodes), us(r.ServerUS), us(r.ServerCPUUS), us(r.ClientCPUUS), us(total))
+		row := []string{r.Scenario, r.Lib, strconv.Itoa(r.Nodes), us(r.ServerUS), us(r.ServerCPUUS)}
+		if repeated {
+			row = append(row, fmtSpread(r.Spread.ServerCPU))
+		}
+		vs := 0.0
+		if s := redsyncCPU[r.Scenario]; s > 0 && r.ServerCPUUS > 0 && r.Lib != "redsync" {
+			vs = r.ServerCPUUS / s
+		}
+		ct.add(append(row, fmtRatio(vs), us(r.ClientCPUUS), us(total), fmtLoad(r.Load, r.LoadMax))...)
 	}
 	if len(ct.rows) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	ct.write(w, markdown)
-	fmt.Fprintln(w, "* per operation (an acquisition in contended and clients), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included); client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too); CPU µs: server CPU + client CPU, what the operation cost the machine")
+	fmt.Fprintln(w, "* per operation (an acquisition in contended and clients), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included), summed over the nodes; client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too; with -node-latency, the proxies too); CPU µs: server CPU + client CPU, what the operation cost the machine; load: the 1-minute load average as the runs started (lowest–highest)")
+}
+
+// writeCommands prints, for every result that read INFO commandstats, the
+// commands one operation ran on a node: calls per operation per node, µs
+// per call, µs per operation per node, most called first.
+func writeCommands(w io.Writer, rep *Report, markdown bool) {
+	ct := &table{head: []string{"scenario", "lib", "command", "calls/op/node", "µs/call", "µs/op/node"}}
+	num := fmtRate // three significant digits, as the rates
+	for _, r := range rep.Results {
+		if r.Summary.N == 0 || len(r.Commands) == 0 || r.Nodes == 0 {
+			continue
+		}
+		names := make([]string, 0, len(r.Commands))
+		for n := range r.Commands {
+			names = append(names, n)
+		}
+		slices.SortFunc(names, func(a, b string) int {
+			if ca, cb := r.Commands[a].Calls, r.Commands[b].Calls; ca != cb {
+				if ca > cb {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
+		n := float64(r.Nodes)
+		var calls, usec float64
+		for _, name := range names {
+			c := r.Commands[name]
+			per := 0.0
+			if c.Calls > 0 {
+				per = c.Usec / c.Calls
+			}
+			calls += c.Calls
+			usec += c.Usec
+			ct.add(r.Scenario, r.Lib, strings.ToUpper(name), num(c.Calls/n), num(per), num(c.Usec/n))
+		}
+		ct.add(r.Scenario, r.Lib, "(all)", num(calls/n), "", num(usec/n))
+	}
+	if len(ct.rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	ct.write(w, markdown)
+	fmt.Fprintln(w, "* commands per operation (an acquisition in contended and clients) on one node: INFO commandstats before and after each run, summed over the nodes and divided by the operations and the nodes (medians over the runs); a command a script calls (GET, ZADD, …) is listed under its own name and its time counts again in EVALSHA's, so (all) counts it twice; lockbench's own INFO is left out")
+}
+
+// fmtLoad prints a load average, or the range of several, "–" when unknown.
+func fmtLoad(lo, hi float64) string {
+	if lo < 0 {
+		return "–"
+	}
+	if hi-lo < 0.05 {
+		return strconv.FormatFloat(lo, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(lo, 'f', 1, 64) + "–" + strconv.FormatFloat(hi, 'f', 1, 64)
 }
 
 func hasFairness(rep *Report) bool {
@@ -253,7 +336,7 @@ func writeCSV(w io.Writer, rep *Report) error {
 	for _, r := range rep.Results {
 		libVersion := v.Libs[r.Lib]
 		switch r.Lib {
-		case "quorumlock":
+		case "quorumlock", "quorumlock+poll":
 			libVersion = v.Quorumlock
 		case "floor":
 			libVersion = v.Libs["go-redis"]

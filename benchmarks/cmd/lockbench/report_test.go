@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 )
 
 func TestFmtDur(t *testing.T) {
@@ -49,6 +51,7 @@ func testReport() *Report {
 	}
 	rep.Results[3].Fair = &Fairness{LongestWait: 300 * time.Millisecond, Handoffs: 4, ToOther: 3}
 	rep.Results[3].ServerUS, rep.Results[3].ServerCPUUS, rep.Results[3].ClientCPUUS = 111, 222, 333
+	rep.Results[3].Load, rep.Results[3].LoadMax = 1.5, 2.5
 	rep.Results = append(rep.Results, &Result{Scenario: "contended", Lib: "redsync", Nodes: 3, Note: "a note", Run: Run{Err: "boom"}})
 	ratios(rep.Results)
 	return rep
@@ -104,15 +107,16 @@ func TestWriteTables(t *testing.T) {
 	}
 
 	// The cost table has the server and client CPU per operation and their
-	// sum, for the results that measured them only.
+	// sum, for the results that measured them only (no redsync figure to
+	// compare with here: "–"), and the load.
 	costRows := 0
 	for _, l := range lines {
-		if f := strings.Fields(l); len(f) == 7 && f[0] == "contended" && strings.Join(f[3:], " ") == "111 222 333 555" {
+		if f := strings.Fields(l); len(f) == 9 && f[0] == "contended" && strings.Join(f[3:], " ") == "111 222 – 333 555 1.5–2.5" {
 			costRows++
 		}
 	}
 	if costRows != 1 || !strings.Contains(out, "client CPU µs/op") || strings.Count(out, "\nuncontended") != 3 {
-		t.Errorf("want one cost row, for contended/quorumlock: 111 222 333 555:\n%s", out)
+		t.Errorf("want one cost row, for contended/quorumlock: 111 222 – 333 555 1.5–2.5:\n%s", out)
 	}
 
 	b.Reset()
@@ -197,5 +201,39 @@ func TestWriteTables_count(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCommandStats reads INFO commandstats, takes the difference per
+// operation, and prints it per node.
+func TestCommandStats(t *testing.T) {
+	before := nodes.ParseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=100,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=5,usec=50,usec_per_call=10.00\r\ncmdstat_pubsub|numsub:calls=2,usec=4,usec_per_call=2.00\r\n")
+	after := nodes.ParseCommandStats("cmdstat_evalsha:calls=30,usec=500,usec_per_call=16.67\r\ncmdstat_info:calls=9,usec=90,usec_per_call=10.00\r\n" +
+		"cmdstat_pubsub|numsub:calls=2,usec=4,usec_per_call=2.00\r\ncmdstat_zadd:calls=10,usec=30,usec_per_call=3.00\r\n")
+	got := perOp(before, after, 10)
+	want := map[string]CmdCost{"evalsha": {Calls: 2, Usec: 40}, "zadd": {Calls: 1, Usec: 3}}
+	if len(got) != len(want) {
+		t.Fatalf("perOp = %v; want %v (INFO and commands that did not run left out)", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("perOp[%q] = %v; want %v", k, got[k], w)
+		}
+	}
+
+	rep := &Report{Count: 1, Results: []*Result{{Scenario: "clients", Lib: "quorumlock", Nodes: 2,
+		Run: Run{Ops: 10, Summary: Summary{N: 10}, Commands: got}}}}
+	var b strings.Builder
+	writeCommands(&b, rep, false)
+	var rows []string
+	for l := range strings.Lines(b.String()) {
+		if f := strings.Fields(l); len(f) >= 4 && f[0] == "clients" {
+			rows = append(rows, strings.Join(f[2:], " "))
+		}
+	}
+	wantRows := []string{"EVALSHA 1.00 20.0 20.0", "ZADD 0.50 3.00 1.50", "(all) 1.50 21.5"}
+	if strings.Join(rows, "; ") != strings.Join(wantRows, "; ") {
+		t.Errorf("writeCommands rows = %q; want %q (per node, most called first, then the sum):\n%s", rows, wantRows, b.String())
 	}
 }

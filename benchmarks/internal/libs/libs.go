@@ -59,6 +59,10 @@ type Lib struct {
 	// Waits reports whether Lock waits for a held lock. The floor does not,
 	// so it takes no part in contention scenarios.
 	Waits bool
+	// Variant marks a second configuration of a library already listed
+	// (quorumlock+poll): "all" leaves it out, naming it selects it, so
+	// that a default run keeps its length.
+	Variant bool
 	// New builds a Locker over nodes with lease ttl.
 	New func(nodes []redis.UniversalClient, ttl time.Duration) (Locker, error)
 }
@@ -75,9 +79,12 @@ func (l Lib) Nodes(nodes []redis.UniversalClient) []redis.UniversalClient {
 // variant goes here: a "quorumlock+fence" entry built with
 // redlock.WithFencing(true), for instance (fencing has no row yet).
 // quorumlock's wake-up on release shows up in the handoff and contended
-// scenarios without an entry of its own.
+// scenarios without an entry of its own; quorumlock+poll is the same
+// library with it off (redlock.WithWakeUp(false): no queue, plain polling
+// like redsync's), selected only by name.
 var All = []Lib{
 	{Name: "quorumlock", About: "quorumlock (this module)", Waits: true, New: newQuorumlock},
+	{Name: "quorumlock+poll", About: "quorumlock with WithWakeUp(false): no queue, polling", Waits: true, Variant: true, New: newQuorumlockPoll},
 	{Name: "redsync", About: "go-redsync/redsync v4 (goredis v9 pool)", Waits: true, New: newRedsync},
 	{Name: "redislock", About: "bsm/redislock (single node)", MaxNodes: 1, Waits: true, New: newRedislock},
 	{Name: "floor", About: "plain SET NX PX / DEL, one parallel round", New: newFloor},
@@ -93,10 +100,16 @@ func Names() []string {
 }
 
 // Select returns the libraries named in a comma-separated list, in the
-// order of All; "all" or "" selects every one.
+// order of All; "all" or "" selects every one but the variants.
 func Select(list string) ([]Lib, error) {
 	if list == "" || list == "all" {
-		return slices.Clone(All), nil
+		var out []Lib
+		for _, l := range All {
+			if !l.Variant {
+				out = append(out, l)
+			}
+		}
+		return out, nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {

@@ -77,8 +77,17 @@ func TestSelect(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "quorumlock" || got[1].Name != "floor" {
 		t.Errorf("Select(floor, quorumlock) = %v; want quorumlock, floor in table order", got)
 	}
-	if all, _ := Select("all"); len(all) != len(All) {
-		t.Errorf("Select(all) has %d libraries; want %d", len(all), len(All))
+	variants := 0
+	for _, l := range All {
+		if l.Variant {
+			variants++
+		}
+	}
+	if all, _ := Select("all"); len(all) != len(All)-variants {
+		t.Errorf("Select(all) has %d libraries; want %d (every one but the %d variants)", len(all), len(All)-variants, variants)
+	}
+	if got, err := Select("quorumlock+poll"); err != nil || len(got) != 1 || !got[0].Variant {
+		t.Errorf("Select(quorumlock+poll) = %v, %v; want the variant", got, err)
 	}
 	if _, err := Select("nope"); err == nil {
 		t.Error("Select(nope) = nil error; want an unknown library error")

@@ -21,6 +21,17 @@ func newQuorumlock(nodes []redis.UniversalClient, ttl time.Duration) (Locker, er
 	return quorumlock{c}, nil
 }
 
+// newQuorumlockPoll is quorumlock with the waiter queue off
+// (WithWakeUp(false)): a refused Lock polls with its retry delay, as
+// redsync's does, and never queues.
+func newQuorumlockPoll(nodes []redis.UniversalClient, ttl time.Duration) (Locker, error) {
+	c, err := redlock.New(nodes, redlock.WithTTL(ttl), redlock.WithWakeUp(false))
+	if err != nil {
+		return nil, err
+	}
+	return quorumlock{c}, nil
+}
+
 func (q quorumlock) Lock(ctx context.Context, resource string) (Held, error) {
 	l, err := q.c.Lock(ctx, resource)
 	if err != nil {

@@ -5,8 +5,10 @@
 package nodes
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
@@ -179,4 +181,92 @@ func CloseAll(clients []redis.UniversalClient) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CmdCost is what one command cost a node, or a sum of them: the calls and
+// the time spent inside the command (INFO commandstats' usec, in µs; a
+// script's time includes the commands it calls, which are also counted
+// under their own names).
+type CmdCost struct {
+	Calls float64 `json:"calls"`
+	Usec  float64 `json:"usec"`
+}
+
+// CommandStats reads INFO commandstats of every node and sums each
+// command's calls and usec over the nodes ("pubsub|numsub" for a
+// subcommand). It fails when a node does not answer or has no such
+// section (miniredis).
+func CommandStats(ctx context.Context, ns []redis.UniversalClient) (map[string]CmdCost, error) {
+	total := map[string]CmdCost{}
+	for i, n := range ns {
+		info, err := n.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+		if !strings.Contains(info, "cmdstat_") {
+			return nil, fmt.Errorf("node %d: no INFO commandstats", i)
+		}
+		for name, c := range ParseCommandStats(info) {
+			t := total[name]
+			t.Calls += c.Calls
+			t.Usec += c.Usec
+			total[name] = t
+		}
+	}
+	return total, nil
+}
+
+// ParseCommandStats reads the lines "cmdstat_get:calls=3,usec=5,…" of INFO
+// commandstats into calls and usec per command.
+func ParseCommandStats(info string) map[string]CmdCost {
+	out := map[string]CmdCost{}
+	for line := range strings.Lines(info) {
+		name, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
+		name, ok := strings.CutPrefix(name, "cmdstat_")
+		if !ok {
+			continue
+		}
+		var c CmdCost
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "calls":
+				c.Calls = f
+			case "usec":
+				c.Usec = f
+			}
+		}
+		out[name] = c
+	}
+	return out
+}
+
+// CPU sums used_cpu_user and used_cpu_sys of INFO cpu over the nodes, in
+// µs: the CPU time the server processes have used, network I/O included.
+func CPU(ctx context.Context, ns []redis.UniversalClient) (float64, error) {
+	total := 0.0
+	for i, n := range ns {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, fmt.Errorf("node %d: %w", i, err)
+		}
+		if !strings.Contains(info, "used_cpu_user:") {
+			return 0, fmt.Errorf("node %d: no used_cpu_user in INFO cpu", i)
+		}
+		for line := range strings.Lines(info) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("node %d: %s: %w", i, k, err)
+				}
+				total += f * 1e6
+			}
+		}
+	}
+	return total, nil
 }
