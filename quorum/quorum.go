@@ -89,7 +89,8 @@ type Round[T any] struct {
 	start   time.Time
 	timeout time.Duration
 	call    func(ctx context.Context, node int) (T, error)
-	ctx     roundCtx           // the requests' ctx: the caller's, bounded by the node timeout
+	base    noCancel           // the caller's ctx without its cancellation
+	ctx     roundCtx           // the requests' ctx: base, bounded by the deadline
 	cancel  context.CancelFunc // releases ctx; called by the last request to return
 	left    atomic.Int32       // requests not returned yet
 	wg      sync.WaitGroup     // requests not returned yet, for Wait
@@ -180,7 +181,8 @@ func StartAt[T any](ctx context.Context, start time.Time, n int, timeout time.Du
 	// one timer serves them all, and the collector waits on it too. The
 	// last node to answer releases it.
 	var cctx context.Context
-	cctx, r.cancel, r.ctx.timeout = deadlineFrom(ctx, start, timeout)
+	r.base.ctx = ctx
+	cctx, r.cancel, r.ctx.timeout = deadlineFrom(&r.base, ctx, start, timeout)
 	r.ctx.Context = cctx
 	if n == 0 {
 		r.cancel()
@@ -234,12 +236,21 @@ func NodeTimeout(ctx context.Context) (time.Duration, bool) {
 	return d, ok
 }
 
+// noCancel is a context's values without its cancellation or deadline,
+// like context.WithoutCancel; it lives in the Round, so that a round
+// allocates no context of its own for it.
+type noCancel struct{ ctx context.Context }
+
+func (noCancel) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (noCancel) Done() <-chan struct{}       { return nil }
+func (noCancel) Err() error                  { return nil }
+func (c *noCancel) Value(key any) any        { return c.ctx.Value(key) }
+
 // deadlineFrom returns the requests' context of a round that began at
-// start: ctx's values without its cancellation, ending at start+d or at
+// start: base (ctx's values without its cancellation), ending at start+d or at
 // ctx's deadline, whichever comes first (no deadline when d ≤ 0 and ctx has
 // none). timeout is d when it sets the deadline, else 0 (see NodeTimeout).
-func deadlineFrom(ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
-	base := context.WithoutCancel(ctx)
+func deadlineFrom(base *noCancel, ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
 	dl, ok := ctx.Deadline()
 	switch {
 	case d > 0 && (!ok || dl.After(start.Add(d))):

@@ -44,35 +44,43 @@ type Inflight interface {
 // visible to anyone.
 type Pending struct {
 	Start time.Time
-	r     atomic.Pointer[Inflight]
-	done  chan struct{} // closed by Attach
+	r     Inflight    // written once by Attach, before attached is set
+	sent  atomic.Bool // r is set
 }
 
 // Register registers a round of the token that starts now, before anything
 // of it is sent. Call it in one step with the check that the token may
 // still send (see Ledger).
 func (g *Ledger) Register() *Pending {
-	p := &Pending{Start: time.Now(), done: make(chan struct{})}
+	p := &Pending{Start: time.Now()}
 	g.Track(p)
 	return p
 }
 
 // Attach gives p its requests.
 func (p *Pending) Attach(r Inflight) {
-	p.r.Store(&r)
-	close(p.done)
+	p.r = r
+	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
+}
+
+// round returns the attached round, or nil before Attach.
+func (p *Pending) round() Inflight {
+	if !p.sent.Load() {
+		return nil
+	}
+	return p.r
 }
 
 // Answered reports whether node i has answered p's round.
 func (p *Pending) Answered(i int) bool {
-	r := p.r.Load()
-	return r != nil && (*r).Answered(i)
+	r := p.round()
+	return r != nil && r.Answered(i)
 }
 
 // Settled reports whether every node has answered p's round or given up.
 func (p *Pending) Settled() bool {
-	r := p.r.Load()
-	return r != nil && (*r).Settled()
+	r := p.round()
+	return r != nil && r.Settled()
 }
 
 // Send sends the registered round p to n nodes, from the start fixed at
@@ -174,11 +182,15 @@ func (g *Ledger) WaitSent(timeout time.Duration) {
 		if !ok {
 			continue
 		}
-		<-p.done // its sender attaches it without blocking
-		if rr := p.r.Load(); rr != nil {
-			if w, ok := (*rr).(interface{ waitUntil(time.Time) }); ok {
-				w.waitUntil(p.Start.Add(timeout))
-			}
+		deadline := p.Start.Add(timeout)
+		// Its sender attaches it without blocking: wait for that, but
+		// never past the round's deadline (a sender that never sends
+		// sends nothing that can land).
+		for p.round() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if w, ok := p.round().(interface{ waitUntil(time.Time) }); ok {
+			w.waitUntil(deadline)
 		}
 	}
 }
