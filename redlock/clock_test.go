@@ -166,8 +166,8 @@ func TestClock_learnedOnFirstUse(t *testing.T) {
 	for i := range c.clocks {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		dl, _ := ctx.Deadline()
-		e0 := c.clocks[i].est.Load() // a second probe may replace it meanwhile
-		b, err := c.notAfter(ctx, i)
+		e0 := c.clocks[i].est.Load()     // a second probe may replace it meanwhile
+		b, err := c.notAfter(ctx, i, "") // plain nodes: no key needed
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -196,7 +196,7 @@ func TestClock_guardLifetime(t *testing.T) {
 		// Node i's clock runs 10s ahead of ours, known within ±1ms.
 		c.clocks[i].est.Store(&clockEstimate{at: now, nodeUS: now.Add(10 * time.Second).UnixMicro(), err: time.Millisecond})
 	}
-	g := c.guardLifetime(ttl, timeout)
+	g := c.guardLifetime(nil, ttl, timeout)
 	// A node timeout, four clock errors (each 1ms + 1% of ≤ 100ms), the
 	// margin, rounding.
 	if lo, hi := timeout+4*time.Millisecond, timeout+12*time.Millisecond; g < lo || g > hi {
@@ -205,16 +205,16 @@ func TestClock_guardLifetime(t *testing.T) {
 	// A bound already sent far ahead (a request from a stale estimate)
 	// keeps the guard until the node's clock has passed it.
 	c.clocks[1].maxBound.Store(now.Add(10*time.Second + 2*time.Second).UnixMilli())
-	if g := c.guardLifetime(ttl, timeout); g < 2*time.Second || g > 2*time.Second+20*time.Millisecond {
+	if g := c.guardLifetime(nil, ttl, timeout); g < 2*time.Second || g > 2*time.Second+20*time.Millisecond {
 		t.Errorf("guardLifetime with a bound 2s ahead = %v; want about 2s", g)
 	}
 	c.clocks[1].maxBound.Store(0)
 	c.clocks[2].est.Store(nil)
-	if g, want := c.guardLifetime(ttl, timeout), 2*(timeout+c.probeTimeout())+2*time.Millisecond; g != want {
+	if g, want := c.guardLifetime(nil, ttl, timeout), 2*(timeout+c.probeTimeout())+2*time.Millisecond; g != want {
 		t.Errorf("guardLifetime with a clock not known = %v; want %v", g, want)
 	}
 	c.clocks[0].unbounded.Store(true)
-	if g := c.guardLifetime(ttl, timeout); g != 2*ttl {
+	if g := c.guardLifetime(nil, ttl, timeout); g != 2*ttl {
 		t.Errorf("guardLifetime after an unbounded request = %v; want %v", g, 2*ttl)
 	}
 }
@@ -228,9 +228,13 @@ func TestClock_probeKeepsTheBetterEstimate(t *testing.T) {
 	now := time.Now()
 	good := &clockEstimate{at: now, nodeUS: now.UnixMicro(), err: time.Nanosecond}
 	c.clocks[0].est.Store(good)
+	mc, probe, err := c.clockFor(t.Context(), 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Not better than an error of 1ns, and agreeing (miniredis's clock is
 	// ours): kept.
-	if err := c.probeClock(0); err != nil {
+	if err := c.probeClock(mc, probe); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.clocks[0].est.Load(); got != good {
@@ -239,7 +243,7 @@ func TestClock_probeKeepsTheBetterEstimate(t *testing.T) {
 	// An old estimate, whose error has grown with its age: replaced.
 	old := &clockEstimate{at: now.Add(-time.Hour), nodeUS: now.Add(-time.Hour).UnixMicro(), err: time.Microsecond}
 	c.clocks[0].est.Store(old)
-	if err := c.probeClock(0); err != nil {
+	if err := c.probeClock(mc, probe); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.clocks[0].est.Load(); got == old {

@@ -88,7 +88,7 @@ func (l *Lock) startExtend(ctx context.Context) *quorum.Round[reply] {
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
 	return quorum.Start(ctx, len(c.nodes), l.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i)
+			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return reply{}, err
 			}
