@@ -83,26 +83,30 @@ type masterClock struct {
 	// maxBound is the latest bound (the server's ms) any request to the
 	// server was sent with; recorded before the request is sent.
 	maxBound atomic.Int64
-	probing  atomic.Bool  // a background refresh is in flight
-	used     atomic.Int64 // Cluster: when a request last used it (Unix ns), for clockFor's pruning
+	probing  atomic.Bool // a background refresh is in flight
+	dropped  atomic.Bool // Cluster: no longer in nodeClock.masters (set under mastersMu)
 
 	mu      sync.Mutex    // protects first, lastErr
 	first   chan struct{} // closed when the probe that learns the first estimate ends; nil when none runs
 	lastErr error         // that probe's error, when it learned nothing
 }
 
-// idle reports whether the server's clock has surely passed every bound
-// sent to it, and no probe runs: dropping it loses nothing a guard needs
-// (a request sent later learns the clock again).
+// idle reports whether dropping mc loses nothing a guard needs: no probe
+// runs, and the server's clock has surely passed every bound sent to it
+// (none is, before its clock is known). A request sent later learns the
+// clock again.
 func (mc *masterClock) idle(now time.Time, drift float64) bool {
-	e := mc.est.Load()
-	if e == nil || mc.probing.Load() {
+	if mc.probing.Load() {
 		return false
 	}
 	mc.mu.Lock()
 	learning := mc.first != nil
 	mc.mu.Unlock()
-	return !learning && mc.maxBound.Load()*1000 < e.lower(now, drift)
+	if learning {
+		return false
+	}
+	e := mc.est.Load()
+	return e == nil || mc.maxBound.Load()*1000 < e.lower(now, drift)
 }
 
 // nodeClock is what a Client knows of one node's clock. A plain node is
@@ -154,27 +158,34 @@ func (c *Client) clockFor(ctx context.Context, i int, key string) (*masterClock,
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding the key's master for its clock: %w", err)
 	}
-	addr := m.Options().Addr
-	now := time.Now()
+	return nc.master(m.Options().Addr, time.Now(), c.cfg.drift), probeFor(cc, m, key), nil
+}
+
+// master returns the clock of the Cluster master at addr, adding it if
+// new. When the map is full (maxMasterClocks), adding drops every idle
+// master first: the map holds the masters in use, and those whose bounds
+// have not all passed yet, whatever the number of keys.
+func (nc *nodeClock) master(addr string, now time.Time, drift float64) *masterClock {
 	nc.mastersMu.Lock()
+	defer nc.mastersMu.Unlock()
 	mc := nc.masters[addr]
-	if mc == nil {
-		if len(nc.masters) >= maxMasterClocks {
-			for a, o := range nc.masters {
-				if o.idle(now, c.cfg.drift) {
-					delete(nc.masters, a)
-				}
+	if mc != nil {
+		return mc
+	}
+	if len(nc.masters) >= maxMasterClocks {
+		for a, o := range nc.masters {
+			if o.idle(now, drift) {
+				o.dropped.Store(true)
+				delete(nc.masters, a)
 			}
 		}
-		if nc.masters == nil {
-			nc.masters = make(map[string]*masterClock)
-		}
-		mc = new(masterClock)
-		nc.masters[addr] = mc
 	}
-	nc.mastersMu.Unlock()
-	mc.used.Store(now.UnixNano())
-	return mc, probeFor(cc, m, key), nil
+	if nc.masters == nil {
+		nc.masters = make(map[string]*masterClock)
+	}
+	mc = new(masterClock)
+	nc.masters[addr] = mc
+	return mc
 }
 
 // probeFor reads master m's clock with the keyed script (scripts.Time) for
@@ -205,13 +216,26 @@ func probeFor(cc *redis.ClusterClient, m *redis.Client, key string) clockProbe {
 // guardLifetime). With testhooks.SkipNotAfter it returns 0 (no bound), the
 // negative control.
 func (c *Client) notAfter(ctx context.Context, i int, key string) (int64, error) {
-	nc := &c.clocks[i]
-	mc, probe, err := c.clockFor(ctx, i, key)
-	if err != nil {
-		return 0, err
+	for {
+		mc, probe, err := c.clockFor(ctx, i, key)
+		if err != nil {
+			return 0, err
+		}
+		b, err := c.boundOn(ctx, i, mc, probe)
+		// A Cluster master's clock dropped meanwhile (nodeClock.master)
+		// may have lost b before a guard saw it: take the master's clock
+		// afresh. One not dropped keeps b until its clock has passed it.
+		if err != nil || !mc.dropped.Load() {
+			return b, err
+		}
 	}
+}
+
+// boundOn is notAfter on the clock mc.
+func (c *Client) boundOn(ctx context.Context, i int, mc *masterClock, probe clockProbe) (int64, error) {
 	e := mc.est.Load()
 	if e == nil {
+		var err error
 		if e, err = c.learnClock(ctx, mc, probe); err != nil {
 			return 0, err
 		}
@@ -225,7 +249,7 @@ func (c *Client) notAfter(ctx context.Context, i int, key string) (int64, error)
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		nc.unbounded.Store(true)
+		c.clocks[i].unbounded.Store(true)
 		return 0, nil
 	}
 	b := ceilMS(e.upper(dl, c.cfg.drift))

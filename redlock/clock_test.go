@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -248,5 +249,68 @@ func TestClock_probeKeepsTheBetterEstimate(t *testing.T) {
 	}
 	if got := c.clocks[0].est.Load(); got == old {
 		t.Errorf("estimate after probing over an hour-old one: kept the old one; want the new one")
+	}
+}
+
+// The estimate's error covers the drift over the half round trip (issue 30
+// item 9): the server read its clock up to half the round trip from the
+// middle, and its clock may have run drift faster meanwhile. With a drift
+// factor of 0.5 and a 100ms round trip that is ≥ 75ms, not 50ms.
+func TestClock_errorIncludesDriftOverTheRoundTrip(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 1)
+	const drift, rtt = 0.5, 100 * time.Millisecond
+	c := newClient(t, nodes, WithDriftFactor(drift))
+	mc := &c.clocks[0].masterClock
+	probe := func(context.Context) (time.Time, error) {
+		time.Sleep(rtt / 2)
+		now := time.Now()
+		time.Sleep(rtt / 2)
+		return now, nil
+	}
+	start := time.Now()
+	if err := c.probeClock(mc, probe); err != nil {
+		t.Fatal(err)
+	}
+	half := time.Since(start) / 2
+	e := mc.est.Load()
+	if lo, hi := time.Duration((1+drift)*float64(rtt/2)), time.Duration((1+drift)*float64(half))+time.Microsecond; e.err < lo || e.err > hi {
+		t.Errorf("estimate error after a %v round trip = %v; want in [%v, %v]: half of it times 1+drift", rtt, e.err, lo, hi)
+	}
+}
+
+// A Cluster node keeps one clock per master address, whatever the number
+// of keys; past maxMasterClocks, adding a master drops the idle ones (every
+// bound sent has passed on their clocks) and only those, and marks them
+// dropped so that notAfter does not bound a request on them.
+func TestClock_masterClocksStayBounded(t *testing.T) {
+	t.Parallel()
+	var nc nodeClock
+	const drift = 0.01
+	now := time.Now()
+	busy := nc.master("busy:1", now, drift)
+	busy.est.Store(&clockEstimate{at: now, nodeUS: now.UnixMicro(), err: time.Millisecond})
+	busy.maxBound.Store(now.Add(time.Second).UnixMilli()) // a bound still ahead
+	if nc.master("busy:1", now, drift) != busy {
+		t.Fatal("master of one address twice: two clocks; want one")
+	}
+	idle := make([]*masterClock, 0, maxMasterClocks-1)
+	for k := range maxMasterClocks - 1 {
+		mc := nc.master(fmt.Sprintf("idle:%d", k), now, drift)
+		mc.est.Store(&clockEstimate{at: now, nodeUS: now.UnixMicro(), err: time.Millisecond})
+		mc.maxBound.Store(now.Add(-time.Second).UnixMilli()) // passed
+		idle = append(idle, mc)
+	}
+	nc.master("new:1", now, drift)
+	if n := len(nc.masters); n != 2 {
+		t.Errorf("after adding a master to a full map: %d clocks; want 2 (the busy one and the new one)", n)
+	}
+	if busy.dropped.Load() || nc.masters["busy:1"] != busy {
+		t.Error("a master with a bound still ahead was dropped")
+	}
+	for _, mc := range idle {
+		if !mc.dropped.Load() {
+			t.Fatal("an idle master dropped from the map is not marked dropped")
+		}
 	}
 }
