@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +27,7 @@ import (
 // Cluster's masters are separate hosts whose clocks may differ by seconds.
 // TIME has no key, so go-redis sends it to any master; a Cluster node
 // therefore keeps one estimate per master (masterClock), probed with a
-// keyed script on that master (probeFor), and a request's bound and a
+// keyed script on that master (clockProbe), and a request's bound and a
 // release's guard use the estimate of its key's master (clockFor).
 
 // clockRefresh is how old a node's clock estimate may get before a request
@@ -118,13 +117,21 @@ type nodeClock struct {
 	// without a deadline): it may land at any later time, on any master.
 	unbounded atomic.Bool
 
-	mastersMu sync.Mutex              // protects masters
+	mastersMu sync.RWMutex            // protects masters
 	masters   map[string]*masterClock // Cluster: per master address
 }
 
-// clockProbe reads the clock of one server: TIME on a plain node, the
-// keyed script on a Cluster master (probeFor).
-type clockProbe func(ctx context.Context) (time.Time, error)
+// clockProbe reads the clock of one server: TIME on a plain node (n),
+// the keyed script for key on Cluster master m otherwise. It is a value,
+// so that a request that needs no probe allocates nothing for it.
+type clockProbe struct {
+	n   redis.UniversalClient // a plain node
+	cc  *redis.ClusterClient  // a Cluster node, with m and key
+	m   *redis.Client
+	key string
+	// fake replaces the probe in tests.
+	fake func(ctx context.Context) (time.Time, error)
+}
 
 // clockFor returns the clock estimate that a request for key on node i is
 // bounded with, and the probe that reads that clock.
@@ -151,14 +158,13 @@ func (c *Client) clockFor(ctx context.Context, i int, key string) (*masterClock,
 	nc := &c.clocks[i]
 	cc, ok := c.nodes[i].c.(*redis.ClusterClient)
 	if !ok {
-		n := c.nodes[i].c
-		return &nc.masterClock, func(ctx context.Context) (time.Time, error) { return n.Time(ctx).Result() }, nil
+		return &nc.masterClock, clockProbe{n: c.nodes[i].c}, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("finding the key's master for its clock: %w", err)
+		return nil, clockProbe{}, fmt.Errorf("finding the key's master for its clock: %w", err)
 	}
-	return nc.master(m.Options().Addr, time.Now(), c.cfg.drift), probeFor(cc, m, key), nil
+	return nc.master(m.Options().Addr, time.Now(), c.cfg.drift), clockProbe{cc: cc, m: m, key: key}, nil
 }
 
 // master returns the clock of the Cluster master at addr, adding it if
@@ -166,10 +172,15 @@ func (c *Client) clockFor(ctx context.Context, i int, key string) (*masterClock,
 // master first: the map holds the masters in use, and those whose bounds
 // have not all passed yet, whatever the number of keys.
 func (nc *nodeClock) master(addr string, now time.Time, drift float64) *masterClock {
+	nc.mastersMu.RLock()
+	mc := nc.masters[addr]
+	nc.mastersMu.RUnlock()
+	if mc != nil {
+		return mc
+	}
 	nc.mastersMu.Lock()
 	defer nc.mastersMu.Unlock()
-	mc := nc.masters[addr]
-	if mc != nil {
+	if mc := nc.masters[addr]; mc != nil {
 		return mc
 	}
 	if len(nc.masters) >= maxMasterClocks {
@@ -188,21 +199,26 @@ func (nc *nodeClock) master(addr string, now time.Time, drift float64) *masterCl
 	return mc
 }
 
-// probeFor reads master m's clock with the keyed script (scripts.Time) for
-// key: the minimal ACL allows it (EVAL, TIME inside it, key under the
-// prefix). A MOVED or ASK reply means the slot is no longer (or not only)
-// m's: the probe fails, and go-redis is asked to reload its slot map.
-func probeFor(cc *redis.ClusterClient, m *redis.Client, key string) clockProbe {
-	return func(ctx context.Context) (time.Time, error) {
-		t, err := scripts.Time(ctx, m, key)
-		if err != nil {
-			if msg := err.Error(); strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") {
-				cc.ReloadState(ctx)
-			}
-			return time.Time{}, fmt.Errorf("master %s: %w", m.Options().Addr, err)
-		}
-		return t, nil
+// read reads the clock. On a Cluster master it runs the keyed script
+// (scripts.Time), which the minimal ACL allows (EVAL, TIME inside it, the
+// key under the prefix). A MOVED or ASK reply means the slot is no longer
+// (or not only) m's: the probe fails, and go-redis is asked to reload its
+// slot map.
+func (p clockProbe) read(ctx context.Context) (time.Time, error) {
+	switch {
+	case p.fake != nil:
+		return p.fake(ctx)
+	case p.n != nil:
+		return p.n.Time(ctx).Result()
 	}
+	t, err := scripts.Time(ctx, p.m, p.key)
+	if err != nil {
+		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			p.cc.ReloadState(ctx)
+		}
+		return time.Time{}, fmt.Errorf("master %s: %w", p.m.Options().Addr, err)
+	}
+	return t, nil
 }
 
 // notAfter returns the bound for a request for key to node i whose caller
@@ -331,7 +347,7 @@ func (c *Client) probeClock(mc *masterClock, probe clockProbe) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.probeTimeout())
 	defer cancel()
 	send := time.Now()
-	t, err := probe(ctx)
+	t, err := probe.read(ctx)
 	recv := time.Now()
 	if err != nil {
 		return err

@@ -262,12 +262,12 @@ func TestClock_errorIncludesDriftOverTheRoundTrip(t *testing.T) {
 	const drift, rtt = 0.5, 100 * time.Millisecond
 	c := newClient(t, nodes, WithDriftFactor(drift))
 	mc := &c.clocks[0].masterClock
-	probe := func(context.Context) (time.Time, error) {
+	probe := clockProbe{fake: func(context.Context) (time.Time, error) {
 		time.Sleep(rtt / 2)
 		now := time.Now()
 		time.Sleep(rtt / 2)
 		return now, nil
-	}
+	}}
 	start := time.Now()
 	if err := c.probeClock(mc, probe); err != nil {
 		t.Fatal(err)
