@@ -94,11 +94,12 @@ func TestCluster_clockOfTheKeysMaster(t *testing.T) {
 	rcl := redistest.StartRedisCluster(t, 3, redistest.WithClockOffset(0, offsets[0]), redistest.WithClockOffset(2, offsets[2]))
 	const (
 		ttl     = 10 * time.Second
-		timeout = 200 * time.Millisecond
-		// late is how long the Extend is held: past the release's guard
-		// (about a node timeout) and well short of the 3s by which a
-		// bound read on another master's clock can be off.
-		late = 1500 * time.Millisecond
+		timeout = 500 * time.Millisecond
+		// late is how long the Extend is held: past the node timeout and
+		// the release's guard (about another node timeout), and short of
+		// the 3s by which a bound read on another master's clock can be
+		// off.
+		late = 2 * time.Second
 	)
 	lw := &lateWrites{delay: late}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rcl.Addrs(), DialTimeout: redistest.ClientDialTimeout,
@@ -126,11 +127,14 @@ func TestCluster_clockOfTheKeysMaster(t *testing.T) {
 		}
 	}
 
-	// Learn the clocks, then act within clockRefresh of that, so that no
-	// refresh probe changes an estimate between the acquires and the
-	// Extends (the old single estimate is then one master's throughout).
-	if l, err := c.TryLock(ctx, "clock-warm"); err == nil {
-		l.Unlock(ctx)
+	// Learn the clocks (and load the scripts), then act within
+	// clockRefresh of that, so that no refresh probe changes an estimate
+	// between the acquires and the Extends (the old single estimate is
+	// then one master's throughout).
+	for _, r := range resources {
+		if l, err := c.TryLock(ctx, r); err == nil {
+			l.Unlock(ctx)
+		}
 	}
 	time.Sleep(100 * time.Millisecond)
 
