@@ -215,7 +215,7 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	// Step 1: one parallel round on every node, registered first (rounds.go).
 	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i)
+			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return reply{}, err
 			}

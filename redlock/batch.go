@@ -162,19 +162,26 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 }
 
 // extendPipeline sends the extend script for every live lock to node i in
-// pipelines, all with one not-after bound (step 4, clock.go: the round's
-// deadline on the node's clock). Replies that are errors for one lock
-// (WRONGTYPE, say) stay that lock's; a connection error fails the node for
-// all.
+// pipelines, with the not-after bound of the round's deadline (step 4,
+// clock.go): on a plain node one bound for all, on the node's clock; on a
+// Cluster node one per lock, on its key's master's clock (the masters'
+// clocks may differ). Replies that are errors for one lock (WRONGTYPE,
+// say) stay that lock's; a connection error, or a clock that cannot be
+// learned, fails the node for all.
 func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int) (batchReply, error) {
-	b, err := c.notAfter(ctx, i)
-	if err != nil {
-		return batchReply{}, err
+	bounds := make([]int64, 1)
+	if c.nodes[i].Cluster {
+		bounds = make([]int64, len(live))
 	}
-	bound := &b
+	for kk := range bounds {
+		var err error
+		if bounds[kk], err = c.notAfter(ctx, i, locks[live[kk]].keys[i].Lock); err != nil {
+			return batchReply{}, err
+		}
+	}
 	cmds, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
 		l := locks[live[kk]]
-		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, bound)
+		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, &bounds[min(kk, len(bounds)-1)])
 	})
 	if err != nil {
 		return batchReply{}, err

@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
@@ -18,11 +21,23 @@ import (
 // from an estimate of each node's clock (nodeClock), learned from TIME
 // round trips; the release guard then only has to cover the window that
 // the estimate's error leaves (guardLifetime). doc.go has the argument.
+//
+// The clock that matters is the one the key's scripts read: on a plain
+// node, the server's; on a Redis Cluster node, the key's master's, and a
+// Cluster's masters are separate hosts whose clocks may differ by seconds.
+// TIME has no key, so go-redis sends it to any master; a Cluster node
+// therefore keeps one estimate per master (masterClock), probed with a
+// keyed script on that master (clockProbe), and a request's bound and a
+// release's guard use the estimate of its key's master (clockFor).
 
 // clockRefresh is how old a node's clock estimate may get before a request
 // that uses it starts a new probe in the background. The estimate stays
 // usable meanwhile: its error grows with its age by the drift factor.
 const clockRefresh = time.Second
+
+// maxMasterClocks is how many masters of one Cluster node keep a clock
+// estimate before the idle ones are dropped (see clockFor).
+const maxMasterClocks = 1024
 
 // clockEstimate is what one TIME round trip to a node says of its clock:
 // at the local instant at (monotonic), the node's clock read nodeUS
@@ -30,7 +45,7 @@ const clockRefresh = time.Second
 type clockEstimate struct {
 	at     time.Time
 	nodeUS int64
-	err    time.Duration // half the round trip, plus TIME's resolution
+	err    time.Duration // half the round trip plus the drift over it, plus TIME's resolution
 }
 
 // errAt is the estimate's error at local instant t: its own, plus the drift
@@ -60,56 +75,203 @@ func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
 	return e.mid(t) - e.errAt(t, drift).Microseconds() - 1
 }
 
-// nodeClock is what a Client knows of one node's clock.
-type nodeClock struct {
+// masterClock is what a Client knows of one server's clock: a plain node,
+// or one master of a Cluster node.
+type masterClock struct {
 	est atomic.Pointer[clockEstimate] // nil until the first probe answered
-	// maxBound is the latest bound (node ms) any request to the node was
-	// sent with; recorded before the request is sent.
+	// maxBound is the latest bound (the server's ms) any request to the
+	// server was sent with; recorded before the request is sent.
 	maxBound atomic.Int64
-	// unbounded is set once a request went out without a bound (a round
-	// without a deadline): it may land at any later time.
-	unbounded atomic.Bool
-	probing   atomic.Bool // a background refresh is in flight
+	probing  atomic.Bool // a background refresh is in flight
+	dropped  atomic.Bool // Cluster: no longer in nodeClock.masters (set under mastersMu)
 
 	mu      sync.Mutex    // protects first, lastErr
 	first   chan struct{} // closed when the probe that learns the first estimate ends; nil when none runs
 	lastErr error         // that probe's error, when it learned nothing
 }
 
-// notAfter returns the bound for a request to node i whose caller stops
-// waiting at ctx's deadline: the latest the node's clock can read then, in
-// whole ms rounded up, so that a request still waited for is never refused.
-// Before the node's clock is known it learns it first (one TIME round
-// trip, bounded by ctx; later calls share it): New does no I/O, and no
-// request goes out unbounded. A probe takes at most the Client's node
-// timeout (see probeTimeout). The bound is
-// recorded before it is returned (see guardLifetime). With
-// testhooks.SkipNotAfter it returns 0 (no bound), the negative control.
-func (c *Client) notAfter(ctx context.Context, i int) (int64, error) {
+// idle reports whether dropping mc loses nothing a guard needs: no probe
+// runs, and the server's clock has surely passed every bound sent to it
+// (none is, before its clock is known). A request sent later learns the
+// clock again.
+func (mc *masterClock) idle(now time.Time, drift float64) bool {
+	if mc.probing.Load() {
+		return false
+	}
+	mc.mu.Lock()
+	learning := mc.first != nil
+	mc.mu.Unlock()
+	if learning {
+		return false
+	}
+	e := mc.est.Load()
+	return e == nil || mc.maxBound.Load()*1000 < e.lower(now, drift)
+}
+
+// nodeClock is what a Client knows of one node's clock. A plain node is
+// one server: its masterClock is the embedded one. A Cluster node has one
+// per master, in masters.
+type nodeClock struct {
+	masterClock
+	// unbounded is set once a request went out without a bound (a round
+	// without a deadline): it may land at any later time, on any master.
+	unbounded atomic.Bool
+
+	mastersMu sync.RWMutex            // protects masters
+	masters   map[string]*masterClock // Cluster: per master address
+}
+
+// clockProbe reads the clock of one server: TIME on a plain node (n),
+// the keyed script for key on Cluster master m otherwise. It is a value,
+// so that a request that needs no probe allocates nothing for it.
+type clockProbe struct {
+	n   redis.UniversalClient // a plain node
+	cc  *redis.ClusterClient  // a Cluster node, with m and key
+	m   *redis.Client
+	key string
+	// fake replaces the probe in tests.
+	fake func(ctx context.Context) (time.Time, error)
+}
+
+// clockFor returns the clock estimate that a request for key on node i is
+// bounded with, and the probe that reads that clock.
+//
+// On a Cluster node it is the clock of key's master, as go-redis's slot
+// map names it (MasterForKey: the map the request itself is routed by; it
+// reads the map once when none is loaded yet, within ctx). Estimates are
+// kept per master address, not per slot or per key: a master's clock is
+// one clock whichever slot is asked, so the memory is one small entry per
+// master whatever the number of resources (100,000 resources on a
+// 3-master cluster: 3 entries), and one probe a second per master in use,
+// not per slot. An entry is dropped once the map holds maxMasterClocks and
+// the master is idle (every bound sent there has passed on its clock), so
+// masters that left the cluster are not kept forever.
+//
+// The probe goes to that master's own client (not through the Cluster
+// client, which follows MOVED to another master): it answers only if that
+// master serves key's slot, so an estimate is always of the server its
+// address names. A request that go-redis redirects (a slot moved, a
+// failover) can still run on another master than the one its bound was
+// computed for; that window lasts until go-redis has read the new map,
+// which a MOVED probe reply asks it to do.
+func (c *Client) clockFor(ctx context.Context, i int, key string) (*masterClock, clockProbe, error) {
 	nc := &c.clocks[i]
-	e := nc.est.Load()
+	cc, ok := c.nodes[i].C.(*redis.ClusterClient)
+	if !ok {
+		return &nc.masterClock, clockProbe{n: c.nodes[i].C}, nil
+	}
+	m, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, clockProbe{}, fmt.Errorf("finding the key's master for its clock: %w", err)
+	}
+	return nc.master(m.Options().Addr, time.Now(), c.cfg.drift), clockProbe{cc: cc, m: m, key: key}, nil
+}
+
+// master returns the clock of the Cluster master at addr, adding it if
+// new. When the map is full (maxMasterClocks), adding drops every idle
+// master first: the map holds the masters in use, and those whose bounds
+// have not all passed yet, whatever the number of keys.
+func (nc *nodeClock) master(addr string, now time.Time, drift float64) *masterClock {
+	nc.mastersMu.RLock()
+	mc := nc.masters[addr]
+	nc.mastersMu.RUnlock()
+	if mc != nil {
+		return mc
+	}
+	nc.mastersMu.Lock()
+	defer nc.mastersMu.Unlock()
+	if mc := nc.masters[addr]; mc != nil {
+		return mc
+	}
+	if len(nc.masters) >= maxMasterClocks {
+		for a, o := range nc.masters {
+			if o.idle(now, drift) {
+				o.dropped.Store(true)
+				delete(nc.masters, a)
+			}
+		}
+	}
+	if nc.masters == nil {
+		nc.masters = make(map[string]*masterClock)
+	}
+	mc = new(masterClock)
+	nc.masters[addr] = mc
+	return mc
+}
+
+// read reads the clock. On a Cluster master it runs the keyed script
+// (scripts.Time), which the minimal ACL allows (EVAL, TIME inside it, the
+// key under the prefix). A MOVED or ASK reply means the slot is no longer
+// (or not only) m's: the probe fails, and go-redis is asked to reload its
+// slot map.
+func (p clockProbe) read(ctx context.Context) (time.Time, error) {
+	switch {
+	case p.fake != nil:
+		return p.fake(ctx)
+	case p.n != nil:
+		return p.n.Time(ctx).Result()
+	}
+	t, err := scripts.Time(ctx, p.m, p.key)
+	if err != nil {
+		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			p.cc.ReloadState(ctx)
+		}
+		return time.Time{}, fmt.Errorf("master %s: %w", p.m.Options().Addr, err)
+	}
+	return t, nil
+}
+
+// notAfter returns the bound for a request for key to node i whose caller
+// stops waiting at ctx's deadline: the latest the clock of the server that
+// runs it (key's master on a Cluster node) can read then, in whole ms
+// rounded up, so that a request still waited for is never refused. Before
+// that clock is known it learns it first (one round trip, bounded by ctx;
+// later calls share it): New does no I/O, and no request goes out
+// unbounded. A probe takes at most the Client's node timeout (see
+// probeTimeout). The bound is recorded before it is returned (see
+// guardLifetime). With testhooks.SkipNotAfter it returns 0 (no bound), the
+// negative control.
+func (c *Client) notAfter(ctx context.Context, i int, key string) (int64, error) {
+	for {
+		mc, probe, err := c.clockFor(ctx, i, key)
+		if err != nil {
+			return 0, err
+		}
+		b, err := c.boundOn(ctx, i, mc, probe)
+		// A Cluster master's clock dropped meanwhile (nodeClock.master)
+		// may have lost b before a guard saw it: take the master's clock
+		// afresh. One not dropped keeps b until its clock has passed it.
+		if err != nil || !mc.dropped.Load() {
+			return b, err
+		}
+	}
+}
+
+// boundOn is notAfter on the clock mc.
+func (c *Client) boundOn(ctx context.Context, i int, mc *masterClock, probe clockProbe) (int64, error) {
+	e := mc.est.Load()
 	if e == nil {
 		var err error
-		if e, err = c.learnClock(ctx, i); err != nil {
+		if e, err = c.learnClock(ctx, mc, probe); err != nil {
 			return 0, err
 		}
 	}
 	now := time.Now()
-	if now.Sub(e.at) > clockRefresh && nc.probing.CompareAndSwap(false, true) {
+	if now.Sub(e.at) > clockRefresh && mc.probing.CompareAndSwap(false, true) {
 		c.goCallback(func() {
-			defer nc.probing.Store(false)
-			_ = c.probeClock(i)
+			defer mc.probing.Store(false)
+			_ = c.probeClock(mc, probe)
 		})
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		nc.unbounded.Store(true)
+		c.clocks[i].unbounded.Store(true)
 		return 0, nil
 	}
 	b := ceilMS(e.upper(dl, c.cfg.drift))
 	for {
-		old := nc.maxBound.Load()
-		if b <= old || nc.maxBound.CompareAndSwap(old, b) {
+		old := mc.maxBound.Load()
+		if b <= old || mc.maxBound.CompareAndSwap(old, b) {
 			break
 		}
 	}
@@ -119,54 +281,53 @@ func (c *Client) notAfter(ctx context.Context, i int) (int64, error) {
 	return b, nil
 }
 
-// learnClock waits for the first estimate of node i's clock, starting the
+// learnClock waits for the first estimate of mc's clock, starting the
 // probe that learns it unless one runs, at most until ctx ends.
-func (c *Client) learnClock(ctx context.Context, i int) (*clockEstimate, error) {
-	nc := &c.clocks[i]
-	nc.mu.Lock()
-	if e := nc.est.Load(); e != nil {
-		nc.mu.Unlock()
+func (c *Client) learnClock(ctx context.Context, mc *masterClock, probe clockProbe) (*clockEstimate, error) {
+	mc.mu.Lock()
+	if e := mc.est.Load(); e != nil {
+		mc.mu.Unlock()
 		return e, nil
 	}
-	ch := nc.first
+	ch := mc.first
 	if ch == nil {
 		ch = make(chan struct{})
-		nc.first = ch
+		mc.first = ch
 		c.mu.Lock()
 		closed := c.closed
 		if !closed {
 			c.wg.Go(func() {
-				err := c.probeClock(i)
-				nc.mu.Lock()
-				nc.first, nc.lastErr = nil, err
-				nc.mu.Unlock()
+				err := c.probeClock(mc, probe)
+				mc.mu.Lock()
+				mc.first, mc.lastErr = nil, err
+				mc.mu.Unlock()
 				close(ch)
 				if err == nil {
 					// The first round trip likely included the dial: one
 					// more on the pooled connection tightens the error.
-					_ = c.probeClock(i)
+					_ = c.probeClock(mc, probe)
 				}
 			})
 		}
 		c.mu.Unlock()
 		if closed {
-			nc.first = nil
-			nc.mu.Unlock()
+			mc.first = nil
+			mc.mu.Unlock()
 			return nil, ErrClosed
 		}
 	}
-	nc.mu.Unlock()
+	mc.mu.Unlock()
 	select {
 	case <-ch:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if e := nc.est.Load(); e != nil {
+	if e := mc.est.Load(); e != nil {
 		return e, nil
 	}
-	nc.mu.Lock()
-	err := nc.lastErr
-	nc.mu.Unlock()
+	mc.mu.Lock()
+	err := mc.lastErr
+	mc.mu.Unlock()
 	return nil, fmt.Errorf("learning the node's clock (TIME): %w", err)
 }
 
@@ -174,23 +335,28 @@ func (c *Client) learnClock(ctx context.Context, i int) (*clockEstimate, error) 
 // Close's wait covers it, and no estimate is worse than half of it.
 func (c *Client) probeTimeout() time.Duration { return c.cfg.timeout() }
 
-// probeClock reads node i's clock with TIME, at most for probeTimeout, and
+// probeClock reads mc's clock with probe, at most for probeTimeout, and
 // keeps the estimate when it is better than the one known at that moment
-// (or disagrees with it: the node's clock was set).
-func (c *Client) probeClock(i int) error {
+// (or disagrees with it: the clock was set).
+//
+// The server read its clock at some local instant in [send, recv], at most
+// half the round trip from their middle; over that half its clock ran at
+// most drift faster or slower than ours. So at the middle it read within
+// half·(1+drift) of what it answered, plus a µs for TIME's resolution.
+func (c *Client) probeClock(mc *masterClock, probe clockProbe) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.probeTimeout())
 	defer cancel()
 	send := time.Now()
-	t, err := c.nodes[i].C.Time(ctx).Result()
+	t, err := probe.read(ctx)
 	recv := time.Now()
 	if err != nil {
 		return err
 	}
 	half := recv.Sub(send) / 2
-	e := &clockEstimate{at: send.Add(half), nodeUS: t.UnixMicro(), err: half + time.Microsecond}
-	nc := &c.clocks[i]
+	errUS := half + time.Duration(c.cfg.drift*float64(half)) + time.Microsecond
+	e := &clockEstimate{at: send.Add(half), nodeUS: t.UnixMicro(), err: errUS}
 	for {
-		old := nc.est.Load()
+		old := mc.est.Load()
 		if old != nil {
 			oldErr := old.errAt(e.at, c.cfg.drift)
 			agree := abs64(old.mid(e.at)-e.nodeUS) <= (oldErr+e.err).Microseconds()+2
@@ -198,49 +364,97 @@ func (c *Client) probeClock(i int) error {
 				return nil // the known estimate is as good: keep it
 			}
 		}
-		if nc.est.CompareAndSwap(old, e) {
+		if mc.est.CompareAndSwap(old, e) {
 			return nil
 		}
 	}
 }
 
 // guardLifetime is how long a release's guard must stay on the nodes
-// (DESIGN step 4), for a lock with this TTL and node timeout: until every
-// node's clock has surely passed the bound of every request of ours that
-// can still land there. For each node that is the latest bound sent (or
-// that a request of the lock, sent before now but not yet recorded, can
-// carry: its deadline is at most a node timeout from now) less the earliest
-// the node's clock can read now, plus a margin. A node whose clock is not
-// known yet gets twice the node timeout and the probe's (a request waiting
-// for the first probe gets an estimate whose error is at most half the
-// probe's timeout). A node that was ever sent a
-// request without a bound keeps the guard of before, twice the TTL.
-func (c *Client) guardLifetime(ttl, timeout time.Duration) time.Duration {
+// (DESIGN step 4), for a lock with these keys (one per node), TTL and node
+// timeout: until the clock of the server holding the key on each node (the
+// key's master on a Cluster node) has surely passed the bound of every
+// request of ours that can still land there. For each node that is the
+// latest bound sent to that server (or that a request of the lock, sent
+// before now but not yet recorded, can carry: its deadline is at most a
+// node timeout from now) less the earliest its clock can read now, plus a
+// margin. A server whose clock is not known yet gets twice the node
+// timeout and the probe's (a request waiting for the first probe gets an
+// estimate whose error is at most half the probe's timeout). A node that
+// was ever sent a request without a bound keeps the guard of before, twice
+// the TTL.
+func (c *Client) guardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) time.Duration {
 	const margin = 2 * time.Millisecond
 	now := time.Now()
 	drift := c.cfg.drift
+	unknown := 2*(timeout+c.probeTimeout()) + margin
 	g := time.Millisecond
 	for i := range c.clocks {
 		nc := &c.clocks[i]
 		if nc.unbounded.Load() {
 			return max(g, 2*ttl)
 		}
-		e := nc.est.Load()
-		if e == nil {
-			g = max(g, 2*(timeout+c.probeTimeout())+margin)
-			continue
+		for _, mc := range c.guardClocks(i, keys) {
+			e := mc.est.Load()
+			if e == nil {
+				g = max(g, unknown)
+				continue
+			}
+			// A request sent meanwhile uses this estimate or a better one
+			// (probeClock keeps the better): its bound is at most the upper
+			// bound of the clock at its deadline plus twice that error.
+			dl := now.Add(timeout)
+			pending := e.upper(dl, drift) + 2*e.errAt(dl, drift).Microseconds()
+			latest := max(mc.maxBound.Load()*1000, pending)
+			need := time.Duration(latest-e.lower(now, drift))*time.Microsecond + margin
+			g = max(g, need)
 		}
-		// A request sent meanwhile uses this estimate or a better one
-		// (probeClock keeps the better): its bound is at most the upper
-		// bound of the node's clock at its deadline plus twice that error.
-		dl := now.Add(timeout)
-		pending := e.upper(dl, drift) + 2*e.errAt(dl, drift).Microseconds()
-		latest := max(nc.maxBound.Load()*1000, pending)
-		need := time.Duration(latest-e.lower(now, drift))*time.Microsecond + margin
-		g = max(g, need)
 	}
 	return (g + time.Millisecond - 1).Truncate(time.Millisecond)
 }
+
+// guardClocks returns the clocks that bound a guard on node i for keys:
+// the node's own on a plain node; on a Cluster node, the key's master's.
+// It never waits on the network for long (guardLookup): where the master
+// is not known at once it returns every master's clock the node has, and
+// an unknown one (none learned: the guard of an unknown clock), so the
+// guard is at least what the key's master needs.
+func (c *Client) guardClocks(i int, keys []scripts.Keys) []*masterClock {
+	nc := &c.clocks[i]
+	cc, ok := c.nodes[i].C.(*redis.ClusterClient)
+	if !ok {
+		return []*masterClock{&nc.masterClock}
+	}
+	if i < len(keys) {
+		ctx, cancel := context.WithTimeout(context.Background(), guardLookup)
+		m, err := cc.MasterForKey(ctx, keys[i].Lock)
+		cancel()
+		if err == nil {
+			nc.mastersMu.Lock()
+			mc := nc.masters[m.Options().Addr]
+			nc.mastersMu.Unlock()
+			if mc == nil {
+				// No request of ours was bounded on that master (or all
+				// its bounds passed and it was dropped): one that is
+				// waiting for its first probe is covered as unknown.
+				mc = new(masterClock)
+			}
+			return []*masterClock{mc}
+		}
+	}
+	nc.mastersMu.Lock()
+	defer nc.mastersMu.Unlock()
+	out := []*masterClock{new(masterClock)}
+	for _, mc := range nc.masters {
+		out = append(out, mc)
+	}
+	return out
+}
+
+// guardLookup bounds guardClocks' look-up of a key's master: go-redis's
+// slot map is in memory once any request went to the node, so this only
+// matters when it cannot be read at all.
+const guardLookup = 50 * time.Millisecond
 
 // ceilMS converts µs to ms, rounding up.
 func ceilMS(us int64) int64 {

@@ -91,7 +91,7 @@ func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[r
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
 	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i)
+			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return reply{}, err
 			}

@@ -77,7 +77,7 @@ func (l *Lock) guardTTL() time.Duration {
 	if testhooks.SkipReleaseGuard.Load() {
 		return 0 // a negative control of the chaos checker
 	}
-	return l.c.guardLifetime(l.cfg.ttl, l.cfg.timeout())
+	return l.c.guardLifetime(l.keys, l.cfg.ttl, l.cfg.timeout())
 }
 
 // waitOut waits until no request of l can land on any node any more:

@@ -50,9 +50,10 @@ type process struct {
 }
 
 // spawn starts redis-server on 127.0.0.1:port with its data in dataDir,
-// appending its output to logPath, and waits until it answers. On failure it
-// kills and reaps the process before returning.
-func spawn(port int, dataDir, logPath string, extra []string) (*process, error) {
+// appending its output to logPath, and waits until it answers. env is added
+// to the server's environment. On failure it kills and reaps the process
+// before returning.
+func spawn(port int, dataDir, logPath string, extra []string, env ...string) (*process, error) {
 	path, err := lookPath()
 	if err != nil {
 		return nil, ErrNoRedisServer
@@ -69,15 +70,16 @@ func spawn(port int, dataDir, logPath string, extra []string) (*process, error) 
 	// Later arguments override earlier ones in redis-server, so WithArgs
 	// can change any of the defaults above.
 	args = append(args, extra...)
-	return startProcess(path, args, dataDir, port, logPath)
+	return startProcess(path, args, dataDir, port, logPath, env...)
 }
 
 // startProcess runs the program at path with args in directory dir,
 // appending its output to logPath, and waits until it answers INFO server on
 // 127.0.0.1:port as itself. On failure it kills and reaps the process before
 // returning. It is spawn without the default arguments, for servers started
-// differently (a Sentinel, whose config file comes first).
-func startProcess(path string, args []string, dir string, port int, logPath string) (*process, error) {
+// differently (a Sentinel, whose config file comes first). env is added to
+// the environment the program inherits.
+func startProcess(path string, args []string, dir string, port int, logPath string, env ...string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -90,6 +92,9 @@ func startProcess(path string, args []string, dir string, port int, logPath stri
 
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// An *os.File is handed to the child as is; any other io.Writer would
 	// make exec start copying goroutines that Wait must drain.
 	cmd.Stdout = logFile

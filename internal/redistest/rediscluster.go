@@ -39,12 +39,15 @@ type RedisCluster struct {
 // and waits until every node reports cluster_state:ok and knows every other.
 //
 // It skips the test (fails it when CI is set) without redis-server or
-// redis-cli.
-func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
+// redis-cli. Of the options, WithArgs (appended to every server's command
+// line) and WithClockOffset apply; it logs through t.
+func StartRedisCluster(t testing.TB, masters int, opts ...Option) *RedisCluster {
 	t.Helper()
 	requireServer(t)
 	cli := require(t, "redis-cli", InstallHint)
 	dir := t.TempDir()
+	cfg := buildConfig(config{}, opts)
+	env := clockEnv(t, dir, masters, cfg)
 	c := &RedisCluster{tb: t}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -64,11 +67,12 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 				return
 			}
 			d := filepath.Join(dir, "node"+strconv.Itoa(i))
-			servers[i], errs[i] = startServer(d,
+			args := append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(d, "nodes.conf"),
 				"--cluster-port", strconv.Itoa(bus),
-				"--cluster-node-timeout", "5000")
+				"--cluster-node-timeout", "5000"}, cfg.args...)
+			servers[i], errs[i] = startServerEnv(d, env[i], args...)
 		})
 	}
 	wg.Wait()
@@ -91,6 +95,9 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 	}
 	if err := c.waitReady(ctx); err != nil {
 		t.Fatalf("redistest: cluster not ready: %v", err)
+	}
+	if err := checkClockOffsets(ctx, c.Addrs(), cfg); err != nil {
+		t.Fatal(err)
 	}
 	return c
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -71,11 +72,15 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	args []string
 	logf func(format string, args ...any)
+	// clockOffsets shifts the wall clock of some servers (WithClockOffset;
+	// StartRedisCluster only).
+	clockOffsets map[int]time.Duration
 }
 
 func buildConfig(defaults config, opts []Option) config {
 	c := defaults
 	c.args = slices.Clone(c.args)
+	c.clockOffsets = maps.Clone(c.clockOffsets)
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -196,6 +201,9 @@ func StartCluster(n int, opts ...Option) (*Cluster, error) {
 func newCluster(n int, cfg config) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("redistest: need at least 1 node, got %d", n)
+	}
+	if len(cfg.clockOffsets) > 0 {
+		return nil, errors.New("redistest: WithClockOffset applies to StartRedisCluster only")
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {

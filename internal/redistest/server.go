@@ -76,6 +76,11 @@ func (s *server) alive() bool {
 // with the defaults of spawn and then extra, retrying on another port when
 // one was taken meanwhile.
 func startServer(dir string, extra ...string) (*server, error) {
+	return startServerEnv(dir, nil, extra...)
+}
+
+// startServerEnv is startServer with env added to the server's environment.
+func startServerEnv(dir string, env []string, extra ...string) (*server, error) {
 	s := &server{dir: dir}
 	if err := resetDir(filepath.Join(dir, "data")); err != nil {
 		return nil, err
@@ -85,7 +90,7 @@ func startServer(dir string, extra ...string) (*server, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := spawn(port, filepath.Join(dir, "data"), s.logPath(), extra)
+		p, err := spawn(port, filepath.Join(dir, "data"), s.logPath(), extra, env...)
 		if err == nil {
 			s.port, s.proc = port, p
 			return s, nil
