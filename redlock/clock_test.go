@@ -143,7 +143,10 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 func TestClock_learnedOnFirstUse(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	c := newClient(t, nodes, WithTTL(2*time.Second))
+	// The first TryLock also learns each node's identity and clock: a
+	// node timeout with room for three round trips on a loaded machine (the
+	// default, 200ms, missed it at load 25).
+	c := newClient(t, nodes, WithTTL(2*time.Second), WithNodeTimeout(600*time.Millisecond))
 	for i := range c.clocks {
 		if c.clocks[i].est.Load() != nil {
 			t.Fatalf("node %d's clock is known after New; want no I/O in New", i)
