@@ -205,7 +205,12 @@
 // of this with it: Detach waits until each round has settled or passed
 // D, and where one went unanswered for G more, then takes the Lock call's
 // entry out of the queues; Resume writes nothing until a majority has
-// confirmed the token.
+// confirmed the token. On a Redis Cluster node "the node's clock" is the
+// clock of the key's master: the Client keeps one estimate per master,
+// probed with a keyed script that only that master answers, and a
+// request's bound and a release's guard use the estimate of its key's
+// master (a Cluster's masters are separate hosts whose clocks may differ
+// by seconds).
 //
 // Hence the guard no longer has to outlast the longest pause, and a release
 // needs to reach a node only once: retried until the node answers. A key
