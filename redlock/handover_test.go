@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,9 +14,15 @@ import (
 func TestResume_handover(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	// A TTL a loaded machine keeps renewed: node timeout 300ms.
-	ttl := 1500 * time.Millisecond
-	opts := []Option{WithTTL(ttl), WithNodeTimeout(300 * time.Millisecond), WithRenewInterval(500 * time.Millisecond)}
+	// Node timeout 1.5s: 5× the slowest round on these in-process nodes
+	// measured under -race in full runs beside stress-ng --cpu 2 (the
+	// log line below prints it; 300ms failed there). The interval and
+	// the TTL follow from it (node timeout < interval, interval + node
+	// timeout < TTL − drift).
+	ttl := 4 * time.Second
+	rounds := &slowestRound{}
+	opts := []Option{WithTTL(ttl), WithNodeTimeout(1500 * time.Millisecond), WithRenewInterval(2 * time.Second), WithHooks(rounds)}
+	t.Cleanup(func() { t.Logf("slowest round: %v", rounds.max()) })
 	scheduler := newClient(t, nodes, opts...)
 	worker := newClient(t, nodes, opts...)
 	l, err := scheduler.Lock(t.Context(), "job:7")
@@ -190,3 +197,25 @@ func TestClient_Held(t *testing.T) {
 	}
 	_ = a
 }
+
+// slowestRound records the longest acquisition or extension round.
+type slowestRound struct {
+	NoHooks
+	mu sync.Mutex
+	d  time.Duration // protected by mu
+}
+
+func (s *slowestRound) note(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.d = max(s.d, d)
+}
+
+func (s *slowestRound) max() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.d
+}
+
+func (s *slowestRound) Attempt(_ context.Context, i AttemptInfo) { s.note(i.Latency) }
+func (s *slowestRound) Extend(_ context.Context, i ExtendInfo)   { s.note(i.Latency) }
