@@ -143,8 +143,8 @@
 // that a later holder set.
 //
 // Loss is reported, not hidden: Lock.Lost is closed and Lock.Context is
-// cancelled (cause ErrLockLost) no later than ValidUntil, give or take
-// scheduling delay, which is before any other client can reach a majority.
+// cancelled (cause ErrLockLost) at ValidUntil plus scheduling delay;
+// ValidUntil is before any other client can reach a majority.
 // A renewal that is decided after the old ValidUntil does not count: another
 // client might have held the lock in the gap.
 //

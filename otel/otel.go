@@ -70,7 +70,7 @@ const (
 
 // Failure reasons of redlock.renewal.failures.
 const (
-	reasonLost     = "lost"      // a majority said the key is not ours, or validity ran out
+	reasonLost     = "lost"      // the round ended with the lock lost: a majority said not ours, or it ended at or after ValidUntil
 	reasonNoQuorum = "no_quorum" // too few nodes confirmed; retried while validity remains
 	reasonError    = "error"     // anything else
 )
@@ -247,7 +247,7 @@ func New(opts ...Option) (*Hooks, error) {
 		metric.WithExplicitBucketBoundaries(marginBuckets...))
 	err = errors.Join(err, e)
 	h.nodeErrs, e = m.Int64Counter("redlock.node.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy)."))
+		metric.WithDescription("Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy, restarted)."))
 	err = errors.Join(err, e)
 	h.elections, e = newElectionInstruments(m)
 	err = errors.Join(err, e)

@@ -37,13 +37,7 @@ import (
 // package (the prometheus binary; .ci/run installs it): skipped without it,
 // failed when CI is set.
 func TestAlert_expiredBeforeRelease(t *testing.T) {
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("prometheus not on PATH (apt-get install -y prometheus)")
-		}
-		t.Skip("prometheus not on PATH: apt-get install -y prometheus")
-	}
+	bin := prometheusBin(t)
 	start := time.Now()
 	rc := redistest.Start(t, 3)
 	h := redlockprom.New() // the default resource label: "invoice"
@@ -103,6 +97,13 @@ func TestAlert_expiredBeforeRelease(t *testing.T) {
 		t.Errorf("alert labels %v; want resource=invoice", r[0].labels)
 	}
 	t.Logf("from start to firing alert: %v (Prometheus started, scraped and evaluated the shipped rules)", time.Since(start).Round(time.Millisecond))
+}
+
+// prometheusBin returns the path of the prometheus server, or skips the
+// test without it (fails it when CI is set: .ci/run installs it).
+func prometheusBin(t *testing.T) string {
+	t.Helper()
+	return fromPrometheusPackage(t, "prometheus")
 }
 
 // ruleExpr returns the expression of the named alert in the shipped rules.
@@ -303,4 +304,139 @@ func (p *promServer) waitFor(t *testing.T, q string, ok func([]sample) bool, wha
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestAlert_expiredOnNewResourceBetweenScrapes runs the case the
+// per-resource counter alone misses: a lock taken and lost between two
+// scrapes, on a resource label value never locked before. Its
+// redis_lock_expired_total series first reaches Prometheus at 1, so
+// increase() over it stays empty; the shipped rule still fires, through
+// redis_lock_expired_all_total, which Prometheus has seen at 0 since the
+// first scrape. Before that, a healthy run — renewed locks on other new
+// resources, each released in time — fires nothing. "Between two scrapes"
+// is made exact by holding the /metrics page: while held, every scrape
+// gets the page Prometheus last saw. A real Prometheus server (Debian's
+// prometheus package): skipped without it, failed when CI is set.
+func TestAlert_expiredOnNewResourceBetweenScrapes(t *testing.T) {
+	bin := prometheusBin(t)
+	ns, stop := nodes(3)
+	t.Cleanup(stop)
+	h := redlockprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	page := &heldPage{h: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	target := httptest.NewServer(page)
+	t.Cleanup(target.Close)
+	prom := startPrometheus(t, bin, strings.TrimPrefix(target.URL, "http://"))
+
+	// A 4s TTL renewed every 1.5s; node timeout 1s, far above a round on
+	// in-process nodes on a loaded machine.
+	c, err := redlock.New(ns, redlock.WithHooks(h), redlock.WithTTL(4*time.Second),
+		redlock.WithRenewInterval(time.Second+500*time.Millisecond), redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := t.Context()
+	expr := ruleExpr(t, "RedisLockExpiredBeforeRelease")
+	perResource := `increase(redis_lock_expired_total[10m]) > 0`
+	alert := `ALERTS{alertname="RedisLockExpiredBeforeRelease"}`
+	firing := `ALERTS{alertname="RedisLockExpiredBeforeRelease", alertstate="firing"}`
+	all := `redis_lock_expired_all_total`
+
+	// Healthy: locks on resources never locked before, one renewed past its
+	// TTL, all released in time. Nothing fires.
+	prom.waitFor(t, all, func(r []sample) bool { return len(r) == 1 && r[0].value == 0 }, "0")
+	for _, res := range []string{"report:1", "export:1", "report:2"} {
+		l, err := c.Lock(ctx, res)
+		if err != nil {
+			t.Fatalf("Lock(%s) = %v", res, err)
+		}
+		if res == "export:1" {
+			time.Sleep(5 * time.Second) // past the 4s TTL: renewed
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock(%s) = %v", res, err)
+		}
+	}
+	prom.waitFor(t, `redis_lock_expired_total{resource="export"}`, func(r []sample) bool { return len(r) == 1 && r[0].value == 0 }, "0")
+	prom.waitEvaluatedAfter(t, time.Now())
+	for _, q := range []string{expr, alert} {
+		if r := prom.query(t, q); len(r) != 0 {
+			t.Errorf("healthy run: %s = %v; want empty", q, r)
+		}
+	}
+
+	// Between two scrapes: a fixed 1s lease on "nightly", never locked
+	// before, runs out while held.
+	page.hold()
+	l, err := c.Lock(ctx, "nightly:2026-12-02", redlock.WithTTL(time.Second), redlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatalf("Lock(nightly) = %v", err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("fixed 1s lease not lost 10s after Lock")
+	}
+	_ = l.Unlock(ctx)
+	reg1 := gather(t, reg)
+	if got := reg1.value("redis_lock_expired_total", labels{"resource": "nightly"}); got != 1 {
+		t.Fatalf("registry: redis_lock_expired_total{nightly} = %v; want 1", got)
+	}
+	if got := reg1.value("redis_lock_expired_all_total", nil); got != 1 {
+		t.Fatalf("registry: redis_lock_expired_all_total = %v; want 1", got)
+	}
+	nightly := `redis_lock_expired_total{resource="nightly"}`
+	if r := prom.query(t, nightly); len(r) != 0 {
+		t.Fatalf("%s = %v while the page was held; want absent (never scraped)", nightly, r)
+	}
+	page.release()
+
+	prom.waitFor(t, nightly, func(r []sample) bool { return len(r) == 1 && r[0].value == 1 }, "1 (first seen at 1)")
+	r := prom.waitFor(t, firing, func(r []sample) bool { return len(r) == 1 }, "firing")
+	if got, ok := r[0].labels["resource"]; ok {
+		t.Errorf("alert labels %v: resource=%q; want none (the unlabelled total fired it)", r[0].labels, got)
+	}
+	// The per-resource counter alone saw no growth: the case this covers.
+	if r := prom.query(t, perResource); len(r) != 0 {
+		t.Errorf("%s = %v; want empty (the series appeared at 1)", perResource, r)
+	}
+}
+
+// heldPage serves h, and while held serves again the last page it served:
+// a scrape in between sees what the previous scrape saw.
+type heldPage struct {
+	h http.Handler
+
+	mu     sync.Mutex
+	held   bool        // protected by mu
+	last   []byte      // protected by mu: the last page served
+	header http.Header // protected by mu: its headers
+}
+
+func (p *heldPage) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = true
+}
+
+func (p *heldPage) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+}
+
+func (p *heldPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.held || p.last == nil {
+		rec := httptest.NewRecorder()
+		p.h.ServeHTTP(rec, r)
+		p.last, p.header = rec.Body.Bytes(), rec.Header().Clone()
+	}
+	for k, v := range p.header {
+		w.Header()[k] = v
+	}
+	w.Write(p.last)
 }

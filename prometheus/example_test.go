@@ -68,7 +68,7 @@ func Example() {
 	reg.MustRegister(hooks)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := httptest.NewServer(mux) // in a service: http.ListenAndServe(":9090", mux)
+	srv := httptest.NewServer(mux) // in a service: a port of its own (not :9090, Prometheus's), and check the error of net.Listen/http.Serve
 	defer srv.Close()
 
 	client, err := redlock.New(nodes, redlock.WithHooks(hooks))

@@ -12,6 +12,7 @@
 // The series (no namespace; use [WithConstLabels] to tell clients apart):
 //
 //	redis_lock_expired_total{resource}               counter    locks lost or expired before their holder released them
+//	redis_lock_expired_all_total                     counter    the same, all resources together; 0 from New on
 //	redis_lock_held{resource}                        gauge      locks held now
 //	redis_lock_acquire_duration_seconds{outcome}     histogram  one acquisition round on the nodes
 //	redis_lock_wait_duration_seconds{outcome}        histogram  a whole Lock or TryLock call, retries included
@@ -29,9 +30,18 @@
 // redis_election_term_duration_seconds and
 // redis_election_campaign_duration_seconds, labelled by election name.
 //
-// Each lock counts once in redis_lock_expired_total and leaves
-// redis_lock_held once, though a lost lock is reported both by Lost and by
-// its later release (redlock reports Lost exactly once, before the release).
+// Each lock counts once in redis_lock_expired_total (and in
+// redis_lock_expired_all_total) and leaves redis_lock_held once, though a
+// lost lock is reported both by Lost and by its later release (redlock
+// reports Lost exactly once, before the release).
+//
+// A resource's redis_lock_expired_total series is created at 0 when the
+// resource label value is first locked, so increase() sees its first
+// loss unless the lock was both taken and lost between two scrapes: then
+// the series first appears at 1, and increase() sees no growth.
+// redis_lock_expired_all_total has no resource label and exists at 0 from
+// New on, so that loss shows in its increase(); the shipped
+// RedisLockExpiredBeforeRelease alert uses both.
 //
 // The resource label is bounded by default: the part of the resource name
 // before the first ":" ("invoice:1234" → "invoice"), and at most
@@ -127,6 +137,7 @@ type Hooks struct {
 	resource *labeler // nil: no resource label
 
 	expired  *prometheus.CounterVec
+	allLost  prometheus.Counter // expired without the resource label, from 0
 	held     *prometheus.GaugeVec
 	acquire  *prometheus.HistogramVec
 	wait     *prometheus.HistogramVec
@@ -147,7 +158,7 @@ var (
 
 // Failure reasons of redis_lock_renewal_failures_total.
 const (
-	reasonLost     = "lost"      // a majority said the key is not ours, or validity ran out
+	reasonLost     = "lost"      // the round ended with the lock lost: a majority said not ours, or it ended at or after ValidUntil
 	reasonNoQuorum = "no_quorum" // too few nodes confirmed; retried while validity remains
 	reasonError    = "error"     // anything else
 )
@@ -174,6 +185,11 @@ func New(opts ...Option) *Hooks {
 			Help:        "Locks lost or expired before their holder released them: the TTL is too short for the work, or the holder paused.",
 			ConstLabels: cl,
 		}, resource),
+		allLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "redis_lock_expired_all_total",
+			Help:        "Locks lost or expired before their holder released them, all resources together; 0 from the start, so that increase() sees a loss on a resource label value first used between two scrapes.",
+			ConstLabels: cl,
+		}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        "redis_lock_held",
 			Help:        "Locks held now: acquired, neither released nor lost.",
@@ -205,7 +221,7 @@ func New(opts ...Option) *Hooks {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redis_lock_renewal_failures_total",
-			Help:        "Extension rounds (watchdog renewals and Extend calls) that failed, by reason: lost, no_quorum, error.",
+			Help:        "Extension rounds (watchdog renewals and Extend calls) that failed, by reason: lost (the round ended with the lock lost; a lock whose validity ran out with no round ending then counts only in redis_lock_expired_total), no_quorum, error.",
 			ConstLabels: cl,
 		}, []string{"reason"}),
 		margin: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -216,7 +232,7 @@ func New(opts ...Option) *Hooks {
 		}, []string{"op"}),
 		nodeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redis_lock_node_errors_total",
-			Help:        "Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy).",
+			Help:        "Failed requests to one node, by operation and kind (timeout, canceled, connection, reply, busy, restarted).",
 			ConstLabels: cl,
 		}, []string{"node", "addr", "op", "kind"}),
 		nodes:     newNodeHealth(cl),
@@ -238,7 +254,7 @@ func New(opts ...Option) *Hooks {
 }
 
 func (h *Hooks) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{h.expired, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs, h.nodes},
+	return append([]prometheus.Collector{h.expired, h.allLost, h.held, h.acquire, h.wait, h.hold, h.lag, h.failures, h.margin, h.nodeErrs, h.nodes},
 		h.elections.collectors()...)
 }
 
@@ -339,6 +355,7 @@ func (h *Hooks) count(resource string, heldDelta int, expired bool) {
 	}
 	if expired {
 		h.expired.WithLabelValues(lv...).Inc()
+		h.allLost.Inc()
 	}
 }
 

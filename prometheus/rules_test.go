@@ -107,12 +107,20 @@ func TestRenderRules_thresholds(t *testing.T) {
 // (fails it when CI is set: .ci/run installs Debian's prometheus package).
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
+	return fromPrometheusPackage(t, "promtool")
+}
+
+// fromPrometheusPackage returns the path of a program of Debian's
+// prometheus package (promtool, prometheus), or skips the test without it
+// (fails it when CI is set).
+func fromPrometheusPackage(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatal("promtool not on PATH (apt-get install -y prometheus)")
+			t.Fatal(name + " not on PATH (apt-get install -y prometheus)")
 		}
-		t.Skip("promtool not on PATH: apt-get install -y prometheus")
+		t.Skip(name + " not on PATH: apt-get install -y prometheus")
 	}
 	return p
 }

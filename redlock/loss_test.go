@@ -69,7 +69,13 @@ func TestLost_slowHookDelaysNoSignal(t *testing.T) {
 		name string
 		ttl  time.Duration
 	}{{"a", time.Second}, {"b", 1100 * time.Millisecond}} {
-		l, err := c.TryLock(t.Context(), tc.name, WithTTL(tc.ttl), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false))
+		// Lock with a bound, not TryLock: at load 25 under -race the 300ms
+		// node timeout (below TTL/3, as validation requires) ran out on
+		// every in-process node in one attempt (2 of 3 full runs beside
+		// stress-ng --cpu 2 failed here); a later attempt gets through.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		l, err := c.Lock(ctx, tc.name, WithTTL(tc.ttl), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false))
+		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,11 +383,16 @@ func TestClose_fromOnLost(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		otherDone.Store(true)
 	})
+	// Lock with a bound, not TryLock: at load 25 under -race the 300ms
+	// node timeout (below TTL/3, as validation requires) ran out on every
+	// in-process node in one attempt; a later attempt gets through.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	short := []Option{WithNodeTimeout(300 * time.Millisecond), WithAutoRenew(false)}
-	if _, err := c.TryLock(t.Context(), "other", append(short, WithTTL(time.Second), other)...); err != nil {
+	if _, err := c.Lock(ctx, "other", append(short, WithTTL(time.Second), other)...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryLock(t.Context(), "closer", append(short, WithTTL(1050*time.Millisecond), closer)...); err != nil {
+	if _, err := c.Lock(ctx, "closer", append(short, WithTTL(1050*time.Millisecond), closer)...); err != nil {
 		t.Fatal(err)
 	}
 	r := <-res

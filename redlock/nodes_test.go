@@ -22,11 +22,12 @@ import (
 
 // minimalACL is the README's ACL for the library with the default prefix:
 // the script commands, the commands the scripts call (the lock key, its
-// release guard and its waiter queue), wake-up (SUBSCRIBE on the Client's
-// channel, PUBLISH to a waiter's, both &lock:*), PING for Dial, keys ~lock:*.
+// release guard and its waiter queue, the read-write lock's readers and
+// waiters), wake-up (SUBSCRIBE on the Client's channel, PUBLISH to a
+// waiter's, both &lock:*), PING for Dial, keys ~lock:*.
 const minimalACL = "resetkeys ~lock:* resetchannels &lock:* -@all " +
 	"+eval +evalsha +script|load +script|exists " +
-	"+get +mget +set +pexpire +pubsub|numsub +del +exists +zadd +zrem +zrange +zpopmin +hset +hget +hdel +pttl +time " +
+	"+get +mget +set +pexpire +pubsub|numsub +del +exists +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zcard +zpopmin +hset +hget +hdel +pttl +time " +
 	"+publish +subscribe +unsubscribe +ping"
 
 // dialT dials urls and closes the Client in a cleanup.
@@ -251,6 +252,34 @@ func TestNodes_aclMinimal(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	setUser(t, rc, "locker", minimalACL)
 	exerciseNodes(t, urlsOf("redis", "locker:pw", proxyAddrs(rc)...), "acl")
+	// The read-write lock needs no more rights: two readers at once, then
+	// a writer.
+	rw := dialT(t, urlsOf("redis", "locker:pw", proxyAddrs(rc)...))
+	ctx := t.Context()
+	for _, f := range []func() error{
+		func() error {
+			r1, err := rw.TryRLock(ctx, "acl-rw")
+			if err != nil {
+				return err
+			}
+			r2, err := rw.TryRLock(ctx, "acl-rw")
+			if err != nil {
+				return err
+			}
+			return errors.Join(r1.Unlock(ctx), r2.Unlock(ctx))
+		},
+		func() error {
+			w, err := rw.WLock(ctx, "acl-rw")
+			if err != nil {
+				return err
+			}
+			return w.Unlock(ctx)
+		},
+	} {
+		if err := f(); err != nil {
+			t.Errorf("read-write lock as the minimal ACL user: %v", err)
+		}
+	}
 	// The restart guard needs INFO as well.
 	setUser(t, rc, "guarded", minimalACL+" +info")
 	guardRuns(t, urlsOf("redis", "guarded:pw", proxyAddrs(rc)...))

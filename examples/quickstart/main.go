@@ -118,6 +118,19 @@ func (c *cluster) holding(key, token string) []int {
 
 func (c *cluster) holders(key, token string) int { return len(c.holding(key, token)) }
 
+// up lists the nodes that answer PING (through the proxies).
+func (c *cluster) up() []int {
+	var nodes []int
+	for i, cl := range c.clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if cl.Ping(ctx).Err() == nil {
+			nodes = append(nodes, i)
+		}
+		cancel()
+	}
+	return nodes
+}
+
 // values reads key on every node: its value, or "" when absent or when the
 // node does not answer.
 func (c *cluster) values(key string) []string {
@@ -252,6 +265,9 @@ func run(addrs string, ttl time.Duration) error {
 	err = <-job
 	cause := strings.ReplaceAll(context.Cause(lock.Context()).Error(), "\n", "\n          ")
 	say("job stopped: %v; cause:\n          %s", err, cause)
+	note("\"confirmed\" counts the answers that came in before that round was decided: once 3\n"+
+		"nodes had failed, no majority was possible, so it stopped waiting for the others\n"+
+		"(\"not waited for\"). Nodes up now (they answer PING): %v", c.up())
 
 	for _, p := range c.proxies[:3] {
 		p.Heal()
