@@ -54,6 +54,9 @@ func (p *LockProfile) Start(env *Env) {
 	if env.Plan.FrozenWaiter {
 		env.Go(func() { p.frozenWaiter(env, env.Plan.Clients) })
 	}
+	if lh := env.Plan.LongHold; lh != nil {
+		env.Go(func() { p.longHold(env, lh) })
+	}
 	env.Go(func() { p.sampler(env) })
 }
 
@@ -321,6 +324,119 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	h.mu.Unlock()
 }
 
+// longHold is the plan's long-hold episode (LongHold): Lock (or Do) on
+// its resource with the run's ctx, hold for lh.For writing to the fenced
+// register, and lh.CutAfter into the hold freeze the Client or cut its
+// links to a majority for lh.CutFor (longer than the TTL). The hold ends
+// when Lost() closes (Do: when fn's ctx ends), as a user would act, or
+// at lh.For with Unlock.
+func (p *LockProfile) longHold(env *Env, lh *LongHold) {
+	if !env.SleepUntil(env.At(lh.At)) {
+		return
+	}
+	h := env.History
+	c, rc, res := lh.Client, env.Clients[lh.Client], resourceName(lh.Resource)
+	hold := func(x *Hold, lost <-chan struct{}) {
+		if x.Fence >= 0 {
+			p.write(env, x)
+		}
+		cut := make(chan struct{})
+		env.Go(func() { p.cut(env, lh, cut) })
+		defer close(cut)
+		end := time.NewTimer(lh.For)
+		defer end.Stop()
+		for {
+			tick := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-lost:
+				tick.Stop()
+				h.endHold(x, time.Now(), "lost")
+				return
+			case <-end.C:
+				tick.Stop()
+				h.endHold(x, time.Now(), "unlock")
+				return
+			case <-env.ctx.Done():
+				tick.Stop()
+				h.endHold(x, time.Now(), "run over")
+				return
+			case <-tick.C:
+				if x.Fence >= 0 {
+					p.write(env, x)
+				}
+			}
+		}
+	}
+	// Granted within a second, or not at all: the episode's cut must end
+	// before the quiet phase, whose liveness bound it would break.
+	ctx, cancel := context.WithTimeout(env.ctx, time.Second)
+	defer cancel()
+	if lh.Do {
+		var x *Hold
+		err := rc.Do(ctx, res, func(ctx context.Context) error {
+			x = h.hold(c, res, "", -1, "Do (long)")
+			hold(x, ctx.Done())
+			return nil
+		})
+		if x != nil {
+			h.released(x, err)
+		}
+		return
+	}
+	l, err := rc.Lock(ctx, res)
+	if err != nil {
+		return
+	}
+	x := h.hold(c, res, l.Token(), l.Fence(), "Lock (long)")
+	if !l.Valid() {
+		h.Violate("invalid-lock", "c%d Lock %s returned a lock with Valid() false", c, res)
+	}
+	hold(x, l.Lost())
+	h.released(x, l.Unlock(context.WithoutCancel(env.ctx)))
+}
+
+// cut is the long hold's fault: lh.CutAfter after the grant, for
+// lh.CutFor, or until stop (the hold ended) and the run's end, whichever
+// comes last but the run's end.
+func (p *LockProfile) cut(env *Env, lh *LongHold, stop <-chan struct{}) {
+	n := env.cl.net
+	tm := time.NewTimer(lh.CutAfter)
+	select {
+	case <-tm.C:
+	case <-stop:
+		tm.Stop()
+		return
+	case <-env.ctx.Done():
+		tm.Stop()
+		return
+	}
+	from := time.Now()
+	// Healed before the quiet phase starts.
+	until := minTime(from.Add(lh.CutFor), env.At(env.Plan.Healed()-env.Plan.TTL/2))
+	if !until.After(from) {
+		return
+	}
+	if lh.Freeze {
+		env.faults.add(Fault{Kind: ClientFreeze, Client: lh.Client}, from, until)
+		n.freezeClient(lh.Client, true)
+	} else {
+		for _, i := range lh.Cut {
+			env.faults.add(Fault{Kind: LinkDelay, Client: lh.Client, Node: i}, from, until)
+			n.cutLink(lh.Client, i, true)
+		}
+	}
+	env.History.Note("long hold: c%d %s", lh.Client, lh)
+	env.SleepUntil(until)
+	if lh.Freeze {
+		n.freezeClient(lh.Client, false)
+	} else {
+		for _, i := range lh.Cut {
+			n.cutLink(lh.Client, i, false)
+		}
+	}
+	env.History.Note("long hold: c%d's cut healed", lh.Client)
+}
+
 // sampler reads every lock key on every node every TTL/20 and once at the
 // end, directly from the nodes, for keys that hold the token of a lock
 // whose Unlock had returned (at rel):
@@ -354,6 +470,7 @@ func (p *LockProfile) sampler(env *Env) {
 			if m == nil {
 				continue
 			}
+			env.cl.tick(i, m)
 			for ri := range pl.Resources {
 				key := redlock.DefaultKeyPrefix + resourceName(ri)
 				tok, err := m.Get(key)
@@ -385,7 +502,7 @@ func (p *LockProfile) sampler(env *Env) {
 				}
 				ttl := m.TTL(key)
 				now := time.Now()
-				written := now.Add(ttl - pl.TTL)
+				written := now.Add(-env.cl.clientDur(i, pl.TTL-ttl)) // the node's clock drifts
 				left := now.Sub(rel) >= pl.TTL/2
 				back := written.After(rel.Add(20*time.Millisecond)) && now.Sub(written) >= pl.TTL/2
 				if !left && !back || env.faults.allows(x.Client, i, now, pl.TTL+time.Second) {

@@ -20,11 +20,12 @@ type network struct {
 	mu     sync.Mutex // protects everything below
 	rng    *rand.Rand // per-chunk jitter; seeded, but the order of draws follows scheduling
 	base   time.Duration
-	down   []bool            // per node: dials refused, conns reset (killed)
-	nodeGt []chan struct{}   // per node: open while paused (closed and nil when running)
-	clGt   []chan struct{}   // per client: open while its pipes are frozen
-	slow   []time.Duration   // per node: added to every chunk both ways
-	delay  [][]time.Duration // [client][node]: added to every chunk both ways
+	down   []bool                   // per node: dials refused, conns reset (killed)
+	nodeGt []chan struct{}          // per node: open while paused (closed and nil when running)
+	clGt   []chan struct{}          // per client: open while its pipes are frozen
+	linkGt map[linkID]chan struct{} // per link: open while it is cut (a partition: bytes wait, as TCP retransmits)
+	slow   []time.Duration          // per node: added to every chunk both ways
+	delay  [][]time.Duration        // [client][node]: added to every chunk both ways
 	conns  map[linkID]map[*conn]struct{}
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
@@ -39,6 +40,7 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		down:   make([]bool, nodes),
 		nodeGt: make([]chan struct{}, nodes),
 		clGt:   make([]chan struct{}, clients),
+		linkGt: make(map[linkID]chan struct{}),
 		slow:   make([]time.Duration, nodes),
 		delay:  make([][]time.Duration, clients),
 		conns:  make(map[linkID]map[*conn]struct{}),
@@ -304,6 +306,9 @@ func (n *network) waitGates(id linkID, done chan struct{}) bool {
 		if g == nil {
 			g = n.clGt[id.client]
 		}
+		if g == nil {
+			g = n.linkGt[id]
+		}
 		n.mu.Unlock()
 		if g == nil {
 			return true
@@ -365,6 +370,20 @@ func (n *network) freezeClient(client int, frozen bool) {
 	n.mu.Unlock()
 }
 
+// cutLink closes (or opens) the gate of client's link to node: its
+// bytes wait both ways, and are delivered when it opens.
+func (n *network) cutLink(client, node int, cut bool) {
+	n.mu.Lock()
+	g := n.linkGt[linkID{client, node}]
+	gate(&g, cut)
+	if g == nil {
+		delete(n.linkGt, linkID{client, node})
+	} else {
+		n.linkGt[linkID{client, node}] = g
+	}
+	n.mu.Unlock()
+}
+
 func (n *network) setSlow(node int, d time.Duration) {
 	n.mu.Lock()
 	n.slow[node] = d
@@ -412,6 +431,10 @@ func (n *network) close() {
 	}
 	for i := range n.clGt {
 		gate(&n.clGt[i], false)
+	}
+	for id, g := range n.linkGt {
+		gate(&g, false)
+		delete(n.linkGt, id)
 	}
 	n.mu.Unlock()
 	n.reset(-1, -1)

@@ -42,6 +42,15 @@ type Plan struct {
 	// node errors) in the history: for replaying a failing seed.
 	Trace bool
 
+	// Drift is per node: its clock runs at 1 + Drift[i] times the
+	// bubble's, within the drift factor the Clients allow (DriftFactor);
+	// Offset is where it starts from. Keys expire by it and TIME reads it.
+	Drift  []float64
+	Offset []time.Duration
+
+	// LongHold is the long-hold episode (nil: none), see LongHold.
+	LongHold *LongHold
+
 	// ExtendRace is the share of holds that end with an Extend racing the
 	// Unlock (the Extend started just before it, on another goroutine).
 	ExtendRace float64
@@ -128,7 +137,75 @@ func NewPlan(seed uint64) Plan {
 	for range nf {
 		p.Faults = append(p.Faults, p.drawFault(r))
 	}
+	p.drawMore(rand.New(rand.NewPCG(seed, 0x33)))
 	return p
+}
+
+// DriftFactor is the drift factor of the plan's Clients (redlock's
+// default): node clocks run at most this much fast or slow.
+const DriftFactor = 0.01
+
+// drawMore draws what issue 33 added to a plan, from a generator of its
+// own, so that the plans drawn before (the cluster, the faults) stay those
+// of their seeds: the node clocks and the long-hold episode.
+func (p *Plan) drawMore(r *rand.Rand) {
+	for range p.Nodes {
+		// One node in three runs fast by nearly the whole factor (the
+		// case the drift allowance is for); the others anywhere within
+		// it. Fast by the whole factor is still safe: a key set for the
+		// TTL outlives TTL/(1+d) ≥ TTL − TTL·d, the allowance's first term.
+		d := DriftFactor * 0.99
+		if r.IntN(3) != 0 {
+			d = DriftFactor * (2*r.Float64() - 1) * 0.99
+		}
+		p.Drift = append(p.Drift, d)
+		p.Offset = append(p.Offset, time.Duration(r.Int64N(int64(4*time.Second)))-2*time.Second)
+	}
+	if r.IntN(2) == 0 {
+		lh := &LongHold{
+			Client:   r.IntN(p.Clients),
+			Resource: r.IntN(p.Resources),
+			At:       time.Duration(r.Int64N(int64(p.FaultPhase / 2))),
+			For:      p.TTL + time.Duration(r.Int64N(int64(p.TTL))),
+			Do:       r.IntN(3) == 0,
+			CutAfter: time.Duration(r.Int64N(int64(p.TTL / 4))),
+			CutFor:   p.TTL + 200*time.Millisecond + time.Duration(r.Int64N(int64(time.Second))),
+		}
+		if r.IntN(3) == 0 {
+			lh.Freeze = true
+		} else {
+			// Links to a majority cut, the others open: its renewals
+			// reach a minority only.
+			perm := r.Perm(p.Nodes)
+			lh.Cut = perm[:p.Nodes/2+1]
+		}
+		p.LongHold = lh
+	}
+}
+
+// LongHold is an episode of the lock profile: a holder that holds for one
+// to two TTLs and, while it holds, is frozen or cut off from a majority of
+// the nodes for longer than the TTL. It ends its hold only when Lost()
+// closes (or Do's ctx ends), the signal a user acts on, never at
+// ValidUntil (which takes the library's word): a lock that keeps
+// believing it is held on a minority, or learns of its loss late,
+// overlaps the next holder.
+type LongHold struct {
+	Client, Resource int
+	At, For          time.Duration // when it calls Lock; how long it means to hold
+	Do               bool          // through Do (its fn's ctx) instead of Lock
+	CutAfter, CutFor time.Duration // the cut: after the grant, and how long
+	Freeze           bool          // the whole Client frozen, else Cut
+	Cut              []int         // the nodes it is cut off from
+}
+
+// String is the episode in a plan's line.
+func (lh *LongHold) String() string {
+	what := fmt.Sprintf("cut from %v", lh.Cut)
+	if lh.Freeze {
+		what = "frozen"
+	}
+	return fmt.Sprintf("long hold c%d r%d @%v for %v, %s %v after the grant for %v", lh.Client, lh.Resource, lh.At, lh.For, what, lh.CutAfter, lh.CutFor)
 }
 
 func (p *Plan) drawFault(r *rand.Rand) Fault {
@@ -217,8 +294,12 @@ func (p Plan) String() string {
 	for _, f := range p.Faults {
 		fs = append(fs, f.String())
 	}
-	return fmt.Sprintf("seed %d: %d nodes, %d clients x %d workers, %d resources, queue %v, frozen waiter %v, faults [%s]",
-		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "))
+	s := fmt.Sprintf("seed %d: %d nodes, %d clients x %d workers, %d resources, queue %v, frozen waiter %v, faults [%s], drift %.4f",
+		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "), p.Drift)
+	if p.LongHold != nil {
+		s += ", " + p.LongHold.String()
+	}
+	return s
 }
 
 // Wipes reports whether a node of the plan restarts empty.

@@ -109,7 +109,7 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	h := newHistory()
 	h.Note("plan %v", p)
-	cl := newCluster(p.Seed, clients, p.Nodes)
+	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
 	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
 	var nodeClients []redis.UniversalClient
 	for c := range clients {

@@ -237,11 +237,19 @@ func shrink(t *testing.T, res Result) Result {
 			c.FrozenWaiter = false
 			cands = append(cands, c)
 		}
+		if p.LongHold != nil {
+			c := p
+			c.LongHold = nil
+			cands = append(cands, c)
+		}
 		if p.Clients > 1 {
 			c := p
 			c.Clients--
 			c.Queue = p.Queue[:c.Clients]
 			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Client >= c.Clients })
+			if c.LongHold != nil && c.LongHold.Client >= c.Clients {
+				c.LongHold = nil
+			}
 			cands = append(cands, c)
 		}
 		if p.Workers > 1 {
@@ -258,6 +266,8 @@ func shrink(t *testing.T, res Result) Result {
 			c := p
 			c.Nodes = 3
 			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Node >= 3 })
+			c.Drift, c.Offset = p.Drift[:3], p.Offset[:3]
+			c.LongHold = nil
 			cands = append(cands, c)
 		}
 		shrunk := false
