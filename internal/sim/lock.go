@@ -160,9 +160,19 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false (ValidUntil %v)", c, op, res, h.since(l.ValidUntil()))
 	}
 	p.holdFor(env, r, x, l.Lost(), l)
+	if env.Plan.Clients > 1 && r.IntN(10) == 0 && p.handOver(env, r, c, x, l, ctx) {
+		return
+	}
 	race := r.Float64() < env.Plan.ExtendRace
 	var wg sync.WaitGroup
-	if race {
+	// after: the Extend starts once the Unlock has begun (it must then
+	// find the lock unusable, or be guarded against), a fake-time instant
+	// to a millisecond later; else before it (below).
+	after := time.Duration(-1)
+	if race && r.IntN(3) == 0 {
+		after = time.Duration(r.IntN(2)) * time.Duration(r.Int64N(int64(time.Millisecond)))
+	}
+	if race && after < 0 {
 		// An Extend racing the Unlock: started first, on its own
 		// goroutine, as a renewal of the caller's own would be.
 		wg.Go(func() { _ = l.Extend(context.WithoutCancel(ctx)) })
@@ -171,6 +181,16 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 		runtime.Gosched()
 	}
 	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+	if after >= 0 {
+		wg.Go(func() {
+			if after > 0 {
+				time.Sleep(after)
+			} else {
+				runtime.Gosched()
+			}
+			_ = l.Extend(context.WithoutCancel(ctx))
+		})
+	}
 	err = l.Unlock(context.WithoutCancel(ctx))
 	h.released(x, err)
 	wg.Wait()
@@ -186,7 +206,7 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 // ValidUntil passed).
 func (p *LockProfile) holdFor(env *Env, r *rand.Rand, x *Hold, lost <-chan struct{}, l *redlock.Lock) {
 	h := env.History
-	if x.Fence >= 0 {
+	if x.Fence > 0 {
 		p.write(env, x)
 	}
 	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
@@ -324,6 +344,46 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	h.mu.Unlock()
 }
 
+// handOver is the Detach/Resume workload (redlock/handover.go): client c
+// Detaches its held lock x and another Client Resumes it with its token
+// after 0-50 ms, holds it (holdFor) and Unlocks it. The hold of c ends at
+// the Detach; the resumed one is a hold of its own (fence unknown: Resume
+// does not carry it, so it writes nothing). A Resume that fails with
+// ErrNotHeld gave the token up: its Released is then the failure's time,
+// for the key-back check. false: nothing was handed over (the lock was not held any more),
+// and the caller unlocks as usual.
+func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redlock.Lock, ctx context.Context) bool {
+	h := env.History
+	if l.Detach() != nil {
+		return false
+	}
+	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "detach")
+	to := (c + 1 + r.IntN(env.Plan.Clients-1)) % env.Plan.Clients
+	if !env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(50 * time.Millisecond))))) {
+		h.released(x, nil)
+		return true
+	}
+	l2, err := env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	if err != nil {
+		h.Note("c%d Resume of hold %d: %v", to, x.ID, firstLine(err))
+		if errors.Is(err, redlock.ErrNotHeld) {
+			// Given up, and released everywhere: no node may keep it
+			// (key-back). After ErrNoQuorum the keys are left for a
+			// retry, by design, until their TTL.
+			h.released(x, err)
+		}
+		return true
+	}
+	x2 := h.hold(to, x.Resource, l2.Token(), -1, "Resume")
+	if !l2.Valid() {
+		h.Violate("invalid-lock", "c%d Resume %s returned a lock with Valid() false", to, x.Resource)
+	}
+	p.holdFor(env, r, x2, l2.Lost(), l2)
+	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
+	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))
+	return true
+}
+
 // longHold is the plan's long-hold episode (LongHold): Lock (or Do) on
 // its resource with the run's ctx, hold for lh.For writing to the fenced
 // register, and lh.CutAfter into the hold freeze the Client or cut its
@@ -336,9 +396,14 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 	}
 	h := env.History
 	c, rc, res := lh.Client, env.Clients[lh.Client], resourceName(lh.Resource)
+	late := env.At(lh.At + time.Second)
 	hold := func(x *Hold, lost <-chan struct{}) {
-		if x.Fence >= 0 {
+		if x.Fence > 0 {
 			p.write(env, x)
+		}
+		if time.Now().After(late) {
+			h.endHold(x, time.Now(), "unlock")
+			return
 		}
 		cut := make(chan struct{})
 		env.Go(func() { p.cut(env, lh, cut) })
@@ -361,16 +426,16 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 				h.endHold(x, time.Now(), "run over")
 				return
 			case <-tick.C:
-				if x.Fence >= 0 {
+				if x.Fence > 0 {
 					p.write(env, x)
 				}
 			}
 		}
 	}
-	// Granted within a second, or not at all: the episode's cut must end
-	// before the quiet phase, whose liveness bound it would break.
-	ctx, cancel := context.WithTimeout(env.ctx, time.Second)
-	defer cancel()
+	// Granted within a second, or the hold ends at once: the episode's
+	// cut must end before the quiet phase, whose liveness bound it would
+	// break. (Not by a ctx timeout: Do's fn ctx is the call's.)
+	ctx := env.ctx
 	if lh.Do {
 		var x *Hold
 		err := rc.Do(ctx, res, func(ctx context.Context) error {
@@ -492,6 +557,7 @@ func (p *LockProfile) sampler(env *Env) {
 				}
 				x := h.byToken(tok)
 				if x == nil {
+					p.givenUp(env, i, key, tok, seen)
 					continue
 				}
 				h.mu.Lock()
@@ -521,8 +587,56 @@ func (p *LockProfile) sampler(env *Env) {
 	}
 }
 
+// givenUp checks a key on node i that holds a token of no hold of the
+// history: a Lock call's token while it waits, a Do's, or one the
+// Client gave up (an attempt abandoned, a grant yielded, a call that
+// failed; issue 30's key-back check for every token given up). No
+// request carrying it reached the node for givenUpAfter: a live waiter
+// attempts again within a retry delay and three node timeouts, a live
+// holder renews every TTL/3, and a key handed to a queue entry lasts a
+// reservation after the entry's lapse (queueLife, after the waiter's last
+// attempt there) — all within it. So the key is one of a token given
+// up, left behind or set again by a late request, unless a fault
+// explains it (faultLog.allows, as for released holds).
+func (p *LockProfile) givenUp(env *Env, i int, key, tok string, seen map[string]bool) {
+	pl := env.Plan
+	td, c, ok := env.cl.net.lastDelivered(tok, i)
+	now := time.Now()
+	if !ok || now.Sub(td) < givenUpAfter(pl) || env.faults.allows(c, i, now, pl.TTL+time.Second) {
+		return
+	}
+	if k := fmt.Sprint(tok, i); !seen[k] {
+		seen[k] = true
+		m := env.cl.node(i)
+		var ttl time.Duration
+		if m != nil {
+			ttl = m.TTL(key)
+		}
+		env.History.Violate("key-back", "%s on node %d: token %.8s of c%d (no hold: an attempt or call given up) is there at %v with %v left, its last request there delivered at %v",
+			key, i, tok, c, env.History.since(now), ttl, env.History.since(td))
+	}
+}
+
+// givenUpAfter is how long after the last request carrying a token that
+// is no hold's reached a node its key may still be there (givenUp): half
+// a TTL, above a queue entry's life plus a reservation (1.22s at the
+// plan's options) and a renew interval.
+func givenUpAfter(p Plan) time.Duration { return p.TTL / 2 }
+
 // Check checks the liveness bound over the quiet phase.
 func (p *LockProfile) Check(env *Env) {
 	pl := env.Plan
+	// spurious-loss: a lock the library said was lost while no fault of
+	// any kind (a spike, the long hold's cut, the frozen waiter's freeze
+	// too) was under way from a TTL before it was granted to its end.
+	h := env.History
+	h.mu.Lock()
+	for _, x := range h.holds {
+		if x.Lost && !env.faults.any(x.Start.Add(-pl.TTL), x.End) {
+			h.viol = append(h.viol, Violation{"spurious-loss", h.since(x.End), fmt.Sprintf("%s: hold %d (c%d %s, from %v) lost at %v with no fault in the run since %v",
+				x.Resource, x.ID, x.Client, x.Op, h.since(x.Start), h.since(x.End), h.since(x.Start.Add(-pl.TTL)))})
+		}
+	}
+	h.mu.Unlock()
 	env.History.checkLiveness(env.At(pl.Healed()), env.At(pl.Duration()), pl.WaitBound(), p.skip)
 }

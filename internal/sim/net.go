@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +28,10 @@ type network struct {
 	slow   []time.Duration          // per node: added to every chunk both ways
 	delay  [][]time.Duration        // [client][node]: added to every chunk both ways
 	conns  map[linkID]map[*conn]struct{}
+	// tokens: per lock token seen going up (a v4 UUID in a request), its
+	// client and when a request carrying it was last delivered to each
+	// node (the key-back check of tokens given up, lock.go sampler).
+	tokens map[string]*tokenSeen
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -44,6 +49,7 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		slow:   make([]time.Duration, nodes),
 		delay:  make([][]time.Duration, clients),
 		conns:  make(map[linkID]map[*conn]struct{}),
+		tokens: make(map[string]*tokenSeen),
 		serve:  serve,
 	}
 	for c := range clients {
@@ -100,6 +106,48 @@ type conn struct {
 	// connection subscribed (it then receives messages nobody asked for).
 	up, down time.Time
 	sub      bool
+	tail     []byte // the end of the last chunk delivered up: a token may straddle two chunks
+}
+
+// tokenSeen is what the network saw of one lock token.
+type tokenSeen struct {
+	client int
+	last   []time.Time // per node: a request carrying it last delivered
+}
+
+var tokenRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`)
+
+// noteTokens records the tokens in chunk b, delivered up to the node now.
+func (k *conn) noteTokens(b []byte, nodes int) {
+	buf := append(k.tail, b...)
+	found := tokenRE.FindAll(buf, -1)
+	k.tail = append(k.tail[:0], buf[max(0, len(buf)-35):]...)
+	if len(found) == 0 {
+		return
+	}
+	now := time.Now()
+	k.n.mu.Lock()
+	defer k.n.mu.Unlock()
+	for _, t := range found {
+		ts := k.n.tokens[string(t)]
+		if ts == nil {
+			ts = &tokenSeen{client: k.id.client, last: make([]time.Time, nodes)}
+			k.n.tokens[string(t)] = ts
+		}
+		ts.last[k.id.node] = now
+	}
+}
+
+// lastDelivered is when a request carrying tok was last delivered to
+// node i, and its client; ok false if none ever was.
+func (n *network) lastDelivered(tok string, i int) (time.Time, int, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ts := n.tokens[tok]
+	if ts == nil || ts.last[i].IsZero() {
+		return time.Time{}, 0, false
+	}
+	return ts.last[i], ts.client, true
 }
 
 func (k *conn) close() {
@@ -178,6 +226,9 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			}
 			gone = true
 			continue
+		}
+		if up {
+			k.noteTokens(b, len(k.n.down))
 		}
 		k.n.mu.Lock()
 		if up {

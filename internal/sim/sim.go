@@ -103,6 +103,9 @@ func Run(p Plan, profiles ...Profile) Result {
 	if len(profiles) == 0 {
 		profiles = []Profile{&LockProfile{}}
 	}
+	if len(profiles) != 1 || profiles[0].Name() != "lock" {
+		p.NoFence = nil
+	}
 	clients := p.Clients
 	if p.FrozenWaiter {
 		clients++
@@ -265,6 +268,7 @@ func bubbleGoroutines(pkgs ...string) string {
 // could not reach yet).
 type faultLog struct {
 	mu    sync.Mutex
+	all   [][2]time.Time            // every fault, spikes too (spurious-loss)
 	nodes [][][2]time.Time          // per node
 	cl    [][][2]time.Time          // per client: frozen
 	links map[linkID][][2]time.Time // delays and resets
@@ -278,6 +282,7 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := [2]time.Time{from, to}
+	f.all = append(f.all, s)
 	switch fl.Kind {
 	case LinkSpike:
 		// No allowance: what a spike holds lands soon after it, and the
@@ -307,6 +312,14 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 		return false
 	}
 	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
+}
+
+// any reports whether any fault (a spike too) was under way at some time
+// in [from, to].
+func (f *faultLog) any(from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.all, func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) })
 }
 
 // frozen reports whether client c was frozen at some time in [from, to].

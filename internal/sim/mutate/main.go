@@ -345,7 +345,9 @@ func run(scratch string, m Mutant, seeds int, timeout time.Duration, verbose boo
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	bin := filepath.Join(scratch, "sim.test")
-	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./internal/sim")
+	// -trimpath: the build cache then serves the packages the mutant does
+	// not touch, although the scratch copy lives elsewhere.
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-trimpath", "-o", bin, "./internal/sim")
 	build.Dir = scratch
 	if out, err := build.CombinedOutput(); err != nil {
 		o.Status, o.Detail = "build", firstLines(string(out), 5)
