@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // network is the fault layer: every connection a node client opens is a
@@ -32,6 +34,9 @@ type network struct {
 	// client and when a request carrying it was last delivered to each
 	// node (the key-back check of tokens given up, lock.go sampler).
 	tokens map[string]*tokenSeen
+	// aimed: per link, the delay added to a chunk that carries a fence
+	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
+	aimed  map[linkID]time.Duration
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -50,6 +55,7 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		delay:  make([][]time.Duration, clients),
 		conns:  make(map[linkID]map[*conn]struct{}),
 		tokens: make(map[string]*tokenSeen),
+		aimed:  make(map[linkID]time.Duration),
 		serve:  serve,
 	}
 	for c := range clients {
@@ -207,7 +213,11 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		if up {
 			k.noteUp(b)
 		}
-		if d := k.n.chunkDelay(k.id); d > 0 {
+		d := k.n.chunkDelay(k.id)
+		if up {
+			d += k.n.aimedDelay(k.id, b)
+		}
+		if d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
@@ -419,6 +429,32 @@ func (n *network) freezeClient(client int, frozen bool) {
 	n.mu.Lock()
 	gate(&n.clGt[client], frozen)
 	n.mu.Unlock()
+}
+
+var commitSHA = []byte(scripts.CommitHash())
+
+// aimedDelay is the delay a fault aimed at the fence commit adds to chunk
+// b on link id: the link's aimed delay if b carries a commit, else 0.
+func (n *network) aimedDelay(id linkID, b []byte) time.Duration {
+	n.mu.Lock()
+	d := n.aimed[id]
+	n.mu.Unlock()
+	if d == 0 || !bytes.Contains(b, commitSHA) {
+		return 0
+	}
+	return d
+}
+
+// aimCommit sets (d > 0) or clears the delay of client's fence commits
+// to node.
+func (n *network) aimCommit(client, node int, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d == 0 {
+		delete(n.aimed, linkID{client, node})
+		return
+	}
+	n.aimed[linkID{client, node}] = d
 }
 
 // cutLink closes (or opens) the gate of client's link to node: its

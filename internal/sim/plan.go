@@ -75,9 +75,10 @@ const (
 	NodeKill                      // the node dies, and comes back after For (> TTL) with its data (appendfsync always)
 	NodeWipe                      // the node dies, and comes back empty after For (> TTL): fence counters are lost, so the fence check is off (DESIGN step 8 needs them kept)
 	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
+	CommitDelay                   // one Client's fence commits (phase 2 of a fenced acquire) to one node add Delay: a fault aimed at one phase
 )
 
-var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze"}
+var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze", "commit"}
 
 // String is the fault's name in a plan's line.
 func (k FaultKind) String() string { return kindNames[k] }
@@ -98,7 +99,7 @@ func (f Fault) String() string {
 		s += "+" + f.For.String()
 	}
 	switch f.Kind {
-	case LinkDelay, LinkSpike, LinkReset:
+	case LinkDelay, LinkSpike, LinkReset, CommitDelay:
 		s += fmt.Sprintf(" c%d-n%d", f.Client, f.Node)
 	case ClientFreeze:
 		s += fmt.Sprintf(" c%d", f.Client)
@@ -173,6 +174,17 @@ func (p *Plan) drawMore(r *rand.Rand) {
 		}
 		p.Drift = append(p.Drift, d)
 		p.Offset = append(p.Offset, time.Duration(r.Int64N(int64(4*time.Second)))-2*time.Second)
+	}
+	if r.IntN(3) == 0 {
+		// Phase-aimed: one Client's fence commits to a majority of the
+		// nodes land late (the node timeout is past), so that a grant
+		// commits on a minority at most.
+		c := r.IntN(p.Clients)
+		at := time.Duration(r.Int64N(int64(p.FaultPhase / 2)))
+		d := 3*p.NodeTimeout/2 + time.Duration(r.Int64N(int64(3*p.NodeTimeout/2)))
+		for _, i := range r.Perm(p.Nodes)[:p.Nodes/2+1] {
+			p.Faults = append(p.Faults, Fault{Kind: CommitDelay, At: at, For: p.FaultPhase / 2, Client: c, Node: i, Delay: d})
+		}
 	}
 	if r.IntN(2) == 0 {
 		lh := &LongHold{

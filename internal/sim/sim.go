@@ -287,7 +287,7 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	case LinkSpike:
 		// No allowance: what a spike holds lands soon after it, and the
 		// release right after that (the chaos checker's rule).
-	case LinkDelay, LinkReset:
+	case LinkDelay, LinkReset, CommitDelay:
 		id := linkID{fl.Client, fl.Node}
 		f.links[id] = append(f.links[id], s)
 	case ClientFreeze:
@@ -370,6 +370,8 @@ func (e *Env) fault(f Fault) {
 		e.cl.kill(f.Node, f.Kind == NodeWipe)
 	case ClientFreeze:
 		n.freezeClient(f.Client, true)
+	case CommitDelay:
+		n.aimCommit(f.Client, f.Node, f.Delay)
 	}
 	// Undone at its end, or at the run's end, so that Close finds every
 	// node and pipe working.
@@ -392,6 +394,8 @@ func (e *Env) fault(f Fault) {
 		e.cl.restart(f.Node)
 	case ClientFreeze:
 		n.freezeClient(f.Client, false)
+	case CommitDelay:
+		n.aimCommit(f.Client, f.Node, 0)
 	}
 	if f.For > 0 {
 		e.History.Note("fault %v undone", f)
