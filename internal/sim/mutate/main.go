@@ -45,6 +45,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -78,6 +79,7 @@ func main() {
 	check := flag.Bool("check", false, "only check that every mutant's text is found once (stale, ambiguous)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "per mutant")
 	verbose := flag.Bool("v", false, "print each mutant's test output")
+	jobs := flag.Int("j", 1, "mutants run at once (each builds and runs the simulator: 2 cores per job keep its seeds' timing)")
 	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
@@ -118,18 +120,35 @@ func main() {
 		}
 		return
 	}
-	scratch, err := os.MkdirTemp("", "quorumlock-mutate-")
-	if err != nil {
-		fatal(err)
+	// -j workers, each with a scratch copy of its own, take the mutants
+	// in turn; the table keeps the list's order.
+	outs = make([]Outcome, len(ms))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(*jobs, len(ms))) {
+		scratch, err := os.MkdirTemp("", "quorumlock-mutate-")
+		if err != nil {
+			fatal(err)
+		}
+		defer os.RemoveAll(scratch)
+		if err := copyRepo(root, scratch); err != nil {
+			fatal(err)
+		}
+		wg.Go(func() {
+			for k := range next {
+				m := ms[k]
+				o := run(scratch, m, *seeds, *timeout, *verbose)
+				fmt.Fprintf(os.Stderr, "mutate: %-32s %-10s %s %s %s (%v)\n", m.Name, o.Status, o.Invariant, o.Seed, o.At, o.Wall.Round(time.Second))
+				outs[k] = o
+			}
+		})
 	}
-	defer os.RemoveAll(scratch)
-	if err := copyRepo(root, scratch); err != nil {
-		fatal(err)
+	for k := range ms {
+		next <- k
 	}
-	for _, m := range ms {
-		o := run(scratch, m, *seeds, *timeout, *verbose)
-		fmt.Fprintf(os.Stderr, "mutate: %-32s %-10s %s %s %s (%v)\n", m.Name, o.Status, o.Invariant, o.Seed, o.At, o.Wall.Round(time.Second))
-		outs = append(outs, o)
+	close(next)
+	wg.Wait()
+	for _, o := range outs {
 		if o.Status != "caught" && o.Status != "equivalent" {
 			bad++
 		}
