@@ -363,7 +363,23 @@ func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redloc
 		h.released(x, nil)
 		return true
 	}
+	detached := time.Now()
 	l2, err := env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	// ErrNoQuorum leaves the keys for a retry (by design): retry, as a
+	// scheduler handing work over would, for up to half a TTL.
+	for err != nil && errors.Is(err, redlock.ErrNoQuorum) && time.Since(detached) < env.Plan.TTL/2 {
+		if !env.SleepUntil(time.Now().Add(env.Plan.RetryMax)) {
+			break
+		}
+		l2, err = env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		// Given up with the keys left: an orphan until their TTL, which
+		// holds waiters up by design; the liveness bound skips it.
+		h.mu.Lock()
+		p.skip[x.Resource] = append(p.skip[x.Resource], [2]time.Time{detached, detached.Add(env.Plan.TTL)})
+		h.mu.Unlock()
+	}
 	if err != nil {
 		h.Note("c%d Resume of hold %d: %v", to, x.ID, firstLine(err))
 		if errors.Is(err, redlock.ErrNotHeld) {
