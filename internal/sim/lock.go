@@ -492,8 +492,9 @@ func (p *LockProfile) cut(env *Env, lh *LongHold, stop <-chan struct{}) {
 		return
 	}
 	from := time.Now()
-	// Healed before the quiet phase starts.
-	until := minTime(from.Add(lh.CutFor), env.At(env.Plan.Healed()-env.Plan.TTL/2))
+	// Healed a TTL and 1.5 s before the quiet phase starts, as the
+	// plan's faults are (Plan.drawMore lengthens the settling).
+	until := minTime(from.Add(lh.CutFor), env.At(env.Plan.Healed()-env.Plan.TTL-1500*time.Millisecond))
 	if !until.After(from) {
 		return
 	}
