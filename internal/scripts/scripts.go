@@ -326,6 +326,11 @@ func parseAcquire(v any) (ok bool, n int64, young bool, err error) {
 	return false, 0, false, fmt.Errorf("scripts: acquire returned %v", v)
 }
 
+// CommitHash is the SHA1 of the commit script, which its EVALSHA carries:
+// the simulator's fault layer recognizes phase 2 of a fenced acquire by it
+// (issue 33: faults aimed at one protocol phase).
+func CommitHash() string { return commit.Hash() }
+
 // Commit is phase 2 of a fenced acquire: it raises the fence counter to
 // max(counter, t) where the lock key still holds token, and reports whether
 // it did.

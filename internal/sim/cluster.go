@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -19,26 +20,56 @@ import (
 type cluster struct {
 	net *network
 
+	// Each node's clock (issue 33): the bubble's fake clock, run at its
+	// own rate (1 + drift) from the run's start, plus an offset. Keys
+	// expire by it and TIME reads it (inside the scripts too): miniredis
+	// is set to it before every command (a pre-hook) and before the
+	// sampler reads a node.
+	base   time.Time
+	drift  []float64
+	offset []time.Duration
+
 	mu    sync.Mutex             // protects nodes
 	nodes []*miniredis.Miniredis // nil while killed
+	// dialMu orders a node's Dial (which starts its server after a kill)
+	// and the pre-hook set on that server with kill's Close.
+	dialMu sync.Mutex
 }
 
-func newCluster(seed uint64, clients, nodes int) *cluster {
-	cl := &cluster{nodes: make([]*miniredis.Miniredis, nodes)}
+func newCluster(seed uint64, clients, nodes int, drift []float64, offset []time.Duration) *cluster {
+	cl := &cluster{nodes: make([]*miniredis.Miniredis, nodes), base: time.Now(),
+		drift: make([]float64, nodes), offset: make([]time.Duration, nodes)}
+	copy(cl.drift, drift)
+	copy(cl.offset, offset)
 	for i := range nodes {
-		cl.nodes[i] = newNode()
+		cl.nodes[i] = cl.newNode(i)
 	}
 	cl.net = newNetwork(seed, clients, nodes, cl.serve)
 	return cl
 }
 
-// newNode is an empty node whose keys expire by the clock (the bubble's
-// fake clock), as do TIME and the scripts' reading of it.
-func newNode() *miniredis.Miniredis {
+// newNode is an empty node i whose keys expire by its clock (nodeTime),
+// as do TIME and the scripts' reading of it.
+func (cl *cluster) newNode(i int) *miniredis.Miniredis {
 	m := miniredis.NewMiniRedis()
+	m.SetTime(cl.nodeTime(i))
 	m.ClockTTL(true)
 	return m
 }
+
+// nodeTime is node i's clock now.
+func (cl *cluster) nodeTime(i int) time.Time {
+	el := time.Since(cl.base)
+	return cl.base.Add(el + time.Duration(float64(el)*cl.drift[i]) + cl.offset[i])
+}
+
+// clientDur is how long d of node i's clock lasts on the bubble's clock.
+func (cl *cluster) clientDur(i int, d time.Duration) time.Duration {
+	return time.Duration(float64(d) / (1 + cl.drift[i]))
+}
+
+// tick sets node i's miniredis m to its clock (its TTLs run to now).
+func (cl *cluster) tick(i int, m *miniredis.Miniredis) { m.SetTime(cl.nodeTime(i)) }
 
 // serve returns the server end of a new connection to node i.
 func (cl *cluster) serve(i int) (net.Conn, error) {
@@ -48,7 +79,26 @@ func (cl *cluster) serve(i int) (net.Conn, error) {
 	if m == nil {
 		return nil, errRefused
 	}
-	return m.Dial()
+	cl.dialMu.Lock()
+	defer cl.dialMu.Unlock()
+	c, err := m.Dial()
+	if err == nil {
+		// Dial starts the server after a kill's Close: set the hook on
+		// whichever server this is (setting it again is harmless).
+		// A script's own commands pass through the hook too, with m
+		// locked by the script (TryLock fails): they keep the time set
+		// for the script. Another connection's command holding m is
+		// the same case: fake time cannot advance while a goroutine
+		// waits on a mutex, so the time it set is now.
+		m.Server().SetPreHook(func(*server.Peer, string, ...string) bool {
+			if m.TryLock() {
+				m.Unlock()
+				cl.tick(i, m)
+			}
+			return false
+		})
+	}
+	return c, err
 }
 
 // node returns node i, nil while it is killed.
@@ -69,7 +119,9 @@ func (cl *cluster) kill(i int, wipe bool) {
 	}
 	cl.mu.Unlock()
 	if m != nil {
+		cl.dialMu.Lock()
 		m.Close()
+		cl.dialMu.Unlock()
 	}
 }
 
@@ -77,7 +129,7 @@ func (cl *cluster) kill(i int, wipe bool) {
 func (cl *cluster) restart(i int) {
 	cl.mu.Lock()
 	if cl.nodes[i] == nil {
-		cl.nodes[i] = newNode()
+		cl.nodes[i] = cl.newNode(i)
 	}
 	cl.mu.Unlock()
 	cl.net.setDown(i, false)

@@ -19,7 +19,7 @@ import (
 // docs/simulation.md; the cases they touch stay on real nodes.
 func TestCompat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cl := newCluster(1, 2, 1)
+		cl := newCluster(1, 2, 1, nil, nil)
 		defer cl.close()
 		ncs := cl.clients(0)
 		c := ncs[0].(*redis.Client)

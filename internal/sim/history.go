@@ -34,6 +34,9 @@ type Hold struct {
 	End      time.Time // min(Unlock called, Lost closed, ValidUntil); zero while held
 	Released time.Time // Unlock returned (zero: not yet, or never called)
 	Op       string
+	// Lost: the hold ended because the lock said it was lost (Lost()
+	// closed, Valid() false, Extend's ErrLockLost), not by its holder.
+	Lost bool
 }
 
 // Wait is one Lock call (also Do's), from its start to its return.
@@ -113,6 +116,7 @@ func (h *History) endHold(x *Hold, end time.Time, why string) {
 	defer h.mu.Unlock()
 	if x.End.IsZero() {
 		x.End = end
+		x.Lost = why == "lost" || why == "not valid" || why == "extend: lost"
 		h.noteLocked("c%d hold %d ends (%s)", x.Client, x.ID, why)
 	}
 }
@@ -192,8 +196,8 @@ func (h *History) checkHolds(fence bool) {
 						r, a.ID, a.Client, h.since(a.Start), h.since(ae), b.ID, b.Client, h.since(b.Start))})
 				}
 			}
-			if a.Fence < 0 || !fence {
-				continue // Do: its fence is not known; or counters were wiped
+			if a.Fence <= 0 || !fence {
+				continue // Do: its fence is not known; a Client without fencing; or counters were wiped
 			}
 			if a.Fence <= lastFence {
 				h.viol = append(h.viol, Violation{"fence", h.since(a.Start), fmt.Sprintf("%s: hold %d fence %d after hold %d fence %d",
@@ -202,12 +206,20 @@ func (h *History) checkHolds(fence bool) {
 			lastFence, lastID = a.Fence, a.ID
 		}
 	}
+	// A hold's first write: the register knows its token only from then
+	// (the frozen waiter's hold, say, never writes).
+	wrote := make(map[int]time.Time)
+	for _, w := range h.writes {
+		if t, ok := wrote[w.Hold]; !ok || w.At.Before(t) {
+			wrote[w.Hold] = w.At
+		}
+	}
 	for _, w := range h.writes {
 		if !w.Applied || !fence {
 			continue
 		}
 		for _, x := range by[w.Resource] {
-			if x.Fence > w.Fence && x.Start.Before(w.At) {
+			if t, ok := wrote[x.ID]; ok && x.Fence > w.Fence && x.Start.Before(w.At) && !t.After(w.At) {
 				h.viol = append(h.viol, Violation{"stale-write", h.since(w.At), fmt.Sprintf("%s: write of hold %d (fence %d) applied after hold %d (fence %d) began",
 					w.Resource, w.Hold, w.Fence, x.ID, x.Fence)})
 				break

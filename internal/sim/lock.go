@@ -54,6 +54,9 @@ func (p *LockProfile) Start(env *Env) {
 	if env.Plan.FrozenWaiter {
 		env.Go(func() { p.frozenWaiter(env, env.Plan.Clients) })
 	}
+	if lh := env.Plan.LongHold; lh != nil {
+		env.Go(func() { p.longHold(env, lh) })
+	}
 	env.Go(func() { p.sampler(env) })
 }
 
@@ -157,9 +160,19 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false (ValidUntil %v)", c, op, res, h.since(l.ValidUntil()))
 	}
 	p.holdFor(env, r, x, l.Lost(), l)
+	if env.Plan.Clients > 1 && r.IntN(10) == 0 && p.handOver(env, r, c, x, l, ctx) {
+		return
+	}
 	race := r.Float64() < env.Plan.ExtendRace
 	var wg sync.WaitGroup
-	if race {
+	// after: the Extend starts once the Unlock has begun (it must then
+	// find the lock unusable, or be guarded against), a fake-time instant
+	// to a millisecond later; else before it (below).
+	after := time.Duration(-1)
+	if race && r.IntN(3) == 0 {
+		after = time.Duration(r.IntN(2)) * time.Duration(r.Int64N(int64(time.Millisecond)))
+	}
+	if race && after < 0 {
 		// An Extend racing the Unlock: started first, on its own
 		// goroutine, as a renewal of the caller's own would be.
 		wg.Go(func() { _ = l.Extend(context.WithoutCancel(ctx)) })
@@ -168,6 +181,16 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 		runtime.Gosched()
 	}
 	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+	if after >= 0 {
+		wg.Go(func() {
+			if after > 0 {
+				time.Sleep(after)
+			} else {
+				runtime.Gosched()
+			}
+			_ = l.Extend(context.WithoutCancel(ctx))
+		})
+	}
 	err = l.Unlock(context.WithoutCancel(ctx))
 	h.released(x, err)
 	wg.Wait()
@@ -183,7 +206,7 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 // ValidUntil passed).
 func (p *LockProfile) holdFor(env *Env, r *rand.Rand, x *Hold, lost <-chan struct{}, l *redlock.Lock) {
 	h := env.History
-	if x.Fence >= 0 {
+	if x.Fence > 0 {
 		p.write(env, x)
 	}
 	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
@@ -321,6 +344,181 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	h.mu.Unlock()
 }
 
+// handOver is the Detach/Resume workload (redlock/handover.go): client c
+// Detaches its held lock x and another Client Resumes it with its token
+// after 0-50 ms, holds it (holdFor) and Unlocks it. The hold of c ends at
+// the Detach; the resumed one is a hold of its own (fence unknown: Resume
+// does not carry it, so it writes nothing). A Resume that fails with
+// ErrNotHeld gave the token up: its Released is then the failure's time,
+// for the key-back check. false: nothing was handed over (the lock was not held any more),
+// and the caller unlocks as usual.
+func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redlock.Lock, ctx context.Context) bool {
+	h := env.History
+	if l.Detach() != nil {
+		return false
+	}
+	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "detach")
+	to := (c + 1 + r.IntN(env.Plan.Clients-1)) % env.Plan.Clients
+	if !env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(50 * time.Millisecond))))) {
+		h.released(x, nil)
+		return true
+	}
+	detached := time.Now()
+	l2, err := env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	// ErrNoQuorum leaves the keys for a retry (by design): retry, as a
+	// scheduler handing work over would, for up to half a TTL.
+	for err != nil && errors.Is(err, redlock.ErrNoQuorum) && time.Since(detached) < env.Plan.TTL/2 {
+		if !env.SleepUntil(time.Now().Add(env.Plan.RetryMax)) {
+			break
+		}
+		l2, err = env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	}
+	if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+		// Given up with the keys left: an orphan until their TTL, which
+		// holds waiters up by design; the liveness bound skips it.
+		h.mu.Lock()
+		p.skip[x.Resource] = append(p.skip[x.Resource], [2]time.Time{detached, detached.Add(env.Plan.TTL)})
+		h.mu.Unlock()
+	}
+	if err != nil {
+		h.Note("c%d Resume of hold %d: %v", to, x.ID, firstLine(err))
+		if errors.Is(err, redlock.ErrNotHeld) {
+			// Given up, and released everywhere: no node may keep it
+			// (key-back). After ErrNoQuorum the keys are left for a
+			// retry, by design, until their TTL.
+			h.released(x, err)
+		}
+		return true
+	}
+	x2 := h.hold(to, x.Resource, l2.Token(), -1, "Resume")
+	if !l2.Valid() {
+		h.Violate("invalid-lock", "c%d Resume %s returned a lock with Valid() false", to, x.Resource)
+	}
+	p.holdFor(env, r, x2, l2.Lost(), l2)
+	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
+	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))
+	return true
+}
+
+// longHold is the plan's long-hold episode (LongHold): Lock (or Do) on
+// its resource with the run's ctx, hold for lh.For writing to the fenced
+// register, and lh.CutAfter into the hold freeze the Client or cut its
+// links to a majority for lh.CutFor (longer than the TTL). The hold ends
+// when Lost() closes (Do: when fn's ctx ends), as a user would act, or
+// at lh.For with Unlock.
+func (p *LockProfile) longHold(env *Env, lh *LongHold) {
+	if !env.SleepUntil(env.At(lh.At)) {
+		return
+	}
+	h := env.History
+	c, rc, res := lh.Client, env.Clients[lh.Client], resourceName(lh.Resource)
+	late := env.At(lh.At + time.Second)
+	hold := func(x *Hold, lost <-chan struct{}) {
+		if x.Fence > 0 {
+			p.write(env, x)
+		}
+		if time.Now().After(late) {
+			h.endHold(x, time.Now(), "unlock")
+			return
+		}
+		cut := make(chan struct{})
+		env.Go(func() { p.cut(env, lh, cut) })
+		defer close(cut)
+		end := time.NewTimer(lh.For)
+		defer end.Stop()
+		for {
+			tick := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-lost:
+				tick.Stop()
+				h.endHold(x, time.Now(), "lost")
+				return
+			case <-end.C:
+				tick.Stop()
+				h.endHold(x, time.Now(), "unlock")
+				return
+			case <-env.ctx.Done():
+				tick.Stop()
+				h.endHold(x, time.Now(), "run over")
+				return
+			case <-tick.C:
+				if x.Fence > 0 {
+					p.write(env, x)
+				}
+			}
+		}
+	}
+	// Granted within a second, or the hold ends at once: the episode's
+	// cut must end before the quiet phase, whose liveness bound it would
+	// break. (Not by a ctx timeout: Do's fn ctx is the call's.)
+	ctx := env.ctx
+	if lh.Do {
+		var x *Hold
+		err := rc.Do(ctx, res, func(ctx context.Context) error {
+			x = h.hold(c, res, "", -1, "Do (long)")
+			hold(x, ctx.Done())
+			return nil
+		})
+		if x != nil {
+			h.released(x, err)
+		}
+		return
+	}
+	l, err := rc.Lock(ctx, res)
+	if err != nil {
+		return
+	}
+	x := h.hold(c, res, l.Token(), l.Fence(), "Lock (long)")
+	if !l.Valid() {
+		h.Violate("invalid-lock", "c%d Lock %s returned a lock with Valid() false", c, res)
+	}
+	hold(x, l.Lost())
+	h.released(x, l.Unlock(context.WithoutCancel(env.ctx)))
+}
+
+// cut is the long hold's fault: lh.CutAfter after the grant, for
+// lh.CutFor, or until stop (the hold ended) and the run's end, whichever
+// comes last but the run's end.
+func (p *LockProfile) cut(env *Env, lh *LongHold, stop <-chan struct{}) {
+	n := env.cl.net
+	tm := time.NewTimer(lh.CutAfter)
+	select {
+	case <-tm.C:
+	case <-stop:
+		tm.Stop()
+		return
+	case <-env.ctx.Done():
+		tm.Stop()
+		return
+	}
+	from := time.Now()
+	// Healed a TTL and 1.5 s before the quiet phase starts, as the
+	// plan's faults are (Plan.drawMore lengthens the settling).
+	until := minTime(from.Add(lh.CutFor), env.At(env.Plan.Healed()-env.Plan.TTL-1500*time.Millisecond))
+	if !until.After(from) {
+		return
+	}
+	if lh.Freeze {
+		env.faults.add(Fault{Kind: ClientFreeze, Client: lh.Client}, from, until)
+		n.freezeClient(lh.Client, true)
+	} else {
+		for _, i := range lh.Cut {
+			env.faults.add(Fault{Kind: LinkDelay, Client: lh.Client, Node: i}, from, until)
+			n.cutLink(lh.Client, i, true)
+		}
+	}
+	env.History.Note("long hold: c%d %s", lh.Client, lh)
+	env.SleepUntil(until)
+	if lh.Freeze {
+		n.freezeClient(lh.Client, false)
+	} else {
+		for _, i := range lh.Cut {
+			n.cutLink(lh.Client, i, false)
+		}
+	}
+	env.History.Note("long hold: c%d's cut healed", lh.Client)
+}
+
 // sampler reads every lock key on every node every TTL/20 and once at the
 // end, directly from the nodes, for keys that hold the token of a lock
 // whose Unlock had returned (at rel):
@@ -354,6 +552,7 @@ func (p *LockProfile) sampler(env *Env) {
 			if m == nil {
 				continue
 			}
+			env.cl.tick(i, m)
 			for ri := range pl.Resources {
 				key := redlock.DefaultKeyPrefix + resourceName(ri)
 				tok, err := m.Get(key)
@@ -375,6 +574,7 @@ func (p *LockProfile) sampler(env *Env) {
 				}
 				x := h.byToken(tok)
 				if x == nil {
+					p.givenUp(env, i, key, tok, seen)
 					continue
 				}
 				h.mu.Lock()
@@ -385,7 +585,7 @@ func (p *LockProfile) sampler(env *Env) {
 				}
 				ttl := m.TTL(key)
 				now := time.Now()
-				written := now.Add(ttl - pl.TTL)
+				written := now.Add(-env.cl.clientDur(i, pl.TTL-ttl)) // the node's clock drifts
 				left := now.Sub(rel) >= pl.TTL/2
 				back := written.After(rel.Add(20*time.Millisecond)) && now.Sub(written) >= pl.TTL/2
 				if !left && !back || env.faults.allows(x.Client, i, now, pl.TTL+time.Second) {
@@ -404,8 +604,56 @@ func (p *LockProfile) sampler(env *Env) {
 	}
 }
 
+// givenUp checks a key on node i that holds a token of no hold of the
+// history: a Lock call's token while it waits, a Do's, or one the
+// Client gave up (an attempt abandoned, a grant yielded, a call that
+// failed; issue 30's key-back check for every token given up). No
+// request carrying it reached the node for givenUpAfter: a live waiter
+// attempts again within a retry delay and three node timeouts, a live
+// holder renews every TTL/3, and a key handed to a queue entry lasts a
+// reservation after the entry's lapse (queueLife, after the waiter's last
+// attempt there) — all within it. So the key is one of a token given
+// up, left behind or set again by a late request, unless a fault
+// explains it (faultLog.allows, as for released holds).
+func (p *LockProfile) givenUp(env *Env, i int, key, tok string, seen map[string]bool) {
+	pl := env.Plan
+	td, c, ok := env.cl.net.lastDelivered(tok, i)
+	now := time.Now()
+	if !ok || now.Sub(td) < givenUpAfter(pl) || env.faults.allows(c, i, now, pl.TTL+time.Second) {
+		return
+	}
+	if k := fmt.Sprint(tok, i); !seen[k] {
+		seen[k] = true
+		m := env.cl.node(i)
+		var ttl time.Duration
+		if m != nil {
+			ttl = m.TTL(key)
+		}
+		env.History.Violate("key-back", "%s on node %d: token %.8s of c%d (no hold: an attempt or call given up) is there at %v with %v left, its last request there delivered at %v",
+			key, i, tok, c, env.History.since(now), ttl, env.History.since(td))
+	}
+}
+
+// givenUpAfter is how long after the last request carrying a token that
+// is no hold's reached a node its key may still be there (givenUp): half
+// a TTL, above a queue entry's life plus a reservation (1.22s at the
+// plan's options) and a renew interval.
+func givenUpAfter(p Plan) time.Duration { return p.TTL / 2 }
+
 // Check checks the liveness bound over the quiet phase.
 func (p *LockProfile) Check(env *Env) {
 	pl := env.Plan
+	// spurious-loss: a lock the library said was lost while no fault of
+	// any kind (a spike, the long hold's cut, the frozen waiter's freeze
+	// too) was under way from a TTL before it was granted to its end.
+	h := env.History
+	h.mu.Lock()
+	for _, x := range h.holds {
+		if x.Lost && !env.faults.any(x.Start.Add(-pl.TTL), x.End) {
+			h.viol = append(h.viol, Violation{"spurious-loss", h.since(x.End), fmt.Sprintf("%s: hold %d (c%d %s, from %v) lost at %v with no fault in the run since %v",
+				x.Resource, x.ID, x.Client, x.Op, h.since(x.Start), h.since(x.End), h.since(x.Start.Add(-pl.TTL)))})
+		}
+	}
+	h.mu.Unlock()
 	env.History.checkLiveness(env.At(pl.Healed()), env.At(pl.Duration()), pl.WaitBound(), p.skip)
 }

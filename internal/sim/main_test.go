@@ -2,13 +2,19 @@ package sim
 
 import (
 	"context"
+	"flag"
+	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 func TestMain(m *testing.M) {
@@ -20,7 +26,40 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(1600)
 	}
+	testhooks.ExtendPause.Store(&sendDelay)
 	goleak.VerifyTestMain(m)
+}
+
+var (
+	sendDelayMax = flag.Duration("sim.send-delay", 50*time.Millisecond, "an extension sleeps up to this long (fake time) between its registration and its send, one in three (0: never)")
+	sendMu       sync.Mutex // protects sendRand
+	sendRand     = rand.New(rand.NewPCG(33, 30))
+)
+
+// sendDelay is the schedule perturbation between an extension's
+// registration and its send (testhooks.ExtendPause, issue 30): one
+// extension in three sleeps up to -sim.send-delay in the bubble's fake
+// time, so that a release, a renewal or another Extend runs in between.
+// It is set for the whole package: the draws are shared by the bubbles
+// running at once, so their order follows scheduling (as the jitter of
+// the fault layer does). The default stays below the release guard's
+// lifetime (about a node timeout): a send delayed longer than that is
+// the case issue 30's node layer is to fix (its not-after bound is fixed
+// at the send, after the delay).
+var sendDelay = func() {
+	most := *sendDelayMax
+	if most <= 0 {
+		return
+	}
+	sendMu.Lock()
+	d := time.Duration(0)
+	if sendRand.IntN(3) == 0 {
+		d = time.Duration(sendRand.Int64N(int64(most)))
+	}
+	sendMu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
 }
 
 type nopLogger struct{}

@@ -5,9 +5,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // network is the fault layer: every connection a node client opens is a
@@ -20,12 +23,20 @@ type network struct {
 	mu     sync.Mutex // protects everything below
 	rng    *rand.Rand // per-chunk jitter; seeded, but the order of draws follows scheduling
 	base   time.Duration
-	down   []bool            // per node: dials refused, conns reset (killed)
-	nodeGt []chan struct{}   // per node: open while paused (closed and nil when running)
-	clGt   []chan struct{}   // per client: open while its pipes are frozen
-	slow   []time.Duration   // per node: added to every chunk both ways
-	delay  [][]time.Duration // [client][node]: added to every chunk both ways
+	down   []bool                   // per node: dials refused, conns reset (killed)
+	nodeGt []chan struct{}          // per node: open while paused (closed and nil when running)
+	clGt   []chan struct{}          // per client: open while its pipes are frozen
+	linkGt map[linkID]chan struct{} // per link: open while it is cut (a partition: bytes wait, as TCP retransmits)
+	slow   []time.Duration          // per node: added to every chunk both ways
+	delay  [][]time.Duration        // [client][node]: added to every chunk both ways
 	conns  map[linkID]map[*conn]struct{}
+	// tokens: per lock token seen going up (a v4 UUID in a request), its
+	// client and when a request carrying it was last delivered to each
+	// node (the key-back check of tokens given up, lock.go sampler).
+	tokens map[string]*tokenSeen
+	// aimed: per link, the delay added to a chunk that carries a fence
+	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
+	aimed  map[linkID]time.Duration
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -39,9 +50,12 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		down:   make([]bool, nodes),
 		nodeGt: make([]chan struct{}, nodes),
 		clGt:   make([]chan struct{}, clients),
+		linkGt: make(map[linkID]chan struct{}),
 		slow:   make([]time.Duration, nodes),
 		delay:  make([][]time.Duration, clients),
 		conns:  make(map[linkID]map[*conn]struct{}),
+		tokens: make(map[string]*tokenSeen),
+		aimed:  make(map[linkID]time.Duration),
 		serve:  serve,
 	}
 	for c := range clients {
@@ -98,6 +112,48 @@ type conn struct {
 	// connection subscribed (it then receives messages nobody asked for).
 	up, down time.Time
 	sub      bool
+	tail     []byte // the end of the last chunk delivered up: a token may straddle two chunks
+}
+
+// tokenSeen is what the network saw of one lock token.
+type tokenSeen struct {
+	client int
+	last   []time.Time // per node: a request carrying it last delivered
+}
+
+var tokenRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`)
+
+// noteTokens records the tokens in chunk b, delivered up to the node now.
+func (k *conn) noteTokens(b []byte, nodes int) {
+	buf := append(k.tail, b...)
+	found := tokenRE.FindAll(buf, -1)
+	k.tail = append(k.tail[:0], buf[max(0, len(buf)-35):]...)
+	if len(found) == 0 {
+		return
+	}
+	now := time.Now()
+	k.n.mu.Lock()
+	defer k.n.mu.Unlock()
+	for _, t := range found {
+		ts := k.n.tokens[string(t)]
+		if ts == nil {
+			ts = &tokenSeen{client: k.id.client, last: make([]time.Time, nodes)}
+			k.n.tokens[string(t)] = ts
+		}
+		ts.last[k.id.node] = now
+	}
+}
+
+// lastDelivered is when a request carrying tok was last delivered to
+// node i, and its client; ok false if none ever was.
+func (n *network) lastDelivered(tok string, i int) (time.Time, int, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ts := n.tokens[tok]
+	if ts == nil || ts.last[i].IsZero() {
+		return time.Time{}, 0, false
+	}
+	return ts.last[i], ts.client, true
 }
 
 func (k *conn) close() {
@@ -157,7 +213,11 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		if up {
 			k.noteUp(b)
 		}
-		if d := k.n.chunkDelay(k.id); d > 0 {
+		d := k.n.chunkDelay(k.id)
+		if up {
+			d += k.n.aimedDelay(k.id, b)
+		}
+		if d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
@@ -176,6 +236,9 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			}
 			gone = true
 			continue
+		}
+		if up {
+			k.noteTokens(b, len(k.n.down))
 		}
 		k.n.mu.Lock()
 		if up {
@@ -304,6 +367,9 @@ func (n *network) waitGates(id linkID, done chan struct{}) bool {
 		if g == nil {
 			g = n.clGt[id.client]
 		}
+		if g == nil {
+			g = n.linkGt[id]
+		}
 		n.mu.Unlock()
 		if g == nil {
 			return true
@@ -365,6 +431,46 @@ func (n *network) freezeClient(client int, frozen bool) {
 	n.mu.Unlock()
 }
 
+var commitSHA = []byte(scripts.CommitHash())
+
+// aimedDelay is the delay a fault aimed at the fence commit adds to chunk
+// b on link id: the link's aimed delay if b carries a commit, else 0.
+func (n *network) aimedDelay(id linkID, b []byte) time.Duration {
+	n.mu.Lock()
+	d := n.aimed[id]
+	n.mu.Unlock()
+	if d == 0 || !bytes.Contains(b, commitSHA) {
+		return 0
+	}
+	return d
+}
+
+// aimCommit sets (d > 0) or clears the delay of client's fence commits
+// to node.
+func (n *network) aimCommit(client, node int, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d == 0 {
+		delete(n.aimed, linkID{client, node})
+		return
+	}
+	n.aimed[linkID{client, node}] = d
+}
+
+// cutLink closes (or opens) the gate of client's link to node: its
+// bytes wait both ways, and are delivered when it opens.
+func (n *network) cutLink(client, node int, cut bool) {
+	n.mu.Lock()
+	g := n.linkGt[linkID{client, node}]
+	gate(&g, cut)
+	if g == nil {
+		delete(n.linkGt, linkID{client, node})
+	} else {
+		n.linkGt[linkID{client, node}] = g
+	}
+	n.mu.Unlock()
+}
+
 func (n *network) setSlow(node int, d time.Duration) {
 	n.mu.Lock()
 	n.slow[node] = d
@@ -412,6 +518,10 @@ func (n *network) close() {
 	}
 	for i := range n.clGt {
 		gate(&n.clGt[i], false)
+	}
+	for id, g := range n.linkGt {
+		gate(&g, false)
+		delete(n.linkGt, id)
 	}
 	n.mu.Unlock()
 	n.reset(-1, -1)

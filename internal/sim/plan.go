@@ -42,6 +42,21 @@ type Plan struct {
 	// node errors) in the history: for replaying a failing seed.
 	Trace bool
 
+	// Drift is per node: its clock runs at 1 + Drift[i] times the
+	// bubble's, within the drift factor the Clients allow (DriftFactor);
+	// Offset is where it starts from. Keys expire by it and TIME reads it.
+	Drift  []float64
+	Offset []time.Duration
+
+	// NoFence is per Client: fencing off (WithFencing(false)), so that
+	// the handoff's fast path (a lock held from a majority of handoffs,
+	// which fencing turns off) runs too. Lock profile only (Run clears
+	// it for the others, whose checks expect fences).
+	NoFence []bool
+
+	// LongHold is the long-hold episode (nil: none), see LongHold.
+	LongHold *LongHold
+
 	// ExtendRace is the share of holds that end with an Extend racing the
 	// Unlock (the Extend started just before it, on another goroutine).
 	ExtendRace float64
@@ -60,9 +75,10 @@ const (
 	NodeKill                      // the node dies, and comes back after For (> TTL) with its data (appendfsync always)
 	NodeWipe                      // the node dies, and comes back empty after For (> TTL): fence counters are lost, so the fence check is off (DESIGN step 8 needs them kept)
 	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
+	CommitDelay                   // one Client's fence commits (phase 2 of a fenced acquire) to one node add Delay: a fault aimed at one phase
 )
 
-var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze"}
+var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze", "commit"}
 
 // String is the fault's name in a plan's line.
 func (k FaultKind) String() string { return kindNames[k] }
@@ -83,7 +99,7 @@ func (f Fault) String() string {
 		s += "+" + f.For.String()
 	}
 	switch f.Kind {
-	case LinkDelay, LinkSpike, LinkReset:
+	case LinkDelay, LinkSpike, LinkReset, CommitDelay:
 		s += fmt.Sprintf(" c%d-n%d", f.Client, f.Node)
 	case ClientFreeze:
 		s += fmt.Sprintf(" c%d", f.Client)
@@ -128,7 +144,97 @@ func NewPlan(seed uint64) Plan {
 	for range nf {
 		p.Faults = append(p.Faults, p.drawFault(r))
 	}
+	p.drawMore(rand.New(rand.NewPCG(seed, 0x33)))
 	return p
+}
+
+// DriftFactor is the drift factor of the plan's Clients (redlock's
+// default): node clocks run at most this much fast or slow.
+const DriftFactor = 0.01
+
+// drawMore draws what issue 33 added to a plan, from a generator of its
+// own, so that the plans drawn before (the cluster, the faults) stay those
+// of their seeds: the node clocks and the long-hold episode.
+func (p *Plan) drawMore(r *rand.Rand) {
+	// N = 4 in some seeds (quorum 3: a 2-2 split is no majority).
+	if p.Nodes == 3 && r.IntN(6) == 0 {
+		p.Nodes = 4
+	}
+	for range p.Clients {
+		p.NoFence = append(p.NoFence, r.IntN(3) == 0)
+	}
+	for range p.Nodes {
+		// One node in three runs fast by nearly the whole factor (the
+		// case the drift allowance is for); the others anywhere within
+		// it. Fast by the whole factor is still safe: a key set for the
+		// TTL outlives TTL/(1+d) ≥ TTL − TTL·d, the allowance's first term.
+		d := DriftFactor * 0.99
+		if r.IntN(3) != 0 {
+			d = DriftFactor * (2*r.Float64() - 1) * 0.99
+		}
+		p.Drift = append(p.Drift, d)
+		p.Offset = append(p.Offset, time.Duration(r.Int64N(int64(4*time.Second)))-2*time.Second)
+	}
+	if r.IntN(3) == 0 {
+		// Phase-aimed: one Client's fence commits to a majority of the
+		// nodes land late (the node timeout is past), so that a grant
+		// commits on a minority at most.
+		c := r.IntN(p.Clients)
+		at := time.Duration(r.Int64N(int64(p.FaultPhase / 2)))
+		d := 3*p.NodeTimeout/2 + time.Duration(r.Int64N(int64(3*p.NodeTimeout/2)))
+		for _, i := range r.Perm(p.Nodes)[:p.Nodes/2+1] {
+			p.Faults = append(p.Faults, Fault{Kind: CommitDelay, At: at, For: p.FaultPhase / 2, Client: c, Node: i, Delay: d})
+		}
+	}
+	if r.IntN(2) == 0 {
+		lh := &LongHold{
+			Client:   r.IntN(p.Clients),
+			Resource: r.IntN(p.Resources),
+			At:       time.Duration(r.Int64N(int64(p.FaultPhase / 2))),
+			For:      p.TTL + time.Duration(r.Int64N(int64(p.TTL))),
+			Do:       r.IntN(3) == 0,
+			CutAfter: time.Duration(r.Int64N(int64(p.TTL / 4))),
+			CutFor:   p.TTL + 200*time.Millisecond + time.Duration(r.Int64N(int64(time.Second))),
+		}
+		if r.IntN(3) == 0 {
+			lh.Freeze = true
+		} else {
+			// Links to a majority cut, the others open: its renewals
+			// reach a minority only.
+			perm := r.Perm(p.Nodes)
+			lh.Cut = perm[:p.Nodes/2+1]
+		}
+		p.LongHold = lh
+		// Its cut ends up to 4.5 s into the run: the settling then lasts
+		// as long after it as after the other faults (a TTL and 1.5 s),
+		// so the quiet phase starts from a settled cluster.
+		p.Settle += 3 * time.Second
+	}
+}
+
+// LongHold is an episode of the lock profile: a holder that holds for one
+// to two TTLs and, while it holds, is frozen or cut off from a majority of
+// the nodes for longer than the TTL. It ends its hold only when Lost()
+// closes (or Do's ctx ends), the signal a user acts on, never at
+// ValidUntil (which takes the library's word): a lock that keeps
+// believing it is held on a minority, or learns of its loss late,
+// overlaps the next holder.
+type LongHold struct {
+	Client, Resource int
+	At, For          time.Duration // when it calls Lock; how long it means to hold
+	Do               bool          // through Do (its fn's ctx) instead of Lock
+	CutAfter, CutFor time.Duration // the cut: after the grant, and how long
+	Freeze           bool          // the whole Client frozen, else Cut
+	Cut              []int         // the nodes it is cut off from
+}
+
+// String is the episode in a plan's line.
+func (lh *LongHold) String() string {
+	what := fmt.Sprintf("cut from %v", lh.Cut)
+	if lh.Freeze {
+		what = "frozen"
+	}
+	return fmt.Sprintf("long hold c%d r%d @%v for %v, %s %v after the grant for %v", lh.Client, lh.Resource, lh.At, lh.For, what, lh.CutAfter, lh.CutFor)
 }
 
 func (p *Plan) drawFault(r *rand.Rand) Fault {
@@ -182,7 +288,7 @@ func (p Plan) Options(client int) []redlock.Option {
 		redlock.WithTTL(p.TTL),
 		redlock.WithNodeTimeout(p.NodeTimeout),
 		redlock.WithRetryDelay(p.RetryMin, p.RetryMax),
-		redlock.WithFencing(true),
+		redlock.WithFencing(client >= len(p.NoFence) || !p.NoFence[client]),
 		redlock.WithWakeUp(q),
 	}
 }
@@ -217,8 +323,12 @@ func (p Plan) String() string {
 	for _, f := range p.Faults {
 		fs = append(fs, f.String())
 	}
-	return fmt.Sprintf("seed %d: %d nodes, %d clients x %d workers, %d resources, queue %v, frozen waiter %v, faults [%s]",
-		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "))
+	s := fmt.Sprintf("seed %d: %d nodes, %d clients x %d workers, %d resources, queue %v, frozen waiter %v, faults [%s], drift %.4f",
+		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "), p.Drift)
+	if p.LongHold != nil {
+		s += ", " + p.LongHold.String()
+	}
+	return s
 }
 
 // Wipes reports whether a node of the plan restarts empty.

@@ -103,13 +103,16 @@ func Run(p Plan, profiles ...Profile) Result {
 	if len(profiles) == 0 {
 		profiles = []Profile{&LockProfile{}}
 	}
+	if len(profiles) != 1 || profiles[0].Name() != "lock" {
+		p.NoFence = nil
+	}
 	clients := p.Clients
 	if p.FrozenWaiter {
 		clients++
 	}
 	h := newHistory()
 	h.Note("plan %v", p)
-	cl := newCluster(p.Seed, clients, p.Nodes)
+	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
 	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
 	var nodeClients []redis.UniversalClient
 	for c := range clients {
@@ -265,6 +268,7 @@ func bubbleGoroutines(pkgs ...string) string {
 // could not reach yet).
 type faultLog struct {
 	mu    sync.Mutex
+	all   [][2]time.Time            // every fault, spikes too (spurious-loss)
 	nodes [][][2]time.Time          // per node
 	cl    [][][2]time.Time          // per client: frozen
 	links map[linkID][][2]time.Time // delays and resets
@@ -278,11 +282,12 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := [2]time.Time{from, to}
+	f.all = append(f.all, s)
 	switch fl.Kind {
 	case LinkSpike:
 		// No allowance: what a spike holds lands soon after it, and the
 		// release right after that (the chaos checker's rule).
-	case LinkDelay, LinkReset:
+	case LinkDelay, LinkReset, CommitDelay:
 		id := linkID{fl.Client, fl.Node}
 		f.links[id] = append(f.links[id], s)
 	case ClientFreeze:
@@ -307,6 +312,14 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 		return false
 	}
 	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
+}
+
+// any reports whether any fault (a spike too) was under way at some time
+// in [from, to].
+func (f *faultLog) any(from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.all, func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) })
 }
 
 // frozen reports whether client c was frozen at some time in [from, to].
@@ -357,6 +370,8 @@ func (e *Env) fault(f Fault) {
 		e.cl.kill(f.Node, f.Kind == NodeWipe)
 	case ClientFreeze:
 		n.freezeClient(f.Client, true)
+	case CommitDelay:
+		n.aimCommit(f.Client, f.Node, f.Delay)
 	}
 	// Undone at its end, or at the run's end, so that Close finds every
 	// node and pipe working.
@@ -379,6 +394,8 @@ func (e *Env) fault(f Fault) {
 		e.cl.restart(f.Node)
 	case ClientFreeze:
 		n.freezeClient(f.Client, false)
+	case CommitDelay:
+		n.aimCommit(f.Client, f.Node, 0)
 	}
 	if f.For > 0 {
 		e.History.Note("fault %v undone", f)

@@ -21,6 +21,7 @@ var (
 	shrinkF = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
 	ctlName = flag.String("sim.control", "", "apply this negative control (see controls) to TestSim's seeds")
 	xrace   = flag.Float64("sim.extend-race", -1, "the share of holds that end with an Extend racing the Unlock (default: the plan's, 0.2)")
+	stopF   = flag.Bool("sim.failfast", false, "stop after the first batch of seeds in which one failed (the mutation driver's runs: internal/sim/mutate)")
 )
 
 // plan is seed's plan with the flags' changes.
@@ -90,8 +91,12 @@ func TestSim(t *testing.T) {
 	var holds, terms, failed atomic.Int64
 	// In batches of parallel subtests: a run of 100,000 seeds keeps a
 	// batch's goroutines, not 100,000 parked subtests. A long run prints its
-	// progress every 6,400 seeds.
-	const batch = 64
+	// progress every 6,400 seeds. With -sim.failfast, batches of 16: the
+	// mutation driver wants the first catch soon.
+	batch := uint64(64)
+	if *stopF {
+		batch = 16
+	}
 	end := *first + uint64(*seeds)
 	for b := *first; b < end; b += batch {
 		t.Run(fmt.Sprint("from-", b), func(t *testing.T) {
@@ -108,6 +113,9 @@ func TestSim(t *testing.T) {
 				})
 			}
 		})
+		if *stopF && failed.Load() > 0 {
+			break
+		}
 		if done := b + batch - *first; *seeds >= 10000 && done%(100*batch) == 0 {
 			fmt.Printf("sim: %d seeds done, %d failed, %v\n", done, failed.Load(), time.Since(start).Round(time.Second))
 		}
@@ -229,11 +237,19 @@ func shrink(t *testing.T, res Result) Result {
 			c.FrozenWaiter = false
 			cands = append(cands, c)
 		}
+		if p.LongHold != nil {
+			c := p
+			c.LongHold = nil
+			cands = append(cands, c)
+		}
 		if p.Clients > 1 {
 			c := p
 			c.Clients--
 			c.Queue = p.Queue[:c.Clients]
 			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Client >= c.Clients })
+			if c.LongHold != nil && c.LongHold.Client >= c.Clients {
+				c.LongHold = nil
+			}
 			cands = append(cands, c)
 		}
 		if p.Workers > 1 {
@@ -250,6 +266,8 @@ func shrink(t *testing.T, res Result) Result {
 			c := p
 			c.Nodes = 3
 			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Node >= 3 })
+			c.Drift, c.Offset = p.Drift[:3], p.Offset[:3]
+			c.LongHold = nil
 			cands = append(cands, c)
 		}
 		shrunk := false

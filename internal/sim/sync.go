@@ -235,13 +235,22 @@ func (p *SemaphoreProfile) Check(env *Env) {
 		}
 		return a.d - b.d
 	})
-	n := 0
+	n, most := 0, 0
 	for _, e := range es {
 		n += e.d
+		most = max(most, n)
 		if n > semPermits {
 			h.violateAt(e.at, "sem-overflow", "%d holders of a K=%d semaphore at %v (c%d took %s)", n, semPermits, h.since(e.at), e.x.client, e.x.resource)
 			return
 		}
+	}
+	// sem-capacity (issue 33): K holders at once, at least once. Four to
+	// six workers that each want a permit about a third of the time
+	// (holds up to 300 ms, rests up to 500 ms) fill both permits at some
+	// instant of every run; a semaphore whose permits share fewer slots
+	// never does.
+	if most < semPermits {
+		h.Violate("sem-capacity", "never %d holders of a K=%d semaphore at once (at most %d, %d holds)", semPermits, semPermits, most, len(es)/2)
 	}
 }
 

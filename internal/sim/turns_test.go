@@ -63,7 +63,7 @@ func saturate(t *testing.T, hooked bool) (redis.PoolStats, int64) {
 	var st redis.PoolStats
 	in := &inPool{}
 	synctest.Test(t, func(t *testing.T) {
-		cl := newCluster(1, 1, 1)
+		cl := newCluster(1, 1, 1, nil, nil)
 		defer cl.close()
 		var c *redis.Client
 		if hooked {
