@@ -37,6 +37,36 @@ for dir in "$repo"/examples/*/; do
   echo "-- $name: builds outside the repository"
 done
 
+# The README's two replace lines, for a module that uses the Prometheus
+# adapter (a nested module: both must be replaced).
+prom="$scratch/with-prometheus"
+mkdir -p "$prom"
+cat >"$prom/main.go" <<'GO'
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	redlockprom "github.com/quorumlock/quorumlock/prometheus"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func main() {
+	h := redlockprom.New()
+	prometheus.MustRegister(h)
+	_ = redlock.WithHooks(h)
+}
+GO
+(
+  cd "$prom"
+  go mod init example.com/with-prometheus >/dev/null 2>&1
+  go mod edit -replace "github.com/quorumlock/quorumlock=$repo"
+  go mod edit -replace "github.com/quorumlock/quorumlock/prometheus=$repo/prometheus"
+  go mod tidy >"$prom.tidy.log" 2>&1 || { cat "$prom.tidy.log" >&2; exit 1; }
+  go build -o /dev/null .
+)
+echo "-- a program using the Prometheus adapter: builds outside the repository with the README's replace lines"
+
 for name in minimal quickstart; do
   echo "-- $name: runs"
   (cd "$scratch" && timeout 120 "$scratch/bin/$name")

@@ -55,8 +55,11 @@ type RulesConfig struct {
 	// ExpiredWindow is the window over which locks expired before their
 	// release are counted. Default 10m.
 	ExpiredWindow time.Duration
-	// ExpiredMax is how many such locks per window are tolerated, ≥ 0.
-	// Default 0: every one alerts (the seed lesson's rule).
+	// ExpiredMax is how many such locks per window are tolerated, ≥ 0:
+	// per resource, and per process over all resources together
+	// (redis_lock_expired_all_total, which also sees a loss on a resource
+	// first seen between two scrapes). Default 0: every one alerts (the
+	// seed lesson's rule).
 	ExpiredMax int
 	// NodeErrorRate is the failed requests per second to one node, over
 	// 5 minutes, above which RedisLockNodeErrors fires; ≥ 0. Default 0.1.

@@ -359,16 +359,20 @@ func TestReal_renewedBeyondTTL(t *testing.T) {
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
 	b := newClient(t, rc.Clients())
-	// 1.5s: with 600ms (a 60ms node timeout, renewals every 200ms) the
-	// lock ran out after 783ms in one loaded -race run. 3s is two TTLs.
-	l, err := a.Lock(t.Context(), "long", WithTTL(1500*time.Millisecond))
+	// TTL 3s, node timeout 900ms, renewals every 1s: with 600ms (a 60ms
+	// node timeout, renewals every 200ms) the lock ran out after 783ms in
+	// one loaded -race run, and with 1.5s (150ms) its Unlock found no
+	// majority within the node timeout at load 15–25 (3 of 4 full runs
+	// beside stress-ng --cpu 2). 6s is two TTLs.
+	ttl := 3 * time.Second
+	l, err := a.Lock(t.Context(), "long", WithTTL(ttl), WithNodeTimeout(900*time.Millisecond), WithRenewInterval(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := time.Now().Add(3 * time.Second)
+	end := time.Now().Add(2 * ttl)
 	for time.Now().Before(end) {
 		if !l.Valid() {
-			t.Fatalf("lock invalid after %v", 3*time.Second-time.Until(end))
+			t.Fatalf("lock invalid after %v", 2*ttl-time.Until(end))
 		}
 		if _, err := b.TryLock(t.Context(), "long"); !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("other client TryLock = %v; want ErrNotObtained", err)
