@@ -208,9 +208,12 @@ func (p *Plan) drawMore(r *rand.Rand) {
 		// Its cut ends up to 4.5 s into the run: the settling then lasts
 		// as long after it as after the other faults (a TTL and 1.5 s),
 		// so the quiet phase starts from a settled cluster.
-		p.Settle += 3 * time.Second
+		p.Settle += longHoldSettle
 	}
 }
+
+// longHoldSettle is how much longer a plan with a long hold settles.
+const longHoldSettle = 3 * time.Second
 
 // LongHold is an episode of the lock profile: a holder that holds for one
 // to two TTLs and, while it holds, is frozen or cut off from a majority of

@@ -105,6 +105,13 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	if len(profiles) != 1 || profiles[0].Name() != "lock" {
 		p.NoFence = nil
+		if p.LongHold != nil {
+			// The long hold is the lock profile's, and so is the longer
+			// settling after its cut: the other profiles' seeds keep
+			// their length (CPU: the 500 seeds' minute).
+			p.LongHold = nil
+			p.Settle -= longHoldSettle
+		}
 	}
 	clients := p.Clients
 	if p.FrozenWaiter {

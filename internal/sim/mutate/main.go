@@ -56,6 +56,7 @@ type Mutant struct {
 	From, To   string   // the original text (unique across the candidates) and its replacement
 	Why        string   // the bug a developer would write
 	Equivalent string   // why it cannot change behaviour ("" if it can)
+	Note       string   // what a survivor shows (a layer in front of it, a gap of the simulator)
 	CI         bool     // in the CI subset
 	Args       []string // extra flags for the simulator's test binary (-sim.only=semaphore, ...)
 }
@@ -174,7 +175,7 @@ func repoRoot() (string, error) {
 
 // parseFile reads a mutant list: records separated by blank lines, each
 // line a keyword and its value ("name", "in", "from", "to", "why",
-// "equivalent", "args", and "ci" alone); # starts a comment line.
+// "equivalent", "note", "args", and "ci" alone); # starts a comment line.
 func parseFile(path string) ([]Mutant, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -235,6 +236,8 @@ func parseFile(path string) ([]Mutant, error) {
 			cur.Why = joinText(cur.Why, val)
 		case "equivalent":
 			cur.Equivalent = joinText(cur.Equivalent, val)
+		case "note":
+			cur.Note = joinText(cur.Note, val)
 		case "args":
 			cur.Args = strings.Fields(val)
 		case "ci":
@@ -419,8 +422,8 @@ func firstLines(s string, n int) string {
 // printTable prints the outcomes as a Markdown table (docs/simulation.md
 // carries it) and the counts.
 func printTable(w io.Writer, outs []Outcome, seeds int) {
-	fmt.Fprintln(w, "| mutant | file | caught by | seed | at | wall |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| mutant | the bug | file | caught by | seed | at | wall |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	counts := map[string]int{}
 	for _, o := range outs {
 		counts[o.Status]++
@@ -430,6 +433,9 @@ func printTable(w io.Writer, outs []Outcome, seeds int) {
 			by, seed, at, wall = "`"+o.Invariant+"`", o.Seed, o.At, o.Wall.Round(time.Second).String()
 		case "survived":
 			by = fmt.Sprintf("survived %d seeds", seeds)
+			if o.Mutant.Note != "" {
+				by += ": " + o.Mutant.Note
+			}
 			wall = o.Wall.Round(time.Second).String()
 		case "equivalent":
 			by = "equivalent: " + o.Mutant.Equivalent
@@ -440,7 +446,7 @@ func printTable(w io.Writer, outs []Outcome, seeds int) {
 		if file == "" {
 			file = strings.Join(o.Mutant.Files, " ")
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", o.Mutant.Name, file, strings.ReplaceAll(by, "|", `\|`), seed, at, wall)
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", o.Mutant.Name, o.Mutant.Why, file, strings.ReplaceAll(by, "|", `\|`), seed, at, wall)
 	}
 	var keys []string
 	for k := range counts {
