@@ -29,8 +29,10 @@ const (
 // nodes: at most K holders at any time. Permit i is an ordinary lock on the
 // resource "<name>:permit:<i>" (key "<prefix><name>:permit:<i>"), so a
 // permit is acquired, renewed, fenced, reported lost and released exactly
-// as a lock is; a crashed holder's permit returns when its key expires,
-// within its TTL. The safety argument is in the package documentation
+// as a lock is — its fencing tokens are per permit slot: they increase
+// across the successive holders of one permit, and two permits held at
+// once may carry the same token; a crashed holder's permit returns when
+// its key expires, within its TTL. The safety argument is in the package documentation
 // (Semaphores).
 //
 // Waiters ([Semaphore.Acquire]) are served in order without a herd: they
