@@ -165,6 +165,13 @@ func TestLate_extendHeldAfterRegistration(t *testing.T) {
 // Client, next, takes the lock at once.
 func staysReleased(t *testing.T, rc *redistest.Cluster, next *Client, resource, token string, window time.Duration, what string, since time.Time) {
 	t.Helper()
+	// Unlock returns once a majority confirmed; the other nodes' releases
+	// finish in the background (DESIGN step 4): wait for them first.
+	if !eventually(window, func() bool { return heldWhere(t, rc, "lock:"+resource, token) == "" }) {
+		t.Errorf("%v after %s, the released token is still held: %s; want it gone from every node",
+			time.Since(since).Round(time.Millisecond), what, heldWhere(t, rc, "lock:"+resource, token))
+		return
+	}
 	if s := noneHoldsFor(t, rc, "lock:"+resource, token, window); s != "" {
 		t.Errorf("%v after %s, the released token is back: %s; want no node to hold it",
 			time.Since(since).Round(time.Millisecond), what, s)
