@@ -271,7 +271,9 @@ func TestLate_refusedResumeWritesNothing(t *testing.T) {
 	issuer := newClient(t, direct)
 	// The resuming Client learns its nodes (identity, clocks) before the
 	// links slow down.
-	w, err := c.TryLock(t.Context(), "warm-up")
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	w, err := c.Lock(wctx, "warm-up") // retried: a first try can miss the node timeout on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,6 +373,17 @@ func TestLate_resumedWaiterLeavesNoQueueEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The waiter learns its nodes and listens before it waits, so that its
+	// first attempt queues (a fresh Client's first attempt can miss the
+	// node timeout on a loaded machine, and then waits its retry delay).
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	warm, err := waiter.Lock(wctx, "late-queue-warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(context.Background())
+	listening(t, waiter)
 	// A retry delay of 10s: the waiter's entries neither lapse nor get
 	// refreshed by a fallback attempt while the test runs.
 	got := lockAsync(t, waiter, res, WithRetryDelay(10*time.Second, 11*time.Second))
