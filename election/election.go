@@ -59,11 +59,12 @@ type Election struct {
 }
 
 // New returns an election named name over client, whose locks it uses and
-// on whose nodes (client.Nodes) it reads and writes the leader's identity
-// directly, so that it cannot be given other nodes than its locks'. The
-// election's requests share the node clients' connection pools with the
-// lock's, which is safe because they time out where the lock's would (see
-// WithNodeTimeout). New does no I/O.
+// on whose nodes it reads and writes the leader's identity, through the
+// client's node layer (its gates for a node that is down or stuck, its
+// in-flight cap, its identity check), so that it cannot be given other
+// nodes than its locks'. The election's requests share the node clients'
+// connection pools with the lock's, which is safe because they time out
+// where the lock's would (see WithNodeTimeout). New does no I/O.
 //
 // New returns an error matching redlock.ErrInvalidArgument when client is
 // nil, name is empty or ends with LeaderSuffix, or an option is invalid
