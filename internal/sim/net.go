@@ -37,6 +37,7 @@ type network struct {
 	// aimed: per link, the delay added to a chunk that carries a fence
 	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
 	aimed  map[linkID]time.Duration
+	yields yieldGate // the fault aimed at yields (aimed.go)
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -123,15 +124,15 @@ type tokenSeen struct {
 
 var tokenRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`)
 
-// noteTokens records the tokens in chunk b, delivered up to the node now.
-func (k *conn) noteTokens(b []byte, nodes int) {
+// noteTokens records the tokens in chunk b, delivered up to the node (at
+// now, or at its sending for a yield held by the yield gate).
+func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
 	buf := append(k.tail, b...)
 	found := tokenRE.FindAll(buf, -1)
 	k.tail = append(k.tail[:0], buf[max(0, len(buf)-35):]...)
 	if len(found) == 0 {
 		return
 	}
-	now := time.Now()
 	k.n.mu.Lock()
 	defer k.n.mu.Unlock()
 	for _, t := range found {
@@ -214,8 +215,10 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			k.noteUp(b)
 		}
 		d := k.n.chunkDelay(k.id)
+		sent, held := time.Now(), time.Duration(0)
 		if up {
-			d += k.n.aimedDelay(k.id, b)
+			held = k.n.yields.delay(b)
+			d += k.n.aimedDelay(k.id, b) + held
 		}
 		if d > 0 {
 			t := time.NewTimer(d)
@@ -238,7 +241,13 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
-			k.noteTokens(b, len(k.n.down))
+			// A yield held past its bound counts from its sending: the
+			// library must refuse it (see yieldGate).
+			at := time.Now()
+			if held > 0 {
+				at = sent
+			}
+			k.noteTokens(b, len(k.n.down), at)
 		}
 		k.n.mu.Lock()
 		if up {
