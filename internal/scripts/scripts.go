@@ -546,3 +546,9 @@ func ms(d time.Duration) int64 {
 	}
 	return 1
 }
+
+// ReleaseHash is the SHA1 of the plain lock's release script, which its
+// EVALSHA carries: the simulator's fault layer recognises a yield (a
+// release with a ticket) by it and by its ticket argument (issue 30 item 5:
+// a fault aimed at yields).
+func ReleaseHash() string { return release.Hash() }

@@ -57,6 +57,9 @@ func (p *LockProfile) Start(env *Env) {
 	if lh := env.Plan.LongHold; lh != nil {
 		env.Go(func() { p.longHold(env, lh) })
 	}
+	if env.Plan.YieldHold > 0 {
+		env.Go(func() { p.holdYields(env) })
+	}
 	env.Go(func() { p.sampler(env) })
 }
 
@@ -354,12 +357,22 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 // and the caller unlocks as usual.
 func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redlock.Lock, ctx context.Context) bool {
 	h := env.History
+	// In half the hand-overs of the plan's DetachLag, an Extend in flight
+	// across the Detach, and a resumer that Unlocks within 20ms (aimed.go).
+	inFlight := env.Plan.DetachLag > 0 && r.IntN(2) == 0
+	if inFlight {
+		defer extendInFlight(env, r, c, l, ctx)()
+	}
 	if l.Detach() != nil {
 		return false
 	}
 	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "detach")
 	to := (c + 1 + r.IntN(env.Plan.Clients-1)) % env.Plan.Clients
-	if !env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(50 * time.Millisecond))))) {
+	pause := time.Duration(r.Int64N(int64(50 * time.Millisecond)))
+	if inFlight {
+		pause /= 50
+	}
+	if !env.SleepUntil(time.Now().Add(pause)) {
 		h.released(x, nil)
 		return true
 	}
@@ -394,7 +407,11 @@ func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redloc
 	if !l2.Valid() {
 		h.Violate("invalid-lock", "c%d Resume %s returned a lock with Valid() false", to, x.Resource)
 	}
-	p.holdFor(env, r, x2, l2.Lost(), l2)
+	if inFlight {
+		env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(20 * time.Millisecond)))))
+	} else {
+		p.holdFor(env, r, x2, l2.Lost(), l2)
+	}
 	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
 	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))
 	return true

@@ -36,6 +36,7 @@ type network struct {
 	// aimed: per link, the delay added to a chunk that carries a fence
 	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
 	aimed  map[linkID]time.Duration
+	yields yieldGate // the fault aimed at yields (aimed.go)
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -146,8 +147,9 @@ func findTokens(b []byte) [][]byte {
 	return out
 }
 
-// noteTokens records the tokens in chunk b, delivered up to the node now.
-func (k *conn) noteTokens(b []byte, nodes int) {
+// noteTokens records the tokens in chunk b, delivered up to the node (at
+// now, or at its sending for a yield held by the yield gate).
+func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
 	buf := b
 	if len(k.tail) > 0 {
 		buf = append(k.tail, b...)
@@ -157,7 +159,6 @@ func (k *conn) noteTokens(b []byte, nodes int) {
 	if len(found) == 0 {
 		return
 	}
-	now := time.Now()
 	k.n.mu.Lock()
 	defer k.n.mu.Unlock()
 	for _, t := range found {
@@ -240,8 +241,10 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			k.noteUp(b)
 		}
 		d := k.n.chunkDelay(k.id)
+		sent, held := time.Now(), time.Duration(0)
 		if up {
-			d += k.n.aimedDelay(k.id, b)
+			held = k.n.yields.delay(b)
+			d += k.n.aimedDelay(k.id, b) + held
 		}
 		if d > 0 {
 			t := time.NewTimer(d)
@@ -264,7 +267,13 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
-			k.noteTokens(b, len(k.n.down))
+			// A yield held past its bound counts from its sending: the
+			// library must refuse it (see yieldGate).
+			at := time.Now()
+			if held > 0 {
+				at = sent
+			}
+			k.noteTokens(b, len(k.n.down), at)
 		}
 		k.n.mu.Lock()
 		if up {

@@ -60,6 +60,11 @@ type Plan struct {
 	// ExtendRace is the share of holds that end with an Extend racing the
 	// Unlock (the Extend started just before it, on another goroutine).
 	ExtendRace float64
+
+	// DetachLag and YieldHold are the faults aimed at issue 30's late
+	// requests (aimed.go; 0: none): an Extend in flight across a Detach,
+	// slowed by DetachLag; the yields held YieldHold.
+	DetachLag, YieldHold time.Duration
 }
 
 // FaultKind names a fault.
@@ -145,6 +150,7 @@ func NewPlan(seed uint64) Plan {
 		p.Faults = append(p.Faults, p.drawFault(r))
 	}
 	p.drawMore(rand.New(rand.NewPCG(seed, 0x33)))
+	p.drawAimed(rand.New(rand.NewPCG(seed, 0x30)))
 	return p
 }
 
@@ -330,6 +336,12 @@ func (p Plan) String() string {
 		p.Seed, p.Nodes, p.Clients, p.Workers, p.Resources, p.Queue, p.FrozenWaiter, strings.Join(fs, ", "), p.Drift)
 	if p.LongHold != nil {
 		s += ", " + p.LongHold.String()
+	}
+	if p.DetachLag > 0 {
+		s += fmt.Sprintf(", extend across detach %v", p.DetachLag)
+	}
+	if p.YieldHold > 0 {
+		s += fmt.Sprintf(", yields held %v", p.YieldHold)
 	}
 	return s
 }
