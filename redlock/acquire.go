@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -157,6 +158,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	l := &Lock{
 		c:        c,
 		resource: resource,
+		reg:      node.NewLedger(n),
 		keys:     make([]scripts.Keys, n),
 		token:    token,
 		cfg:      cfg,

@@ -58,8 +58,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return err
 		}
 		testhooks.BeforeExtendSend()
-		var late node.Ledger // the round registered nowhere until it is in
-		late.Init(len(c.nodes))
+		late := node.NewLedger(len(c.nodes)) // the round registered nowhere until it is in
 		p := late.Register()
 		r := l.startExtend(ctx, p)
 		t := r.Collect(ctx, classify, quorum.Majority)

@@ -66,7 +66,7 @@ type Lock struct {
 	// reg registers every request of the lock that may still land on a
 	// node (the node layer's Ledger): rounds register under mu, in one
 	// step with the check of state (rounds.go).
-	reg node.Ledger
+	reg *node.Ledger
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter

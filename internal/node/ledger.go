@@ -21,7 +21,9 @@ import (
 // registered, which the ledger's owner (the Lock) ensures by registering
 // under its own mutex in one step with the check that it may send.
 //
-// A zero Ledger is ready for n nodes once Init is called.
+// Make one with NewLedger: a Ledger must know its nodes, or a round that
+// settled without an answer from a node could be dropped without the node
+// being remembered as unsure.
 type Ledger struct {
 	n      int
 	mu     sync.Mutex // protects rounds, unsure
@@ -29,8 +31,8 @@ type Ledger struct {
 	unsure []bool     // per node (nil: none): a request there went unanswered
 }
 
-// Init sets the number of nodes.
-func (g *Ledger) Init(n int) { g.n = n }
+// NewLedger returns the registry of one token's requests to n nodes.
+func NewLedger(n int) *Ledger { return &Ledger{n: n} }
 
 // Inflight is a round of requests of one token, seen by its release: where
 // a node has not answered it, a request may still land after the release.

@@ -14,8 +14,7 @@ import (
 // node until its requests answer.
 func TestLedger_deadlineFixedAtRegistration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var g Ledger
-		g.Init(3)
+		g := NewLedger(3)
 		p := g.Register()
 		for i := range 3 {
 			if !g.Unanswered(i) {
@@ -56,8 +55,7 @@ func TestLedger_deadlineFixedAtRegistration(t *testing.T) {
 // their deadline, not when the caller cancels (issue 30 item 8).
 func TestLedger_callerCancelDoesNotCutRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var g Ledger
-		g.Init(1)
+		g := NewLedger(1)
 		ctx, cancel := context.WithCancel(context.Background())
 		var got error
 		r := Send(ctx, g.Register(), 1, time.Second, nil, func(ctx context.Context, _ int) (int, error) {
