@@ -577,13 +577,16 @@ func TestLate_lateYieldRequeuesNothing(t *testing.T) {
 // refusingDialer dials through net.Dialer, or, while refuse is set, fails
 // as a closed port does (ECONNREFUSED), counting the refusals.
 type refusingDialer struct {
-	refuse  atomic.Bool
-	refused atomic.Int64
+	refuse       atomic.Bool
+	refused      atomic.Int64
+	firstRefusal atomic.Int64 // unix nanoseconds
 }
 
 func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if d.refuse.Load() {
-		d.refused.Add(1)
+		if d.refused.Add(1) == 1 {
+			d.firstRefusal.Store(time.Now().UnixNano())
+		}
 		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 	}
 	var nd net.Dialer
@@ -597,8 +600,8 @@ func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // its dialer refuses new connections; an Extend, sent on the connection the
 // node client had, sets the key there again; then
 //   - "timeout while a dial is refused": it misses the 500ms node timeout
-//     while another call's dial to node 2 is refused (a Lock call that
-//     waits subscribes on every node);
+//     while another call's dial to node 2 is refused (the node client's
+//     idle connections are taken, and the next call dials);
 //   - "go-redis retries" (MaxRetries 2, go-redis's default is 3): its
 //     connection is reset after it landed, go-redis retries it, and the
 //     retry's dial is refused;
@@ -641,19 +644,12 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 			h := &nodeErrs{}
 			a := newClient(t, []redis.UniversalClient{rc.Client(0), rc.Client(1), node2},
 				WithTTL(30*time.Second), WithNodeTimeout(tc.nodeTimeout), WithAutoRenew(false), WithHooks(h))
-			next := newClient(t, directClients(t, rc))
 			const res, key = "late-dial", "lock:late-dial"
 			l := lockedEverywhere(t, rc, a, res)
 			// Node 2 loses the key: only the Extend can set it there again.
 			if err := rc.Admin(2).Del(t.Context(), key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			// Another holds a resource a's waiting call will want.
-			busy, err := next.Lock(t.Context(), "late-dial-busy")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer busy.Unlock(context.Background())
 			rc.SetLatency(2, latency)
 			defer rc.SetLatency(2, 0)
 			d.refuse.Store(tc.refuse)
@@ -674,16 +670,30 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				rc.Cut(2)
 				defer rc.Heal(2)
 			} else {
-				// A Lock call of the same Client waits for the busy
-				// resource: it subscribes on every node, and its dial to
-				// node 2 is refused.
-				waiting.Go(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					defer cancel()
-					if l, err := a.Lock(ctx, "late-dial-busy"); err == nil {
-						l.Unlock(context.Background())
-					}
-				})
+				// Another call of the same node client needs a connection
+				// while the Extend holds one: its dial is refused. Pings
+				// go out until one dials (the pool's idle connections are
+				// taken first), right after the Extend was sent, so the
+				// refusal comes well inside the Extend's node timeout.
+				// The control sends as many, and its dials succeed.
+				pings := 64
+				if !tc.refuse {
+					pings = 8
+				}
+				for i := 0; i < pings && d.refused.Load() == 0; i++ {
+					waiting.Go(func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						defer cancel()
+						node2.Ping(ctx)
+					})
+					eventually(20*time.Millisecond, func() bool { return d.refused.Load() > 0 })
+				}
+				if tc.refuse && d.refused.Load() == 0 {
+					t.Fatal("setup: no dial to node 2 was refused")
+				}
+				if late := time.Duration(d.firstRefusal.Load()-extendSent.UnixNano()) - tc.nodeTimeout; tc.refuse && late >= 0 {
+					t.Fatalf("setup: node 2's first refused dial came %v after the Extend's node timeout", late)
+				}
 			}
 			eerr := <-extended
 			var failed *NodeErrorInfo
