@@ -185,7 +185,9 @@
 // bound (a round always has a deadline); one that did would keep the guard
 // of before, two TTLs.
 //
-// One layer owns this argument, not each caller (redlock/rounds.go). Every
+// One layer owns this argument, not each caller: the node layer
+// (internal/node: the registry, the clocks, the one request path) and the
+// lock's rounds (redlock/rounds.go). Every
 // round of a lock — acquire, extension, renewal batch, fence commit,
 // yield, Resume's rounds, Detach's leaving the queues — is registered
 // under the lock's mutex with its start s fixed there, and sent from s: D

@@ -74,7 +74,7 @@ func New(client *redlock.Client, name string, opts ...Option) (*Election, error)
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	return newElection(client, clientsOf(node.Link(client).Nodes), name, opts)
+	return newElection(client, clientsOf(node.Link(client).Set.Nodes), name, opts)
 }
 
 // NewWithNodes is New with nodes given separately: clients of client's
@@ -91,7 +91,7 @@ func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name st
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	own := clientsOf(node.Link(client).Nodes)
+	own := clientsOf(node.Link(client).Set.Nodes)
 	if len(nodes) != len(own) {
 		return nil, invalid("nodes: %d given, the Client has %d: an election must use the Client's nodes", len(nodes), len(own))
 	}
@@ -117,10 +117,10 @@ func sameClients(nodes []redis.UniversalClient, layer []*node.Node) bool {
 }
 
 // clientsOf returns the node clients of nodes.
-func clientsOf(nodes []*node.Node) []redis.UniversalClient {
+func clientsOf(nodes []node.Node) []redis.UniversalClient {
 	out := make([]redis.UniversalClient, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.C
+	for i := range nodes {
+		out[i] = nodes[i].C
 	}
 	return out
 }
@@ -152,7 +152,10 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	// nodes when they are the Client's clients (New), nodes of their own
 	// over the clients given otherwise (NewWithNodes), with the Client's
 	// identity check and probes either way.
-	e.layer = e.link.Nodes
+	e.layer = make([]*node.Node, len(e.link.Set.Nodes))
+	for i := range e.layer {
+		e.layer[i] = &e.link.Set.Nodes[i]
+	}
 	if !sameClients(nodes, e.layer) {
 		e.layer = make([]*node.Node, len(nodes))
 		for i, n := range nodes {

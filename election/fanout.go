@@ -56,7 +56,7 @@ func start[T any](e *Election, ctx context.Context, call func(ctx context.Contex
 		}
 		// Through the node layer (node.Do): the Client's gates for a node
 		// down or stuck, its in-flight cap and identity check.
-		gate, down := e.link.Gate(i)
+		gate, down := e.link.Set.Gate(i)
 		return node.Do(ctx, e.layer[i], e.nodeTimeout, gate, down, func(ctx context.Context, _ redis.Scripter) (T, error) {
 			return call(ctx, i, e.nodes[i])
 		})

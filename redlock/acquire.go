@@ -26,39 +26,78 @@ import (
 // nodes answered, joined with ctx's error when ctx ended;
 // ErrInvalidArgument on bad input; ErrClosed after Close.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
-	return c.lock(ctx, resource, opts, false)
+	return run(c, ctx, resource, opts, lockUntil)
 }
 
 // TryLock makes exactly one attempt to acquire the lock on resource. It
 // returns the same errors as Lock.
 func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
-	return c.lock(ctx, resource, opts, true)
+	return run(c, ctx, resource, opts, tryOnce)
 }
 
-func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
+// lock is Lock, or with once TryLock, for every kind of lock (rwlock.go,
+// multilock.go).
+func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (*Lock, error) {
+	if once {
+		return run(c, ctx, resource, opts, tryOnce)
+	}
+	return run(c, ctx, resource, opts, lockUntil)
+}
+
+// run runs one Lock or TryLock call on resource with body: its options
+// checked, the call reported to the hooks when it returns (with the
+// attempts body made), and Close waiting for it. body is a plain function,
+// not a closure, so that a call allocates nothing for it.
+func run(c *Client, ctx context.Context, resource string, opts []Option,
+	body func(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error)) (l *Lock, err error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
 		return nil, err
 	}
 	attempts := 0
 	callID := c.ids.Add(1)
-	if obs := cfg.obs; obs != nil {
-		start := time.Now()
-		defer func() {
-			info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: attempts,
-				Outcome: outcomeOf(err), Fence: l.Fence(), Err: err}
-			if l != nil {
-				info.Lock = l.id
-			}
-			obs.Acquire(ctx, info)
-		}()
+	if done := c.observe(ctx, cfg, callID, resource, &attempts); done != nil {
+		defer func() { done(l, err) }()
 	}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
 	defer c.end()
 	c.noteTimeout(cfg.timeout())
-	if !once && cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
+	return body(c, ctx, resource, cfg, callID, &attempts)
+}
+
+// tryOnce is TryLock's body, the straight path of an acquisition (DESIGN
+// steps 1-3, and 8 with fencing): one round (attempt), and what a failed
+// one left on the nodes released in the background (abandon). It neither
+// queues nor waits.
+func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error) {
+	l, err := c.newLock(resource, cfg)
+	if err != nil {
+		return nil, err
+	}
+	*attempts = 1
+	t, err, _ := c.attempt(ctx, callID, l)
+	if err == nil {
+		if l.handOut() {
+			return l, nil
+		}
+		// Validity ran out between the decision and here (the process
+		// was starved or paused): never hand out an expired lock.
+		c.drop(ctx, l)
+		return nil, grantExpired("granted, but its validity ran out before it could be returned")
+	}
+	c.abandon(ctx, l, t)
+	if ctx.Err() != nil {
+		return nil, errors.Join(err, ctx.Err())
+	}
+	return nil, err
+}
+
+// lockUntil is Lock's body: in this Client's line for resource (but
+// readers), then the attempt loop (acquire).
+func lockUntil(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error) {
+	if cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
 		// Fairness within this Client: its Lock calls on one resource take
 		// turns in arrival order, and only the first contends on the
 		// nodes. A goroutine that unlocks and locks again goes to the back.
@@ -68,11 +107,10 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 		}
 		defer leave()
 	}
-
-	return c.acquire(ctx, callID, resource, cfg, once, &attempts)
+	return c.acquire(ctx, callID, resource, cfg, attempts)
 }
 
-// acquire is Lock's attempt loop (TryLock: one attempt): attempt, settle
+// acquire is Lock's attempt loop: attempt, settle
 // what a failed attempt left, wait (waiting.go). One token serves the whole
 // call, so that the waiter queued on the nodes (step 9) is the one a
 // release hands the key to; a token is replaced only when an attempt ended
@@ -82,12 +120,12 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 // Nothing slow runs between a grant and the return (step 6): leaving the
 // wake-up registry and this Client's line only unregisters, and the lock's
 // validity is checked last, so an expired lock is never returned.
-func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, once bool, attempts *int) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, attempts *int) (*Lock, error) {
 	l, err := c.newLock(resource, cfg)
 	if err != nil {
 		return nil, err
 	}
-	q, err := c.startWaiting(ctx, l, cfg, once)
+	q, err := c.startWaiting(ctx, l, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +159,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		} else if verdict != nil {
 			err = verdict
 		}
-		if ctx.Err() != nil || once || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
+		if ctx.Err() != nil || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			c.abandon(ctx, l, t)
 			if ctx.Err() != nil {
 				return nil, errors.Join(err, ctx.Err())
@@ -177,22 +215,6 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	return l
 }
 
-// drop takes back a lock granted but never handed out: its renewal stops
-// and it is released, without hooks (the caller never saw it).
-func (c *Client) drop(ctx context.Context, l *Lock) {
-	l.mu.Lock()
-	h := l.handle
-	l.mu.Unlock()
-	if h != nil {
-		h.Stop()
-	}
-	l.finish(nil)
-	c.mu.Lock()
-	c.forget(l)
-	c.mu.Unlock()
-	l.releaseAll(ctx)
-}
-
 // attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
 // fencing): on success l is held. It returns the tally of phase 1 and the
 // error, and whether the attempt settled anything: false when ctx ended
@@ -211,13 +233,13 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
 	// The arguments are boxed once for every node; each node's not-after
-	// bound (step 4, clock.go) has its slot in one slice, sent by pointer.
+	// bound (step 4, internal/node/clock.go) has its slot in one slice, sent by pointer.
 	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.wakeArg())
 	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node, registered first (rounds.go).
 	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
+			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return reply{}, err
 			}
@@ -273,7 +295,7 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 // nodes answered, and the caller may prefer an earlier attempt's verdict.
 // Node errors are joined either way.
 func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
-	if dup := c.duplicate(); dup != nil {
+	if dup := c.set.Duplicate(); dup != nil {
 		return &permanentError{dup}, true // two nodes reach one server: no call may count them
 	}
 	err, settled = c.attemptVerdict(t, cfg, resource)
@@ -350,31 +372,4 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 		(*f)(l.resource)
 	}
 	return nil
-}
-
-// abandon ends a Lock call's lock that was never handed out (step 4): it
-// is released on every node where anything of ours may be — nodes that
-// granted, nodes that have not answered (with the token's guard, so that an
-// acquire still on its way sets nothing when it lands), and, for a queued
-// call, every node, to take our queue entry out. The caller does not wait
-// for it: the releases are sent at once on the Client's goroutines, and a
-// node that does not confirm one gets it again from its retry loop, so a
-// paused node never delays the caller's answer. t is the last attempt's
-// tally (zero: release everywhere).
-func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
-	l.mu.Lock()
-	l.state = stateFinished
-	l.mu.Unlock()
-	dctx := context.WithoutCancel(ctx)
-	args := l.releaseArgs()
-	for i := range c.nodes {
-		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
-			continue // refused, and no request of ours unanswered: nothing of ours there
-		}
-		c.wg.Go(func() {
-			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
-			defer cancel()
-			_, _ = l.releaseNode(rctx, i, args)
-		})
-	}
 }

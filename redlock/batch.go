@@ -163,7 +163,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 
 // extendPipeline sends the extend script for every live lock to node i in
 // pipelines, with the not-after bound of the round's deadline (step 4,
-// clock.go): on a plain node one bound for all, on the node's clock; on a
+// internal/node/clock.go): on a plain node one bound for all, on the node's clock; on a
 // Cluster node one per lock, on its key's master's clock (the masters'
 // clocks may differ). Replies that are errors for one lock (WRONGTYPE,
 // say) stay that lock's; a connection error, or a clock that cannot be
@@ -175,7 +175,7 @@ func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live 
 	}
 	for kk := range bounds {
 		var err error
-		if bounds[kk], err = c.notAfter(ctx, i, locks[live[kk]].keys[i].Lock); err != nil {
+		if bounds[kk], err = c.set.NotAfter(ctx, i, locks[live[kk]].keys[i].Lock); err != nil {
 			return batchReply{}, err
 		}
 	}

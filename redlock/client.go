@@ -26,11 +26,10 @@ const (
 	closeGrace = 250 * time.Millisecond
 )
 
-// node is one Redis master: the node layer's Node (its client, health and
-// in-flight cap), and this Client's check of its identity (identity.go).
+// clientNode is one Redis master: a Node of the Client's node.Set (its
+// client, health, in-flight cap, identity check and clock).
 type clientNode struct {
-	node.Node
-	id *identity
+	*node.Node
 }
 
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
@@ -56,8 +55,8 @@ func (n *clientNode) keys(prefix, resource string, fencing bool, token string) s
 // releases every lock still held.
 type Client struct {
 	nodes  []clientNode
-	clocks []nodeClock // per node: its clock, for not-after bounds (clock.go)
-	cfg    config      // defaults for every lock
+	set    *node.Set // the node layer: identity checks, clocks, Call
+	cfg    config    // defaults for every lock
 	quorum int
 	sched  *renew.Scheduler
 	wake   *wakeups
@@ -88,11 +87,8 @@ type Client struct {
 
 	// cbs owns the goroutines that run Lost hooks and OnLost (callbacks.go).
 	cbs       callbacks
-	closeDone chan struct{}         // closed when the first Close has finished
-	closeErr  error                 // what the first Close returned; write-once before closeDone
-	dup       atomic.Pointer[error] // set once two nodes were found to reach one server (identify)
-	idOnce    sync.Once             // makes idKeyList
-	idKeyList []string              // identity keys, one per node (identify)
+	closeDone chan struct{} // closed when the first Close has finished
+	closeErr  error         // what the first Close returned; write-once before closeDone
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -125,7 +121,6 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		nodes:   make([]clientNode, len(nodes)),
-		clocks:  make([]nodeClock, len(nodes)),
 		cfg:     cfg,
 		quorum:  quorum.Size(len(nodes)),
 		closing: make(chan struct{}),
@@ -145,8 +140,6 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if err := checkNode(nodes, i); err != nil {
 			return nil, err
 		}
-		c.nodes[i] = clientNode{Node: node.New(n), id: newIdentity()}
-		c.anyCluster = c.anyCluster || c.nodes[i].Cluster
 	}
 	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
 	c.chanPre = c.cfg.keyPrefix + "wake:"
@@ -158,6 +151,12 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("redlock: client ID: %w", err)
 	}
 	c.id = id.String()
+	c.set = node.NewSet(nodes, node.Config{Timeout: cfg.timeout(), Drift: cfg.drift, KeyPrefix: cfg.keyPrefix, ID: c.id,
+		Go: c.spawn, Closing: c.closing, Invalid: invalid})
+	for i := range c.set.Nodes {
+		c.nodes[i] = clientNode{&c.set.Nodes[i]}
+		c.anyCluster = c.anyCluster || c.nodes[i].Cluster
+	}
 	c.wake = newWakeups(c, c.channelPrefix()+c.id)
 	c.rel = newReleaser(c)
 	// With any Redis Cluster node, no node counts who listens, as a Cluster
@@ -165,6 +164,21 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	// key), and the arguments of a lock are the same on every node.
 	c.wakeArgs = scripts.WakeArg(c.channelPrefix(), !c.anyCluster)
 	return c, nil
+}
+
+// checkNode returns an error matching ErrInvalidArgument, naming nodes by
+// index, if nodes[i] cannot be one of nodes: it is the same client as an
+// earlier one or reaches the same address (see node.DuplicateNode), or go-redis
+// would drop commands sent through it (see node.DroppedCommands). Every node up
+// to i must be non-nil. It does no I/O.
+func checkNode(nodes []redis.UniversalClient, i int) error {
+	if j, why := node.DuplicateNode(nodes, i); j >= 0 {
+		return invalid("nodes[%d] and nodes[%d] %s: one server counted twice is not a majority", j, i, why)
+	}
+	if why := node.DroppedCommands(nodes[i]); why != "" {
+		return invalid("nodes[%d]: %s", i, why)
+	}
+	return nil
 }
 
 func isNil(n redis.UniversalClient) bool {
@@ -226,52 +240,6 @@ func (c *Client) checkResource(resource string) error {
 		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
 	}
 	return nil
-}
-
-// site says what a request is for, so that a failure can be reported.
-type site struct {
-	obs      Hooks // nil: none
-	op       string
-	resource string
-}
-
-// call runs fn on node i through the node layer (node.Do: the down-node
-// and stuck-node gate, the in-flight cap, the classification of what a
-// failed request may have done), and turns any failure into a *NodeError,
-// reported to the hooks. Before this Client's first request to a node,
-// identify checks that it is none of the others (on the same ctx).
-func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
-	n := &c.nodes[i]
-	var zero T
-	var err error
-	// Two nodes found to reach one server: nothing may count them, but
-	// releases still go out (a lock granted before it was found).
-	lockOp := at.op != "release" && at.op != "publish"
-	if dup := c.duplicate(); dup != nil && lockOp {
-		err = dup
-	} else {
-		var gate func(context.Context) error
-		if lockOp && !n.id.verified.Load() {
-			gate = func(ctx context.Context) error { return c.identify(ctx, i) }
-		}
-		var v T
-		if v, err = node.Do(ctx, &n.Node, c.cfg.timeout(), gate, func() { c.probe(i) }, fn); err == nil {
-			return v, nil
-		}
-	}
-	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
-		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
-	}
-	if at.obs != nil {
-		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: n.Addr, Kind: errorKind(err), Err: err})
-	}
-	return zero, &NodeError{Node: i, Addr: n.Addr, Err: err}
-}
-
-// scriptRefused reports whether err is a node refusing a command inside a
-// script for want of an ACL right.
-func scriptRefused(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "can't run this command")
 }
 
 // channelPrefix is the prefix of the Clients' wake-up channels: a
@@ -350,8 +318,8 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return true, nil
 	case t.No > n-c.quorum:
 		return false, nil
-	case c.duplicate() != nil:
-		return false, c.duplicate()
+	case c.set.Duplicate() != nil:
+		return false, c.set.Duplicate()
 	case cancelled(t):
 		return false, c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t)
 	}
@@ -360,11 +328,16 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 
 // goCallback runs fn on a goroutine the Client owns, unless the Client is
 // closed.
-func (c *Client) goCallback(fn func()) {
+func (c *Client) goCallback(fn func()) { _ = c.spawn(fn) }
+
+// spawn runs fn on a goroutine the Client owns, or returns ErrClosed once
+// Close has begun.
+func (c *Client) spawn(fn func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return
+		return ErrClosed
 	}
 	c.wg.Go(fn)
+	return nil
 }

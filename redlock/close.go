@@ -73,7 +73,7 @@ func (c *Client) Close() error {
 	// them took longer than the grace (sent after the releases, on a
 	// loaded machine they were cut off by the deadline and Close returned
 	// with them in flight).
-	c.forgetIdentity(wait) // nodestate.go
+	c.set.ForgetIdentity(wait, c.wg.Go)
 	errs := c.releaseMany(ls, wait+closeGrace)
 	// No loss starts after this: the scheduler is closed and every lock
 	// still held is closed.

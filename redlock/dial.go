@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
@@ -98,11 +99,11 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, addr)
-		if why := droppedCommands(n); why != "" {
+		if why := node.DroppedCommands(n); why != "" {
 			closeAll()
 			return nil, invalid("urls[%d] (%s): %s", i, redact(raw), why)
 		}
-		if j, why := duplicateNode(nodes, i); j >= 0 {
+		if j, why := node.DuplicateNode(nodes, i); j >= 0 {
 			closeAll()
 			return nil, invalid("urls[%d] (%s) and urls[%d] (%s) %s: one server counted twice is not a majority", j, redact(urls[j]), i, redact(raw), why)
 		}
@@ -295,7 +296,7 @@ func redact(raw string) string {
 // parallel (see Dial for what fails). urls name the nodes in errors.
 func (c *Client) ping(ctx context.Context, urls []string) error {
 	n := len(c.nodes)
-	probes := make([]probe, n)
+	probes := make([]node.ServerInfo, n)
 	// A fan-out that waits for every node: the zero errgroup.Group, which
 	// cancels nothing when one fails (each probe writes its own slot).
 	var g errgroup.Group
@@ -303,7 +304,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		g.Go(func() error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
-			probes[i] = probeNode(pctx, c.nodes[i].C)
+			probes[i] = node.ProbeNode(pctx, c.nodes[i].C)
 			return nil
 		})
 	}
@@ -311,22 +312,22 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 	var refused, failed []error
 	obs := c.cfg.obs
 	for i, p := range probes {
-		if p.unverified != nil && obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.unverified), Err: p.unverified})
+		if p.Unverified != nil && obs != nil {
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.Unverified), Err: p.Unverified})
 		}
-		if p.err == nil {
+		if p.Err == nil {
 			continue
 		}
 		if obs != nil {
-			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.err), Err: p.err})
+			obs.NodeError(ctx, NodeErrorInfo{Op: "dial", Node: i, Addr: c.nodes[i].Addr, Kind: errorKind(p.Err), Err: p.Err})
 		}
-		ne := &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: p.err}
+		ne := &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: p.Err}
 		failed = append(failed, ne)
-		if permanent(p.err) {
+		if permanent(p.Err) {
 			refused = append(refused, ne)
 		}
 	}
-	if err := unsafeNodes(probes, func(i int) string { return redact(urls[i]) }); err != nil {
+	if err := node.UnsafeNodes(probes, func(i int) string { return redact(urls[i]) }, invalid); err != nil {
 		return err
 	}
 	if len(refused) > 0 {

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -38,26 +37,8 @@ func (c *Client) NodeTimeout(opts ...Option) (time.Duration, error) {
 func init() {
 	node.Link = func(x any) node.Linked {
 		c := x.(*Client)
-		nodes := make([]*node.Node, len(c.nodes))
-		for i := range c.nodes {
-			nodes[i] = &c.nodes[i].Node
-		}
-		return node.Linked{Nodes: nodes, Gate: c.gate, Go: c.goOwned}
+		return node.Linked{Set: c.set, Go: c.goOwned}
 	}
-}
-
-// gate returns what node.Do needs for node i (see node.Linked).
-func (c *Client) gate(i int) (func(context.Context) error, func()) {
-	var g func(context.Context) error
-	if !c.nodes[i].id.verified.Load() {
-		g = func(ctx context.Context) error {
-			if dup := c.duplicate(); dup != nil {
-				return dup
-			}
-			return c.identify(ctx, i)
-		}
-	}
-	return g, func() { c.probe(i) }
 }
 
 // goOwned runs f on a goroutine the Client owns, as it runs the stragglers

@@ -1,8 +1,12 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -89,4 +93,74 @@ func (e *classed) Unwrap() []error {
 		return append(e.class[:len(e.class):len(e.class)], e.cause)
 	}
 	return e.class
+}
+
+// permanentPrefixes are the error replies that another attempt cannot
+// change: a key of another type, a replica, a missing ACL right, a script
+// the node refuses to load, a missing command.
+var permanentPrefixes = []string{"WRONGTYPE", "READONLY", "NOPERM", "NOSCRIPT", "NOAUTH", "WRONGPASS", "ERR unknown command"}
+
+// permanentReply reports whether err is a node's error reply that retrying will
+// not change.
+func permanentReply(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return errors.Is(err, ErrInvalidArgument)
+	}
+	for _, p := range permanentPrefixes {
+		if redis.HasErrorPrefix(re, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// errPermanent marks an attempt's error that no retry can change: Lock
+// returns it at once.
+var errPermanent = errors.New("permanent")
+
+// isPermanent reports whether an attempt's error ends Lock's retries.
+func isPermanent(err error) bool { return errors.Is(err, errPermanent) }
+
+// permanentError is an attempt's error marked with errPermanent; it reads
+// as the error itself.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, errPermanent} }
+
+// permanentFailures counts the nodes of t whose error reply another attempt
+// cannot change (permanentReply).
+func permanentFailures(t quorum.Tally) int {
+	n := 0
+	for i, v := range t.Votes {
+		if v == quorum.Failed && permanentReply(t.Errs[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// cancelled reports whether t's round was cut short because the caller
+// cancelled its ctx (not a deadline) before any node answered or failed by
+// itself: then the round says nothing about the nodes.
+func cancelled(t quorum.Tally) bool {
+	if t.Yes+t.No > 0 || t.Failed == 0 || t.Failed != t.CutShort() {
+		return false
+	}
+	for i, e := range t.Errs {
+		if t.Cut[i] && errors.Is(e, context.Canceled) {
+			return true
+		}
+	}
+	return false
+}
+
+// ctxCancelled is the error of a round the caller cancelled (see
+// cancelled): it matches context.Canceled, never ErrNoQuorum, so that a
+// caller's own cancellation is not reported as an outage. (A deadline that
+// ends a round of silent nodes stays ErrNoQuorum, as the contract says: the
+// nodes had that long to answer.)
+func ctxCancelled(detail string) error {
+	return &classed{msg: "redlock: ctx cancelled before the nodes answered: " + detail, class: []error{context.Canceled}}
 }

@@ -87,10 +87,10 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
 	c := l.c
 	ext := l.extendCalls()
-	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, clock.go)
+	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, internal/node/clock.go)
 	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
+			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return reply{}, err
 			}

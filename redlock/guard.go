@@ -47,7 +47,7 @@ func WithRestartGuard(maxTTL time.Duration) Option {
 }
 
 // acquireOn runs the acquire script on one node, with its not-after bound
-// (clock.go): with the restart guard when it is on, in the same atomic
+// (internal/node/clock.go): with the restart guard when it is on, in the same atomic
 // step.
 func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, args []any, notAfter *int64, cfg config) (bool, int64, error) {
 	if cfg.restartGuard <= 0 {

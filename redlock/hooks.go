@@ -314,3 +314,21 @@ func (h logHooks) Release(ctx context.Context, i ReleaseInfo) {
 func (h logHooks) NodeError(ctx context.Context, i NodeErrorInfo) {
 	h.l.WarnContext(ctx, "redlock: node error", "resource", i.Resource, "op", i.Op, "node", i.Node, "addr", i.Addr, "kind", i.Kind, "err", i.Err)
 }
+
+// observe returns what reports a Lock or TryLock call to cfg's hooks when
+// it returns (nil without hooks); attempts is read then.
+func (c *Client) observe(ctx context.Context, cfg config, callID uint64, resource string, attempts *int) func(*Lock, error) {
+	obs := cfg.obs
+	if obs == nil {
+		return nil
+	}
+	start := time.Now()
+	return func(l *Lock, err error) {
+		info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: *attempts,
+			Outcome: outcomeOf(err), Fence: l.Fence(), Err: err}
+		if l != nil {
+			info.Lock = l.id
+		}
+		obs.Acquire(ctx, info)
+	}
+}

@@ -219,3 +219,46 @@ func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard
 // key anyway (it expired there), and one paused for longer is a fault the
 // guard cannot outlast either.
 func retryWindow(ttl time.Duration) time.Duration { return max(10*ttl, time.Minute) }
+
+// drop takes back a lock granted but never handed out: its renewal stops
+// and it is released, without hooks (the caller never saw it).
+func (c *Client) drop(ctx context.Context, l *Lock) {
+	l.mu.Lock()
+	h := l.handle
+	l.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+	l.finish(nil)
+	c.mu.Lock()
+	c.forget(l)
+	c.mu.Unlock()
+	l.releaseAll(ctx)
+}
+
+// abandon ends a Lock call's lock that was never handed out (step 4): it
+// is released on every node where anything of ours may be — nodes that
+// granted, nodes that have not answered (with the token's guard, so that an
+// acquire still on its way sets nothing when it lands), and, for a queued
+// call, every node, to take our queue entry out. The caller does not wait
+// for it: the releases are sent at once on the Client's goroutines, and a
+// node that does not confirm one gets it again from its retry loop, so a
+// paused node never delays the caller's answer. t is the last attempt's
+// tally (zero: release everywhere).
+func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
+	l.mu.Lock()
+	l.state = stateFinished
+	l.mu.Unlock()
+	dctx := context.WithoutCancel(ctx)
+	args := l.releaseArgs()
+	for i := range c.nodes {
+		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		c.wg.Go(func() {
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i, args)
+		})
+	}
+}

@@ -91,7 +91,7 @@ func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
 			if !yield {
 				return l.releaseScript(ctx, i, s, 0, false)
 			}
-			b, err := c.notAfter(ctx, i, l.keys[i].Lock)
+			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {
 				return scripts.NotOurs, err
 			}

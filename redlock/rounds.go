@@ -2,11 +2,14 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/redis/go-redis/v9"
 )
 
 // How a lock's rounds use the node layer's registry (node.Ledger, DESIGN
@@ -68,7 +71,7 @@ func (l *Lock) guardFor(i int) time.Duration {
 
 // guardTTL is how long a release's guard stays: until no request of ours
 // can land on a node with its not-after bound still ahead of the node's
-// clock (clock.go guardLifetime: about a node timeout plus the clock
+// clock (node.Set.GuardLifetime: about a node timeout plus the clock
 // estimates' error; twice the TTL for a node that was sent a request
 // without a bound). A request that lands later is refused by its bound,
 // however late. The guard is a key of its own, so it keeps nobody else
@@ -77,7 +80,7 @@ func (l *Lock) guardTTL() time.Duration {
 	if testhooks.SkipReleaseGuard.Load() {
 		return 0 // a negative control of the chaos checker
 	}
-	return l.c.guardLifetime(l.keys, l.cfg.ttl, l.cfg.timeout())
+	return l.c.set.GuardLifetime(l.keys, l.cfg.ttl, l.cfg.timeout())
 }
 
 // waitOut waits until no request of l can land on any node any more:
@@ -100,4 +103,41 @@ func (l *Lock) waitOut() {
 	if g > 0 {
 		time.Sleep(g)
 	}
+}
+
+// site says what a request is for, so that a failure can be reported.
+type site struct {
+	obs      Hooks // nil: none
+	op       string
+	resource string
+}
+
+// call runs fn on node i through the node layer (node.Call: the identity
+// check before this Client's first request to a node, the down-node and
+// stuck-node gate, the in-flight cap, the classification of what a failed
+// request may have done), and turns any failure into a *NodeError,
+// reported to the hooks. Releases and publishes go out even once two
+// nodes were found to reach one server (a lock granted before it was
+// found must still be released); nothing else does.
+func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+	lockOp := at.op != "release" && at.op != "publish"
+	v, err := node.Call(ctx, c.set, i, lockOp, c.cfg.timeout(), fn)
+	if err == nil {
+		return v, nil
+	}
+	if scriptRefused(err) && !strings.Contains(err.Error(), "+info") {
+		err = fmt.Errorf("%w (the node's ACL user lacks a command the library's scripts call: see the minimal ACL in the README)", err)
+	}
+	addr := c.nodes[i].Addr
+	if at.obs != nil {
+		at.obs.NodeError(ctx, NodeErrorInfo{Resource: at.resource, Op: at.op, Node: i, Addr: addr, Kind: errorKind(err), Err: err})
+	}
+	var zero T
+	return zero, &NodeError{Node: i, Addr: addr, Err: err}
+}
+
+// scriptRefused reports whether err is a node refusing a command inside a
+// script for want of an ACL right.
+func scriptRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "can't run this command")
 }

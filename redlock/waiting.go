@@ -22,7 +22,6 @@ import (
 type waiting struct {
 	c      *Client
 	cfg    config
-	once   bool  // TryLock: never waits
 	ticket int64 // taken once per call: (ticket, member) orders the queue
 	w      *waiter
 	delay  backoff.BackOff
@@ -39,12 +38,12 @@ var testTicket atomic.Pointer[func() int64]
 // startWaiting takes the call's ticket. A Client that has waited before
 // listens already: the call then queues from its first attempt, which
 // saves a refused round under contention.
-func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once bool) (*waiting, error) {
-	q := &waiting{c: c, cfg: cfg, once: once, ticket: time.Now().UnixMicro(), delay: jitter{cfg.retryMin, cfg.retryMax}}
+func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config) (*waiting, error) {
+	q := &waiting{c: c, cfg: cfg, ticket: time.Now().UnixMicro(), delay: jitter{cfg.retryMin, cfg.retryMax}}
 	if f := testTicket.Load(); f != nil {
 		q.ticket = (*f)()
 	}
-	if !once && cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
+	if cfg.wakeUp && c.wake.awaitReady(ctx, 0) {
 		w, err := c.wake.join(l.token)
 		if err != nil {
 			return nil, err
@@ -52,7 +51,7 @@ func (c *Client) startWaiting(ctx context.Context, l *Lock, cfg config, once boo
 		q.w = w
 		l.waiter = c.queued(l, q.ticket)
 	}
-	if !once && queuesFor(cfg.mode) {
+	if queuesFor(cfg.mode) {
 		// Read-write calls record their waiting on the nodes from their
 		// first attempt (rw.lua: fairness), and listen for the releases
 		// that tell them to attempt now (rw.lua wake; see wait).

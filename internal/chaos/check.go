@@ -430,7 +430,7 @@ func (r *Result) checkSightings(s Snapshot, o CheckOptions, holds map[int]Hold, 
 					// A node that was unreachable (paused, cut, killed), or
 					// slowed past the node timeout (latency: the Client
 					// then holds back its requests, releases too, until it
-					// answers, at most a second: nodestate.go), gets our
+					// answers, at most a second: internal/node/health.go), gets our
 					// release late. Until it lands, our queue entry is still
 					// there, and another client's release may hand the key
 					// to our finished token, for one reservation (it is

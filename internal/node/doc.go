@@ -1,13 +1,21 @@
 // Package node is the node layer of a redlock Client: what the Client
 // knows of each node it sends requests to, and of each request that may
-// still land there. Every request of the library goes through it (package
-// redlock's call, which package election reaches through the Client):
+// still land there. Every request of the library goes through it (Call,
+// which package redlock's call wraps and package election reaches through
+// the Client's Link):
 //
 //   - health: a node whose last dial failed is down, and one with requests
 //     in flight past their deadline is stuck; requests to either fail at
 //     once, provably unsent (Health.Refuse), instead of queuing in its
-//     sockets;
-//   - the in-flight cap per node (Node.Enter);
+//     sockets; a node found down is probed until it answers (Set.Probe);
+//   - the in-flight cap per node;
+//   - identity: before a Client's first lock request to a node, a check
+//     that it is none of the others under another name (identity.go); and
+//     the checks of a node list that need no I/O, or only Dial's (check.go);
+//   - each server's clock (clock.go, estimate.go): every request's
+//     not-after bound in the clock of the server that runs it (a Cluster
+//     node's key's master), and how long a release's guard must stay for
+//     the bounds sent (Set.GuardLifetime);
 //   - what a failed request may have done (Unsent, Answered, NeverWrote):
 //     it counts as never sent only when it provably wrote no byte;
 //   - the registry of every request in flight per lock token (Ledger),

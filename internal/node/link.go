@@ -1,9 +1,6 @@
 package node
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Linked is what a package built on a redlock Client (election, the qlock
 // command) uses of it: the Client's node layer, so that its requests pass
@@ -11,12 +8,10 @@ import (
 // check) and count in the same health; and an owner for its requests, so
 // that the Client's Close waits for them as it waits for its own.
 type Linked struct {
-	// Nodes are the Client's nodes, in the order given to it.
-	Nodes []*Node
-	// Gate returns what Do needs for node i: the Client's identity check
-	// before its first request there (nil once done), and the probe to
-	// start when the node is found down.
-	Gate func(i int) (gate func(context.Context) error, down func())
+	// Set is the Client's nodes, in the order given to it: Call runs a
+	// request on one with the Client's gates, Set.Gate gives them for a
+	// request sent on a client of its own.
+	Set *Set
 	// Go runs f on a goroutine the Client owns: Close waits for it, at most
 	// timeout (which f must keep to) plus a short grace. It returns an
 	// error matching redlock.ErrClosed, and does not run f, once Close has

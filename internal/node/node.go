@@ -15,7 +15,7 @@ import (
 const MaxInFlight = 1024
 
 // Node is one Redis master as one Client uses it: its client, its health,
-// and its in-flight cap.
+// its in-flight cap, and (in a Set) its identity check and clock.
 type Node struct {
 	C       redis.UniversalClient
 	Addr    string
@@ -26,6 +26,10 @@ type Node struct {
 	// was never written (see NeverWrote).
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
+	// Of a node of a Set (nil otherwise): its identity check and its
+	// clock (identity.go, estimate.go).
+	id    *identity
+	clock *nodeClock
 }
 
 // New returns the node of client c (no I/O).
@@ -101,6 +105,25 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 		err = &quorum.TimeoutError{After: after}
 	}
 	return zero, n.Health.Cause(err)
+}
+
+// Call runs fn on node i through Do, with the Set's gates: a lock request
+// (lockOp) is refused once two nodes were found to reach one server, and
+// waits for the identity check before this Client's first request to the
+// node; a node found down gets the probe that brings it back (Probe).
+// Releases and publishes (not lockOp) go out whatever the identity check
+// said: a lock granted before it found two names of one server must still
+// be released. timeout is the request's budget when ctx has no deadline.
+func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.Duration, fn func(ctx context.Context, sc redis.Scripter) (T, error)) (T, error) {
+	if dup := s.Duplicate(); dup != nil && lockOp {
+		var zero T
+		return zero, dup
+	}
+	var gate func(context.Context) error
+	if lockOp {
+		gate, _ = s.Gate(i)
+	}
+	return Do(ctx, &s.Nodes[i], timeout, gate, func() { s.Probe(i) }, fn)
 }
 
 // InFlight returns how many requests of this Client are in flight on the

@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"context"
@@ -13,14 +13,15 @@ import (
 
 // This file holds the checks that a node list is safe: one server counted
 // twice, or a replica counted as a master, would make a "majority" that is
-// not one. New checks what it can know without I/O (the same client, the
-// same address); Dial also asks each node what it is (ROLE, INFO run_id).
+// not one. A redlock Client's New checks what it can know without I/O (the
+// same client, the same address); its Dial also asks each node what it is
+// (ROLE, INFO run_id).
 
-// failoverAddr is the placeholder go-redis puts in the Options().Addr of a
+// FailoverAddr is the placeholder go-redis puts in the Options().Addr of a
 // Sentinel failover client: not an address.
-const failoverAddr = "FailoverClient"
+const FailoverAddr = "FailoverClient"
 
-// duplicateNode reports whether nodes[i] is a client that appears earlier
+// DuplicateNode reports whether nodes[i] is a client that appears earlier
 // in nodes, or reaches an address that an earlier one reaches: it returns
 // the earlier index and why, or -1. It does no I/O. Addresses are compared
 // as the clients hold them (network and host:port, or a Cluster client's
@@ -28,7 +29,7 @@ const failoverAddr = "FailoverClient"
 // here; Dial's run_id check catches those. A failover client's master is
 // not known without asking the Sentinels, so it is compared by value only.
 // Every node must be non-nil.
-func duplicateNode(nodes []redis.UniversalClient, i int) (int, string) {
+func DuplicateNode(nodes []redis.UniversalClient, i int) (int, string) {
 	mine := serverAddrs(nodes[i])
 	for j, prev := range nodes[:i] {
 		if sameClient(prev, nodes[i]) {
@@ -43,28 +44,13 @@ func duplicateNode(nodes []redis.UniversalClient, i int) (int, string) {
 	return -1, ""
 }
 
-// checkNode returns an error matching ErrInvalidArgument, naming nodes by
-// index, if nodes[i] cannot be one of nodes: it is the same client as an
-// earlier one or reaches the same address (see duplicateNode), or go-redis
-// would drop commands sent through it (see droppedCommands). Every node up
-// to i must be non-nil. It does no I/O.
-func checkNode(nodes []redis.UniversalClient, i int) error {
-	if j, why := duplicateNode(nodes, i); j >= 0 {
-		return invalid("nodes[%d] and nodes[%d] %s: one server counted twice is not a majority", j, i, why)
-	}
-	if why := droppedCommands(nodes[i]); why != "" {
-		return invalid("nodes[%d]: %s", i, why)
-	}
-	return nil
-}
-
-// droppedCommands returns why go-redis would drop commands sent through n
+// DroppedCommands returns why go-redis would drop commands sent through n
 // and report success, or "". go-redis runs a pipeline (on a Cluster client,
 // every command) in a loop of MaxRetries+1 (MaxRedirects+1) attempts, once
 // -1 has become 0: a value below -1 makes that loop run no attempt, and the
 // call returns nil without a reply. An Unlock would then report success and
 // leave the key on the node (found by FuzzDial: max_retries=-5).
-func droppedCommands(n redis.UniversalClient) string {
+func DroppedCommands(n redis.UniversalClient) string {
 	const hint = "go-redis would send no pipelined command and report success; use -1 for no retries"
 	switch c := n.(type) {
 	case *redis.ClusterClient:
@@ -104,7 +90,7 @@ func serverAddrs(n redis.UniversalClient) []string {
 		return out
 	case interface{ Options() *redis.Options }:
 		o := c.Options()
-		if o == nil || o.Addr == failoverAddr {
+		if o == nil || o.Addr == FailoverAddr {
 			return nil
 		}
 		network := o.Network
@@ -116,32 +102,32 @@ func serverAddrs(n redis.UniversalClient) []string {
 	return nil
 }
 
-// errUnverified wraps the replies that kept Dial from checking a node: an
+// ErrUnverified wraps the replies that kept a Client's Dial from checking a node: an
 // ACL without +role or +info (NOPERM), or a server that lacks the command
 // (miniredis, a renamed command).
-var errUnverified = errors.New("redlock: dial: cannot verify that the node is a master distinct from the others (Dial goes on; an ACL user needs +role and +info for this check)")
+var ErrUnverified = errors.New("redlock: dial: cannot verify that the node is a master distinct from the others (Dial goes on; an ACL user needs +role and +info for this check)")
 
-// probe is what one node said to Dial.
-type probe struct {
-	err        error  // the node failed: PING's error, or a transport error
-	role       string // ROLE's first field ("master", "slave", "sentinel"); "" if unknown
-	runID      string // INFO server's run_id; "" if unknown
-	unverified error  // why role or runID is unknown (wraps errUnverified), or nil
+// ServerInfo is what one node said of itself (ProbeNode).
+type ServerInfo struct {
+	Err        error  // the node failed: PING's error, or a transport error
+	Role       string // ROLE's first field ("master", "slave", "sentinel"); "" if unknown
+	RunID      string // INFO server's run_id; "" if unknown
+	Unverified error  // why role or runID is unknown (wraps ErrUnverified), or nil
 }
 
-// probeNode sends PING, then ROLE and INFO server, to n, all within ctx.
+// ProbeNode sends PING, then ROLE and INFO server, to n, all within ctx.
 // They go one after the other on PING's connection: a pipeline would take
 // another connection from go-redis's pipeline pool (another handshake), and
 // go-redis retries a pipeline on errors it does not retry a PING on (such
 // as a certificate that does not verify), until ctx ends. A Cluster client
 // gets PING only: it routes every key to the master of its slot, and INFO
 // would go to any one of its nodes.
-func probeNode(ctx context.Context, n redis.UniversalClient) probe {
+func ProbeNode(ctx context.Context, n redis.UniversalClient) ServerInfo {
 	if err := n.Ping(ctx).Err(); err != nil {
-		return probe{err: err}
+		return ServerInfo{Err: err}
 	}
 	if _, ok := n.(*redis.ClusterClient); ok {
-		return probe{}
+		return ServerInfo{}
 	}
 	// A reply (NOPERM, unknown command) means "cannot verify"; any other
 	// error (a timeout, a reset) means the node failed this round, as it
@@ -150,16 +136,16 @@ func probeNode(ctx context.Context, n redis.UniversalClient) probe {
 		re := redis.Error(nil)
 		return err != nil && !errors.As(err, &re)
 	}
-	var pr probe
+	var pr ServerInfo
 	var why []error
 	v, err := n.Do(ctx, "ROLE").Result()
 	if failed(err) {
-		return probe{err: err}
+		return ServerInfo{Err: err}
 	}
 	if role, ok := v.([]any); ok && len(role) > 0 {
-		pr.role, _ = role[0].(string)
+		pr.Role, _ = role[0].(string)
 	}
-	if err == nil && pr.role == "" {
+	if err == nil && pr.Role == "" {
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	if err != nil {
@@ -167,16 +153,16 @@ func probeNode(ctx context.Context, n redis.UniversalClient) probe {
 	}
 	info, err := n.Info(ctx, "server").Result()
 	if failed(err) {
-		return probe{err: err}
+		return ServerInfo{Err: err}
 	}
-	if pr.runID = infoField(info, "run_id"); err == nil && pr.runID == "" {
+	if pr.RunID = infoField(info, "run_id"); err == nil && pr.RunID == "" {
 		err = errors.New("no run_id in the reply")
 	}
 	if err != nil {
 		why = append(why, fmt.Errorf("INFO server: %w", err))
 	}
 	if len(why) > 0 {
-		pr.unverified = fmt.Errorf("%w: %w", errUnverified, errors.Join(why...))
+		pr.Unverified = fmt.Errorf("%w: %w", ErrUnverified, errors.Join(why...))
 	}
 	return pr
 }
@@ -191,27 +177,28 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// unsafeNodes returns an error matching ErrInvalidArgument for every node
+// UnsafeNodes returns an error made by invalid (the Client's
+// ErrInvalidArgument) for every node
 // that said it is not a master and for every pair that reached one server
 // (same run_id), naming each by its index and name(i); nil if none.
-func unsafeNodes(probes []probe, name func(int) string) error {
+func UnsafeNodes(probes []ServerInfo, name func(int) string, invalid func(format string, args ...any) error) error {
 	var errs []error
 	first := make(map[string]int) // run_id → first node with it
 	for i, p := range probes {
-		if p.err != nil {
+		if p.Err != nil {
 			continue
 		}
-		if p.role != "" && p.role != "master" {
-			errs = append(errs, invalid("urls[%d] (%s) is not a master (ROLE says %q): locks are written to masters only", i, name(i), p.role))
+		if p.Role != "" && p.Role != "master" {
+			errs = append(errs, invalid("urls[%d] (%s) is not a master (ROLE says %q): locks are written to masters only", i, name(i), p.Role))
 		}
-		if p.runID == "" {
+		if p.RunID == "" {
 			continue
 		}
-		if j, ok := first[p.runID]; ok {
-			errs = append(errs, invalid("urls[%d] (%s) and urls[%d] (%s) reach one server (run_id %s): one server counted twice is not a majority", j, name(j), i, name(i), p.runID))
+		if j, ok := first[p.RunID]; ok {
+			errs = append(errs, invalid("urls[%d] (%s) and urls[%d] (%s) reach one server (run_id %s): one server counted twice is not a majority", j, name(j), i, name(i), p.RunID))
 			continue
 		}
-		first[p.runID] = i
+		first[p.RunID] = i
 	}
 	return errors.Join(errs...)
 }

@@ -1,50 +1,128 @@
-package redlock
+package node
 
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
-// Which clock bounds a request, and how long a release's guard must stay
-// for it (clock.go has the estimates): on a plain node its server's, on a
-// Redis Cluster node its key's master's.
+// What a Client knows of its servers' clocks (clock.go says how requests
+// use it), and how long a release's guard must stay for the bounds it sent
+// (GuardLifetime).
 
-// clockFor returns the clock estimate that a request for key on node i is
-// bounded with, and the probe that reads that clock.
-//
-// On a Cluster node it is the clock of key's master, as go-redis's slot
-// map names it (MasterForKey: the map the request itself is routed by; it
-// reads the map once when none is loaded yet, within ctx). Estimates are
-// kept per master address, not per slot or per key: a master's clock is
-// one clock whichever slot is asked, so the memory is one small entry per
-// master whatever the number of resources (100,000 resources on a
-// 3-master cluster: 3 entries), and one probe a second per master in use,
-// not per slot. An entry is dropped once the map holds maxMasterClocks and
-// the master is idle (every bound sent there has passed on its clock), so
-// masters that left the cluster are not kept forever.
-//
-// The probe goes to that master's own client (not through the Cluster
-// client, which follows MOVED to another master): it answers only if that
-// master serves key's slot, so an estimate is always of the server its
-// address names. A request that go-redis redirects (a slot moved, a
-// failover) can still run on another master than the one its bound was
-// computed for; that window lasts until go-redis has read the new map,
-// which a MOVED probe reply asks it to do.
-func (c *Client) clockFor(ctx context.Context, i int, key string) (*masterClock, clockProbe, error) {
-	nc := &c.clocks[i]
-	cc, ok := c.nodes[i].C.(*redis.ClusterClient)
-	if !ok {
-		return &nc.masterClock, clockProbe{n: c.nodes[i].C}, nil
+// clockEstimate is what one TIME round trip to a node says of its clock:
+// at the local instant at (monotonic), the node's clock read nodeUS
+// (Unix µs), within ±err.
+type clockEstimate struct {
+	at     time.Time
+	nodeUS int64
+	err    time.Duration // half the round trip plus the drift over it, plus TIME's resolution
+}
+
+// errAt is the estimate's error at local instant t: its own, plus the drift
+// factor times the time since it was made (the two clocks' rates differ
+// by at most drift).
+func (e *clockEstimate) errAt(t time.Time, drift float64) time.Duration {
+	d := t.Sub(e.at)
+	if d < 0 {
+		d = -d
 	}
-	m, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, clockProbe{}, fmt.Errorf("finding the key's master for its clock: %w", err)
+	return e.err + time.Duration(drift*float64(d))
+}
+
+// mid is the node's clock at local instant t, in µs, as the estimate
+// predicts it (the error aside).
+func (e *clockEstimate) mid(t time.Time) int64 {
+	return e.nodeUS + t.Sub(e.at).Microseconds()
+}
+
+// upper is the latest the node's clock can read at local instant t, in µs.
+func (e *clockEstimate) upper(t time.Time, drift float64) int64 {
+	return e.mid(t) + e.errAt(t, drift).Microseconds() + 1
+}
+
+// lower is the earliest the node's clock can read at local instant t.
+func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
+	return e.mid(t) - e.errAt(t, drift).Microseconds() - 1
+}
+
+// masterClock is what a Client knows of one server's clock: a plain node,
+// or one master of a Cluster node.
+type masterClock struct {
+	est atomic.Pointer[clockEstimate] // nil until the first probe answered
+	// maxBound is the latest bound (the server's ms) any request to the
+	// server was sent with; recorded before the request is sent.
+	maxBound atomic.Int64
+	probing  atomic.Bool // a background refresh is in flight
+	dropped  atomic.Bool // Cluster: no longer in nodeClock.masters (set under mastersMu)
+
+	mu      sync.Mutex    // protects first, lastErr
+	first   chan struct{} // closed when the probe that learns the first estimate ends; nil when none runs
+	lastErr error         // that probe's error, when it learned nothing
+}
+
+// idle reports whether dropping mc loses nothing a guard needs: no probe
+// runs, and the server's clock has surely passed every bound sent to it
+// (none is, before its clock is known). A request sent later learns the
+// clock again.
+func (mc *masterClock) idle(now time.Time, drift float64) bool {
+	if mc.probing.Load() {
+		return false
 	}
-	return nc.master(m.Options().Addr, time.Now(), c.cfg.drift), clockProbe{cc: cc, m: m, key: key}, nil
+	mc.mu.Lock()
+	learning := mc.first != nil
+	mc.mu.Unlock()
+	if learning {
+		return false
+	}
+	e := mc.est.Load()
+	return e == nil || mc.maxBound.Load()*1000 < e.lower(now, drift)
+}
+
+// nodeClock is what a Client knows of one node's clock. A plain node is
+// one server: its masterClock is the embedded one. A Cluster node has one
+// per master, in masters.
+type nodeClock struct {
+	masterClock
+	// unbounded is set once a request went out without a bound (a round
+	// without a deadline): it may land at any later time, on any master.
+	unbounded atomic.Bool
+
+	mastersMu sync.RWMutex            // protects masters
+	masters   map[string]*masterClock // Cluster: per master address
+}
+
+// clockProbe reads the clock of one server: TIME on a plain node (n),
+// the keyed script for key on Cluster master m otherwise. It is a value,
+// so that a request that needs no probe allocates nothing for it.
+type clockProbe struct {
+	n   redis.UniversalClient // a plain node
+	cc  *redis.ClusterClient  // a Cluster node, with m and key
+	m   *redis.Client
+	key string
+	// fake replaces the probe in tests.
+	fake func(ctx context.Context) (time.Time, error)
+}
+
+// ceilMS converts µs to ms, rounding up.
+func ceilMS(us int64) int64 {
+	if us <= 0 {
+		return 0
+	}
+	return (us + 999) / 1000
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // master returns the clock of the Cluster master at addr, adding it if
@@ -101,7 +179,7 @@ func (p clockProbe) read(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// guardLifetime is how long a release's guard must stay on the nodes
+// GuardLifetime is how long a release's guard must stay on the nodes
 // (DESIGN step 4), for a lock with these keys (one per node), TTL and node
 // timeout: until the clock of the server holding the key on each node (the
 // key's master on a Cluster node) has surely passed the bound of every
@@ -114,18 +192,18 @@ func (p clockProbe) read(ctx context.Context) (time.Time, error) {
 // estimate whose error is at most half the probe's timeout). A node that
 // was ever sent a request without a bound keeps the guard of before, twice
 // the TTL.
-func (c *Client) guardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) time.Duration {
+func (s *Set) GuardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) time.Duration {
 	const margin = 2 * time.Millisecond
 	now := time.Now()
-	drift := c.cfg.drift
-	unknown := 2*(timeout+c.probeTimeout()) + margin
+	drift := s.cfg.Drift
+	unknown := 2*(timeout+s.cfg.Timeout) + margin
 	g := time.Millisecond
-	for i := range c.clocks {
-		nc := &c.clocks[i]
+	for i := range s.Nodes {
+		nc := s.Nodes[i].clock
 		if nc.unbounded.Load() {
 			return max(g, 2*ttl)
 		}
-		for _, mc := range c.guardClocks(i, keys) {
+		for _, mc := range s.guardClocks(i, keys) {
 			e := mc.est.Load()
 			if e == nil {
 				g = max(g, unknown)
@@ -150,9 +228,9 @@ func (c *Client) guardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) 
 // is not known at once it returns every master's clock the node has, and
 // an unknown one (none learned: the guard of an unknown clock), so the
 // guard is at least what the key's master needs.
-func (c *Client) guardClocks(i int, keys []scripts.Keys) []*masterClock {
-	nc := &c.clocks[i]
-	cc, ok := c.nodes[i].C.(*redis.ClusterClient)
+func (s *Set) guardClocks(i int, keys []scripts.Keys) []*masterClock {
+	nc := s.Nodes[i].clock
+	cc, ok := s.Nodes[i].C.(*redis.ClusterClient)
 	if !ok {
 		return []*masterClock{&nc.masterClock}
 	}
