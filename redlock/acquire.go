@@ -244,7 +244,10 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 				return reply{}, err
 			}
 			bounds[i] = b
-			ok, fence, err := acquireOn(ctx, s, l.keys[i], args, &bounds[i], cfg) // guard.go
+			ok, fence, err := scripts.AcquireOn(ctx, s, l.keys[i], args, &bounds[i], cfg.restartGuard)
+			if err != nil && cfg.restartGuard > 0 {
+				err = restartGuardError(err) // guard.go
+			}
 			return reply{ours: ok, fence: fence}, err
 		})
 	})

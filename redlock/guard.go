@@ -1,12 +1,9 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
@@ -46,18 +43,14 @@ func WithRestartGuard(maxTTL time.Duration) Option {
 	return optionFunc(func(c *config) { c.restartGuard = maxTTL })
 }
 
-// acquireOn runs the acquire script on one node, with its not-after bound
-// (internal/node/clock.go): with the restart guard when it is on, in the same atomic
-// step.
-func acquireOn(ctx context.Context, s redis.Scripter, k scripts.Keys, args []any, notAfter *int64, cfg config) (bool, int64, error) {
-	if cfg.restartGuard <= 0 {
-		return scripts.AcquireWith(ctx, s, k, args, notAfter)
-	}
-	ok, fence, err := scripts.AcquireGuardedWith(ctx, s, k, args, notAfter, cfg.restartGuard)
+// restartGuardError says what a guarded acquire's error means
+// (scripts.AcquireOn): a node too young to grant matches ErrNodeRestarted,
+// and a node whose ACL refused INFO says which right it lacks.
+func restartGuardError(err error) error {
 	if young := (*scripts.Young)(nil); errors.As(err, &young) {
-		err = fmt.Errorf("%w: %w", ErrNodeRestarted, err)
+		return fmt.Errorf("%w: %w", ErrNodeRestarted, err)
 	} else if scriptRefused(err) {
-		err = fmt.Errorf("%w (WithRestartGuard reads INFO inside the acquire script: the node's ACL user needs +info)", err)
+		return fmt.Errorf("%w (WithRestartGuard reads INFO inside the acquire script: the node's ACL user needs +info)", err)
 	}
-	return ok, fence, err
+	return err
 }

@@ -27,7 +27,7 @@ type Node struct {
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
 	// Of a node of a Set (nil otherwise): its identity check and its
-	// clock (identity.go, estimate.go).
+	// clock (identity.go, clock.go).
 	id    *identity
 	clock *nodeClock
 }

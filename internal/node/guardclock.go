@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,42 +14,6 @@ import (
 // What a Client knows of its servers' clocks (clock.go says how requests
 // use it), and how long a release's guard must stay for the bounds it sent
 // (GuardLifetime).
-
-// clockEstimate is what one TIME round trip to a node says of its clock:
-// at the local instant at (monotonic), the node's clock read nodeUS
-// (Unix µs), within ±err.
-type clockEstimate struct {
-	at     time.Time
-	nodeUS int64
-	err    time.Duration // half the round trip plus the drift over it, plus TIME's resolution
-}
-
-// errAt is the estimate's error at local instant t: its own, plus the drift
-// factor times the time since it was made (the two clocks' rates differ
-// by at most drift).
-func (e *clockEstimate) errAt(t time.Time, drift float64) time.Duration {
-	d := t.Sub(e.at)
-	if d < 0 {
-		d = -d
-	}
-	return e.err + time.Duration(drift*float64(d))
-}
-
-// mid is the node's clock at local instant t, in µs, as the estimate
-// predicts it (the error aside).
-func (e *clockEstimate) mid(t time.Time) int64 {
-	return e.nodeUS + t.Sub(e.at).Microseconds()
-}
-
-// upper is the latest the node's clock can read at local instant t, in µs.
-func (e *clockEstimate) upper(t time.Time, drift float64) int64 {
-	return e.mid(t) + e.errAt(t, drift).Microseconds() + 1
-}
-
-// lower is the earliest the node's clock can read at local instant t.
-func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
-	return e.mid(t) - e.errAt(t, drift).Microseconds() - 1
-}
 
 // masterClock is what a Client knows of one server's clock: a plain node,
 // or one master of a Cluster node.
@@ -108,75 +71,6 @@ type clockProbe struct {
 	key string
 	// fake replaces the probe in tests.
 	fake func(ctx context.Context) (time.Time, error)
-}
-
-// ceilMS converts µs to ms, rounding up.
-func ceilMS(us int64) int64 {
-	if us <= 0 {
-		return 0
-	}
-	return (us + 999) / 1000
-}
-
-func abs64(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-// master returns the clock of the Cluster master at addr, adding it if
-// new. When the map is full (maxMasterClocks), adding drops every idle
-// master first: the map holds the masters in use, and those whose bounds
-// have not all passed yet, whatever the number of keys.
-func (nc *nodeClock) master(addr string, now time.Time, drift float64) *masterClock {
-	nc.mastersMu.RLock()
-	mc := nc.masters[addr]
-	nc.mastersMu.RUnlock()
-	if mc != nil {
-		return mc
-	}
-	nc.mastersMu.Lock()
-	defer nc.mastersMu.Unlock()
-	if mc := nc.masters[addr]; mc != nil {
-		return mc
-	}
-	if len(nc.masters) >= maxMasterClocks {
-		for a, o := range nc.masters {
-			if o.idle(now, drift) {
-				o.dropped.Store(true)
-				delete(nc.masters, a)
-			}
-		}
-	}
-	if nc.masters == nil {
-		nc.masters = make(map[string]*masterClock)
-	}
-	mc = new(masterClock)
-	nc.masters[addr] = mc
-	return mc
-}
-
-// read reads the clock. On a Cluster master it runs the keyed script
-// (scripts.Time), which the minimal ACL allows (EVAL, TIME inside it, the
-// key under the prefix). A MOVED or ASK reply means the slot is no longer
-// (or not only) m's: the probe fails, and go-redis is asked to reload its
-// slot map.
-func (p clockProbe) read(ctx context.Context) (time.Time, error) {
-	switch {
-	case p.fake != nil:
-		return p.fake(ctx)
-	case p.n != nil:
-		return p.n.Time(ctx).Result()
-	}
-	t, err := scripts.Time(ctx, p.m, p.key)
-	if err != nil {
-		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
-			p.cc.ReloadState(ctx)
-		}
-		return time.Time{}, fmt.Errorf("master %s: %w", p.m.Options().Addr, err)
-	}
-	return t, nil
 }
 
 // GuardLifetime is how long a release's guard must stay on the nodes
