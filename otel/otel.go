@@ -160,20 +160,20 @@ type Hooks struct {
 	renewalSpans bool
 	attempts     *attempts
 
-	expired  metric.Int64Counter
+	expired metric.Int64Counter
 	// expiredAll is expired without attributes: one series, at 0 from New
 	// on, so that a backend that alerts on its growth sees the first loss
 	// of a resource never seen before (a series created by the loss itself
 	// starts at 1, and its growth is not seen).
 	expiredAll metric.Int64Counter
-	held     metric.Int64UpDownCounter
-	acquire  metric.Float64Histogram
-	wait     metric.Float64Histogram
-	hold     metric.Float64Histogram
-	lag      metric.Float64Histogram
-	failures metric.Int64Counter
-	margin   metric.Int64Histogram
-	nodeErrs metric.Int64Counter
+	held       metric.Int64UpDownCounter
+	acquire    metric.Float64Histogram
+	wait       metric.Float64Histogram
+	hold       metric.Float64Histogram
+	lag        metric.Float64Histogram
+	failures   metric.Int64Counter
+	margin     metric.Int64Histogram
+	nodeErrs   metric.Int64Counter
 
 	elections *electionInstruments // election.Hooks (election.go)
 }
