@@ -135,6 +135,22 @@ func TestScrape(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lock(job:1) = %v", err)
 	}
+	// Lock returns at a majority; its request to another node may still be
+	// on its way, where the TryLock below would be granted (margin −2, not
+	// −3). Bounded by 5 node timeouts.
+	onEvery := func() bool {
+		for i := range rc.N() {
+			if v, _ := rc.Admin(i).Get(ctx, "lock:job:1").Result(); v != l1.Token() {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * 1500 * time.Millisecond); !onEvery(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("step 1: job:1 not held on every node")
+		}
+	}
 	if _, err := c.TryLock(ctx, "job:1"); !errors.Is(err, redlock.ErrNotObtained) {
 		t.Fatalf("TryLock(job:1) while held = %v; want ErrNotObtained", err)
 	}
@@ -231,8 +247,15 @@ func TestScrape(t *testing.T) {
 	case <-time.After(5 * ttl):
 		t.Fatalf("step 3: job:2 not lost %v after pausing 3 of 5 nodes (TTL %v)", 5*ttl, ttl)
 	}
-	m = scrape(t, srv.URL)
+	// Lost() is closed first, then the hook runs on a goroutine of its
+	// own: wait for it (5s) before reading what it counted.
 	job2 := labels{"resource": "job:2"}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m = scrape(t, srv.URL)
+		if m.value("redis_lock_expired_total", job2) >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if got := m.value("redis_lock_expired_total", job2); got != 1 {
 		t.Errorf("step 3: redis_lock_expired_total{job:2} = %v; want 1", got)
 	}
