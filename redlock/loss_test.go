@@ -335,11 +335,15 @@ func TestClose_waitsForOnLost(t *testing.T) {
 	_, nodes := miniNodes(t, 3)
 	var finished atomic.Bool
 	started := make(chan struct{})
-	// Default options: Close's wait on main was bounded by the node
-	// timeout (1s) + 250ms.
-	c := newClient(t, nodes, WithOnLost(func(*Lock, error) {
+	// Close's wait on main was bounded by the node timeout + 250ms: the
+	// callback outlasts that bound. Close's releases are bounded by it
+	// too: at the default 1s they missed 1.25s on all three in-process
+	// nodes beside stress-ng --cpu 2 at load 10-16; 2s is 5× the slowest
+	// reply of this test measured at load 17-20 (406ms).
+	const nodeTimeout = 2 * time.Second
+	c := newClient(t, nodes, WithNodeTimeout(nodeTimeout), WithOnLost(func(*Lock, error) {
 		close(started)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(nodeTimeout + time.Second)
 		finished.Store(true)
 	}))
 	// Lock, not TryLock: at load 13 under -race a 300ms node timeout ran

@@ -70,9 +70,12 @@ func TestSemaphore_invalid(t *testing.T) {
 func TestSemaphore_atMostKPermits(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	// Node timeouts far above what a loaded machine needs (-race, miniredis
-	// in this process).
-	slack := []Option{WithNodeTimeout(2 * time.Second)}
+	// Node timeouts of 10s, 5× the slowest reply measured in the full
+	// suite under -race beside stress-ng --cpu 2 at load 17-20 (2s, where
+	// a 2s timeout ran out twice; miniredis runs in this process), and TTL
+	// 60s to let them (the renew interval, 20s, stays above).
+	const nodeTimeout = 10 * time.Second
+	slack := []Option{WithTTL(time.Minute), WithNodeTimeout(nodeTimeout)}
 	a := newClient(t, nodes, slack...)
 	b := newClient(t, nodes, slack...)
 	sa := newSemaphore(t, a, "jobs", 3)
@@ -100,11 +103,14 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	if n, err := sb.InUse(t.Context()); n != 3 || err != nil {
 		t.Errorf("InUse = %d, %v; want 3, nil", n, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	// A ctx of 10s: with 1s, at load 17-20, no node answered an attempt
+	// before it ended (ErrNoQuorum: an attempt cut short by ctx tells
+	// nothing of the nodes); 10s is 5× the slowest reply there.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	_, err := sb.Acquire(ctx)
 	cancel()
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire while full, ctx 1s = %v; want ErrNotObtained and DeadlineExceeded", err)
+		t.Errorf("Acquire while full, ctx 10s = %v; want ErrNotObtained and DeadlineExceeded", err)
 	}
 	if err := held[1].Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -112,13 +118,13 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	// The Acquire that gave up above leaves its queue entries to the
 	// Client's background cleanup: until that lands (a loaded machine,
 	// -race), a release may hand the permit to its finished token for one
-	// reservation (2s at the defaults). So a few tries, within 10s.
+	// reservation (two node timeouts). So a few tries, within that and 10s.
 	var l *Lock
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
 		if l, err = sb.TryAcquire(t.Context()); err == nil {
 			break
 		}
-		if !errors.Is(err, ErrNotObtained) || time.Since(start) > 10*time.Second {
+		if !errors.Is(err, ErrNotObtained) || time.Since(start) > 2*nodeTimeout+10*time.Second {
 			t.Fatalf("TryAcquire after a release = %v", err)
 		}
 	}
