@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -32,6 +33,69 @@ import (
 //
 // Neither gives the key-back check an allowance: both are recorded as
 // spikes (faultLog: spurious-loss only).
+
+// Faults aimed at the phases that issue 33's mutation run showed no plan
+// reached (drawPhases, a generator of their own again):
+//
+//   - the fence commit dropped (CommitDrop): in half the seeds with the
+//     phase-aimed commit fault, the commits to the majority are lost (the
+//     connection resets at the commit) instead of delayed. A delayed
+//     commit still lands while its lock is held and raises the counter;
+//     a lost one never does, so a lock that counted a minority's commits
+//     leaves a majority of counters below its fence, and the next holder
+//     that decides on them reuses it (fence-commit-minority);
+//   - a holder cut off right after a slow renewal (LongHold.SlowReply):
+//     in two of three long holds taken with Lock, every node's replies to
+//     the holder's Client come 30-45 ms late from its Lock call on (a
+//     request lands at once, its reply late: the keys are set at the
+//     start of the round), and the cut starts the instant its first
+//     renewal succeeds. A renewal whose new ValidUntil is measured from
+//     its reply, not from its start, then outlives the keys by the
+//     reply's delay (extend-deadline-from-reply);
+//   - equal tickets (Plan.TieBursts, tieBursts): in one seed of two,
+//     bursts of Lock calls from every Client at one instant.
+func (p *Plan) drawPhases(r *rand.Rand) {
+	drop := r.IntN(2) == 0
+	for k, f := range p.Faults {
+		if f.Kind == CommitDelay && drop {
+			p.Faults[k].Kind, p.Faults[k].Delay = CommitDrop, 0
+		}
+	}
+	if lh := p.LongHold; lh != nil && !lh.Do && r.IntN(3) != 0 {
+		lh.SlowReply = 30*time.Millisecond + time.Duration(r.Int64N(int64(15*time.Millisecond)))
+		// Early, and with a longer settling: the cut, which starts a
+		// renewal interval or more after the grant and must outlast the
+		// renewal's ValidUntil, ends before the settling's last TTL and
+		// 1.5 s (cut).
+		lh.At = time.Duration(r.Int64N(int64(200 * time.Millisecond)))
+		p.Settle += slowReplySettle
+	}
+	if r.IntN(2) == 0 {
+		p.TieBursts = 1
+	}
+}
+
+// tieBursts is the equal-ticket episode (Plan.TieBursts): in the quiet
+// phase, every regular Client calls Lock on the plan's last resource at
+// one fake-time instant, a burst every 700 ms. A ticket is the call's
+// start in microseconds, so the calls of a burst take the same ticket and
+// only the member orders them (DESIGN step 9: one total order, (ticket,
+// member)); their attempts split the nodes, and the waiters must agree
+// on who goes first (queue-tie-reversed).
+func (p *LockProfile) tieBursts(env *Env, c int) {
+	pl := env.Plan
+	res := resourceName(pl.Resources - 1)
+	for k := range pl.TieBursts {
+		if !env.SleepUntil(env.At(pl.Healed() + 30*time.Millisecond + time.Duration(k)*700*time.Millisecond)) {
+			return
+		}
+		p.lockOnce(env, c, env.Clients[c], env.Rand(fmt.Sprintf("tie %d/%d", c, k)), res, false)
+	}
+}
+
+// slowReplySettle is how much longer a plan whose long hold has slow
+// replies settles (on top of longHoldSettle).
+const slowReplySettle = 1500 * time.Millisecond
 
 // drawAimed draws the faults aimed at issue 30's late requests.
 func (p *Plan) drawAimed(r *rand.Rand) {

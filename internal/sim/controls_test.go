@@ -77,7 +77,15 @@ var controls = []control{
 
 // extraControls can be applied with -sim.control; TestControls does not
 // run them.
-var extraControls = []control{}
+var extraControls = []control{
+	// The renewal scheduler ignores deadlines (renewals go on): the
+	// extension's own checks (register refuses past ValidUntil, a round
+	// decided at or after it loses the lock) stand alone. Not a control
+	// TestControls runs: it is the seam of the pairwise mutant
+	// renew-after-deadline-pair (internal/sim/mutate), one layer off while
+	// the other is mutated.
+	{"deadline-unwatched", []*atomic.Bool{&testhooks.DeadlineUnwatched}, "overlap", 0, false},
+}
 
 // set turns the control on until the end of t.
 func (c control) set(t *testing.T) {
