@@ -61,6 +61,9 @@ func (p *LockProfile) Start(env *Env) {
 	if env.Plan.YieldHold > 0 {
 		env.Go(func() { p.holdYields(env) })
 	}
+	if fd := env.Plan.FenceDrop; fd != nil {
+		env.Go(func() { p.fenceEpisode(env, fd) })
+	}
 	for c := range env.Plan.Clients {
 		if env.Plan.TieBursts > 0 {
 			env.Go(func() { p.tieBursts(env, c) })
@@ -278,7 +281,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	h := env.History
 	res := resourceName(0)
 	// A moment after the workers: someone holds, and it queues.
-	if !env.SleepUntil(env.At(pl.Healed() + 5*grid)) {
+	if !env.SleepUntil(env.At(pl.Healed() + frozenWaiterAfter)) {
 		return
 	}
 	rc := env.Clients[c]
@@ -352,6 +355,10 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	}
 	h.mu.Unlock()
 }
+
+// frozenWaiterAfter is when, after the settling, the frozen waiter calls
+// Lock (and the first burst of equal tickets comes, tieBursts).
+const frozenWaiterAfter = 5 * grid
 
 // handOver is the Detach/Resume workload (redlock/handover.go): client c
 // Detaches its held lock x and another Client Resumes it with its token

@@ -36,8 +36,8 @@ type network struct {
 	// aimed: per link, the delay added to a chunk that carries a fence
 	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
 	aimed map[linkID]time.Duration
-	// drop: per link, a chunk that carries a fence commit resets the
-	// connection and is lost (CommitDrop): the commit never lands.
+	// drop: per link, a chunk that carries a fence commit is lost
+	// (CommitDrop): the commit never lands and is never answered.
 	drop map[linkID]bool
 	// reply: [client][node], added to every chunk coming down (replies
 	// only): the long hold's slow renewal (LongHold.SlowReply).
@@ -249,8 +249,12 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		}
 		if up {
 			if k.n.dropsCommit(k.id, b) {
-				k.close() // a reset at the commit: the chunk is lost
-				return
+				// Lost on the way, the connection left open: the
+				// client waits for the reply until its node timeout (a
+				// reset would fail the commit at once, and the round
+				// would be decided before the minority's commits
+				// answered).
+				continue
 			}
 			k.noteUp(b)
 		}

@@ -66,6 +66,10 @@ type Plan struct {
 	// slowed by DetachLag; the yields held YieldHold.
 	DetachLag, YieldHold time.Duration
 
+	// FenceDrop is the fence episode (aimed.go; nil: none). Lock profile
+	// only.
+	FenceDrop *FenceDrop
+
 	// TieBursts is how many bursts of Lock calls at one instant, one per
 	// Client, the quiet phase has (aimed.go tieBursts; 0: none).
 	TieBursts int
@@ -85,7 +89,7 @@ const (
 	NodeWipe                      // the node dies, and comes back empty after For (> TTL): fence counters are lost, so the fence check is off (DESIGN step 8 needs them kept)
 	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
 	CommitDelay                   // one Client's fence commits (phase 2 of a fenced acquire) to one node add Delay: a fault aimed at one phase
-	CommitDrop                    // one Client's fence commits to one node are lost: the connection resets at the commit (aimed.go)
+	CommitDrop                    // one Client's fence commits to one node are lost on the way, unanswered (aimed.go)
 )
 
 var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze", "commit", "commit-drop"}
@@ -359,6 +363,9 @@ func (p Plan) String() string {
 	}
 	if p.TieBursts > 0 {
 		s += fmt.Sprintf(", %d bursts of equal tickets", p.TieBursts)
+	}
+	if fd := p.FenceDrop; fd != nil {
+		s += fmt.Sprintf(", c%d's fence commits to %v lost", fd.Client, fd.Nodes)
 	}
 	return s
 }

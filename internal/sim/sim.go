@@ -106,6 +106,7 @@ func Run(p Plan, profiles ...Profile) Result {
 	if len(profiles) != 1 || profiles[0].Name() != "lock" {
 		p.NoFence = nil
 		p.TieBursts = 0
+		p.FenceDrop = nil
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
