@@ -38,13 +38,13 @@ var controls = []control{
 	// The release leaves no guard and requests carry no not-after bound
 	// (as the chaos checker's release-unguarded): a request of ours that
 	// lands after the release sets the key again.
-	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 5, false},
+	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 6, false},
 	// An Extend registered after it sends: an Unlock in between leaves no
 	// guard, and the Extend landing after the release sets the key again.
 	{"extend-registered-late", []*atomic.Bool{&testhooks.ExtendRegisterLate}, "key-back", 6, false},
 	// Equal tickets keep their nodes: waiters split with equal tickets
 	// livelock.
-	{"tie-keeps-nodes", []*atomic.Bool{&testhooks.QueueTieKeeps}, "liveness", 13, true},
+	{"tie-keeps-nodes", []*atomic.Bool{&testhooks.QueueTieKeeps}, "liveness", 73, true},
 	// A handoff for the full TTL: a frozen grantee holds the next waiter up
 	// for a TTL, not a reservation.
 	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6, false},
