@@ -328,8 +328,11 @@ func TestReal_expiredUnlockSparesNextHolder(t *testing.T) {
 	a := newClient(t, rc.Clients())
 	b := newClient(t, rc.Clients())
 	// The default node timeout of a 200ms TTL, 20ms, was missed under
-	// -race on a loaded machine (by all 5 nodes at once in one run).
-	old, err := a.Lock(t.Context(), "exp", WithTTL(600*time.Millisecond), WithAutoRenew(false), WithNodeTimeout(150*time.Millisecond))
+	// -race on a loaded machine (by all 5 nodes at once in one run), and
+	// then 150ms (a 600ms TTL), by the stale Unlock on 3 of 5 nodes beside
+	// stress-ng --cpu 2 at load 14-17. 900ms is 10× the slowest reply
+	// measured at load 17-20 (91ms); TTL 3s lets it.
+	old, err := a.Lock(t.Context(), "exp", WithTTL(3*time.Second), WithAutoRenew(false), WithNodeTimeout(900*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
