@@ -132,12 +132,26 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 	start := time.Now()
 	locks := make([]*Lock, manyLeases)
 	var g sync.WaitGroup
-	var failed atomic.Int64
+	var failed, retried atomic.Int64
 	for w := range 4 {
 		g.Go(func() {
 			for i := w; i < manyLeases; i += 4 {
+				// A node timeout of 900ms, the most under the 1s renew
+				// interval: at 500ms, 26 of 1000 calls missed it in the
+				// full suite beside stress-ng (load 13-15). A call that
+				// still finds no quorum (a timeout: no lease is what this
+				// test is about) tries again, up to 3 times; the leases
+				// stay as spread out as they were taken.
 				const ttl = 3 * time.Second
-				l, err := c.TryLock(t.Context(), fmt.Sprint("lease", i), WithTTL(ttl), WithNodeTimeout(500*time.Millisecond), WithAutoRenew(false))
+				var l *Lock
+				var err error
+				for try := 0; try < 3; try++ {
+					l, err = c.TryLock(t.Context(), fmt.Sprint("lease", i), WithTTL(ttl), WithNodeTimeout(900*time.Millisecond), WithAutoRenew(false))
+					if !errors.Is(err, ErrNoQuorum) {
+						break
+					}
+					retried.Add(1)
+				}
 				if err != nil {
 					if failed.Add(1) == 1 {
 						t.Logf("lease %d (TTL %v): %v", i, ttl, err)
@@ -152,7 +166,7 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d TryLock calls failed", n, manyLeases)
 	}
-	t.Logf("%d leases taken in %v", manyLeases, time.Since(start))
+	t.Logf("%d leases taken in %v (%d calls found no quorum and tried again)", manyLeases, time.Since(start), retried.Load())
 	// Lost() is awaited until this long after ValidUntil.
 	const limit = 3 * time.Second
 	lates := make([]time.Duration, manyLeases)

@@ -144,7 +144,7 @@ func TestDial_refusesUnsafeNodes(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			c, err := Dial(ctx, tc.urls)
+			c, err := dialAgain(t, ctx, tc.urls)
 			if c != nil {
 				c.Close()
 			}
@@ -155,10 +155,10 @@ func TestDial_refusesUnsafeNodes(t *testing.T) {
 	// Last, as it changes node 2 for good.
 	t.Run("a replica", func(t *testing.T) {
 		replicaOf(t, rc, 2, 0)
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		urls := urlsOf("redis", "", proxyAddrs(rc)...)
-		c, err := Dial(ctx, urls)
+		c, err := dialAgain(t, ctx, urls)
 		if c != nil {
 			c.Close()
 		}

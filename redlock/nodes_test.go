@@ -30,17 +30,35 @@ const minimalACL = "resetkeys ~lock:* resetchannels &lock:* -@all " +
 	"+get +mget +set +pexpire +pubsub|numsub +del +exists +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zcard +zpopmin +hset +hget +hdel +pttl +time " +
 	"+publish +subscribe +unsubscribe +ping"
 
-// dialT dials urls and closes the Client in a cleanup.
+// dialT dials urls (dialAgain) and closes the Client in a cleanup.
 func dialT(t *testing.T, urls []string, opts ...Option) *Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, urls, opts...)
+	c, err := dialAgain(t, ctx, urls, opts...)
 	if err != nil {
 		t.Fatalf("Dial(%q) = %v", urls, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// dialAgain is Dial, made again (up to 3 times in all) while a majority
+// of the nodes did not answer its PING round in time, as a service would
+// at startup: in the full suite beside stress-ng (load 13-15) every node
+// missed Dial's node timeout at once, TLS handshakes and Sentinel
+// lookups included, though the tests that met it were about something
+// else (a refusal, a replica, a failover). Any other outcome is returned
+// at once.
+func dialAgain(t *testing.T, ctx context.Context, urls []string, opts ...Option) (*Client, error) {
+	t.Helper()
+	for try := 1; ; try++ {
+		c, err := Dial(ctx, urls, opts...)
+		if !errors.Is(err, ErrNoQuorum) || try == 3 || ctx.Err() != nil {
+			return c, err
+		}
+		t.Logf("Dial, try %d: %v; again", try, err)
+	}
 }
 
 // attempts counts acquisition rounds, to tell when a waiter is waiting.
@@ -174,7 +192,7 @@ func TestNodes_tls(t *testing.T) {
 	// reach of a loaded machine (the default 1s was not: the handshakes
 	// under -race at load 12 ended in "context deadline exceeded").
 	t.Run("system roots only", func(t *testing.T) {
-		_, err := Dial(t.Context(), urls, WithNodeTimeout(5*time.Second))
+		_, err := dialAgain(t, t.Context(), urls, WithNodeTimeout(5*time.Second))
 		var ne *NodeError
 		var verify *tls.CertificateVerificationError
 		if !errors.As(err, &ne) || !errors.As(ne.Err, &verify) || errors.Is(err, ErrNoQuorum) {
@@ -184,7 +202,7 @@ func TestNodes_tls(t *testing.T) {
 	t.Run("no client certificate", func(t *testing.T) {
 		cfg := pki.ClientConfig()
 		cfg.Certificates = nil
-		_, err := Dial(t.Context(), urls, WithTLSConfig(cfg), WithNodeTimeout(5*time.Second))
+		_, err := dialAgain(t, t.Context(), urls, WithTLSConfig(cfg), WithNodeTimeout(5*time.Second))
 		var ne *NodeError
 		if !errors.As(err, &ne) || !strings.Contains(ne.Err.Error(), "certificate required") || errors.Is(err, ErrNoQuorum) {
 			t.Errorf("Dial without a client certificate = %v; want a refusal (not ErrNoQuorum) with a *NodeError saying the server requires one", err)
@@ -456,7 +474,7 @@ func TestNodes_sentinelFailoverKeepsReplicatedLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.WaitReplicated(ctx, 2*time.Second)
+	s.WaitReplicated(ctx, 10*time.Second) // returns once acknowledged: at 2s it missed in the full suite (load 13-15)
 
 	old := s.KillMaster(ctx)
 	killed := time.Now()

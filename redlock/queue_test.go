@@ -400,16 +400,22 @@ func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score,
 func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
-	const ttl = 3 * time.Second
+	// TTL 10s, node timeout 1s: a reservation of 5s (half the TTL), and
+	// a handed lock needs 1.5s of it left (handoffMin). With the 300ms of
+	// a 3s TTL, the waiter's attempts missed the node timeout under the
+	// full suite's load, and each miss costs the 10s retry delay: it never
+	// queued on a majority in 26s (load 13-15 beside stress-ng). 1s is 5×
+	// the slowest attempt measured there.
+	const ttl, timeout = 10 * time.Second, time.Second
 	for _, tc := range []struct {
 		name    string
 		wait    time.Duration
 		confirm bool
-	}{{"short wait: held from the handoff", 500 * time.Millisecond, false}, {"long wait: confirmed", 2 * time.Second, true}} {
+	}{{"short wait: held from the handoff", 500 * time.Millisecond, false}, {"long wait: confirmed", 4 * time.Second, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newClient(t, rc.Clients(), WithTTL(ttl))
+			a := newClient(t, rc.Clients(), WithTTL(ttl), WithNodeTimeout(timeout))
 			rounds := &roundCounter{}
-			b := newClient(t, rc.Clients(), WithTTL(ttl), WithHooks(rounds))
+			b := newClient(t, rc.Clients(), WithTTL(ttl), WithNodeTimeout(timeout), WithHooks(rounds))
 			// A waiter whose handoff messages come further apart than a
 			// node timeout (a loaded machine) confirms with a round
 			// instead: the short wait tries again, up to 5 times, until
@@ -460,7 +466,7 @@ func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 				if fromHandoff {
 					// The first renewal, due well inside the reservation,
 					// extends the lock to its TTL.
-					if !eventually(5*time.Second, func() bool { return r.l.ValidUntil().After(until.Add(ttl / 2)) }) || !r.l.Valid() {
+					if !eventually(ttl, func() bool { return r.l.ValidUntil().After(until.Add(ttl / 2)) }) || !r.l.Valid() {
 						t.Errorf("held from handoffs: ValidUntil still %v after the Unlock, valid %v; want the first renewal to extend it to the TTL",
 							r.l.ValidUntil().Sub(unlocked), r.l.Valid())
 					}
