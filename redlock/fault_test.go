@@ -777,3 +777,33 @@ func TestReal_lateRequestAfterReleaseLeavesNoKey(t *testing.T) {
 		}
 	}
 }
+
+// dumpKeys logs every key on rc's nodes with its type, PTTL and value (a
+// sorted set's members with their scores): what a liveness failure left.
+func dumpKeys(t *testing.T, rc *redistest.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range rc.N() {
+		a := rc.Admin(i)
+		keys, err := a.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Logf("node %d: KEYS: %v", i, err)
+			continue
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			typ, _ := a.Type(ctx, k).Result()
+			pttl, _ := a.PTTL(ctx, k).Result()
+			var v any
+			switch typ {
+			case "string":
+				v, _ = a.Get(ctx, k).Result()
+			case "zset":
+				v, _ = a.ZRangeWithScores(ctx, k, 0, -1).Result()
+			case "hash":
+				v, _ = a.HGetAll(ctx, k).Result()
+			}
+			t.Logf("node %d: %s (%s, PTTL %v): %v", i, k, typ, pttl, v)
+		}
+	}
+}
