@@ -237,25 +237,38 @@ func TestTerm_identityFollowsRenewals(t *testing.T) {
 	// A campaign whose identity writes missed the 100ms node timeout (at
 	// load 15 under -race) fails with ErrNoQuorum and is retried, as Run
 	// does.
-	var term *election.Term
-	var err error
-	for try := 0; ; try++ {
-		term, err = leader.e.Campaign(t.Context())
-		if err == nil || !errors.Is(err, redlock.ErrNoQuorum) || try == 9 {
-			break
+	campaign := func() *election.Term {
+		for try := 0; ; try++ {
+			term, err := leader.e.Campaign(t.Context())
+			if err == nil {
+				return term
+			}
+			if !errors.Is(err, redlock.ErrNoQuorum) || try == 9 {
+				t.Fatalf("Campaign: %v", err)
+			}
+			t.Logf("Campaign = %v; again", err)
 		}
-		t.Logf("Campaign = %v; again", err)
 	}
-	if err != nil {
-		t.Fatalf("Campaign: %v", err)
-	}
-	defer term.Resign(context.Background())
-	var polls, lapses int
-	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	term := campaign()
+	defer func() { term.Resign(context.Background()) }()
+	// A term whose renewal missed the 100ms node timeout (in the full
+	// suite beside stress-ng, load 8-11) ends: not what this test is
+	// about. It campaigns again, up to 5 times, and polls 6s of valid
+	// terms in all.
+	var polls, lapses, ended int
+	for left := 6 * time.Second; left > 0; time.Sleep(20 * time.Millisecond) {
+		start := time.Now()
 		l, err := obs.e.Leader(t.Context())
 		if term.Context().Err() != nil || !time.Now().Before(term.ValidUntil()) {
-			t.Fatalf("the term ended after %d polls (%v): a renewal failed, not the identity", polls, context.Cause(term.Context()))
+			if ended++; ended > 5 {
+				t.Fatalf("the term ended %d times (last: %v): renewals failed, not the identity", ended, context.Cause(term.Context()))
+			}
+			t.Logf("after %d polls the term ended (%v): a renewal failed; campaigning again", polls, context.Cause(term.Context()))
+			term.Resign(context.Background())
+			term = campaign()
+			continue
 		}
+		left -= time.Since(start) + 20*time.Millisecond
 		polls++
 		switch {
 		case errors.Is(err, election.ErrNoLeader):

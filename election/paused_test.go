@@ -66,7 +66,14 @@ func TestHelperCandidate(t *testing.T) {
 		t.Fatal("term did not end")
 	}
 	say("ended %v", context.Cause(term.Context()))
+	// Its first read after SIGCONT may miss the 200ms node timeout of a
+	// 2s TTL on a loaded machine (seen in the full suite beside
+	// stress-ng, load 8-11): a read that found no quorum says nothing of
+	// the leader, and is made again, up to 5 times.
 	l, err := e.Leader(ctx)
+	for try := 1; errors.Is(err, election.ErrNoQuorum) && try < 5; try++ {
+		l, err = e.Leader(ctx)
+	}
 	say("leader %s %v", l.Identity, err)
 	_ = term.Resign(ctx)
 }
