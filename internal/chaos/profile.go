@@ -279,7 +279,10 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	if err := errors.Join(errs...); err != nil {
 		out.HarnessErrors = append(out.HarnessErrors, err.Error())
 	}
-	slack := max(100*time.Millisecond, cfg.TTL/3)
+	// The slack: a third of the TTL (at least 100ms), plus how late this
+	// process ran a due timer meanwhile (the loss timer and the worker
+	// that sees it run no earlier: schedProbe).
+	slack := max(100*time.Millisecond, cfg.TTL/3) + out.Sampler.SchedDelay
 	wait := time.Duration(0)
 	if cfg.WaitBound > 0 {
 		wait = cfg.WaitBound + slack
