@@ -61,7 +61,7 @@ func noneHoldsFor(t *testing.T, rc *redistest.Cluster, key, token string, d time
 }
 
 // queuedTokenOn reports whether node i's waiter queue for key holds an
-// entry of token (members are "client/reservation/token").
+// entry of token (entries are "client#reservation#token#deadline#attempt").
 func queuedTokenOn(t *testing.T, rc *redistest.Cluster, i int, key, token string) bool {
 	t.Helper()
 	members, err := rc.Admin(i).ZRange(context.Background(), key+scripts.QueueSuffix, 0, -1).Result()
@@ -69,7 +69,7 @@ func queuedTokenOn(t *testing.T, rc *redistest.Cluster, i int, key, token string
 		t.Fatalf("ZRANGE on node %d: %v", i, err)
 	}
 	for _, m := range members {
-		if strings.HasSuffix(m, "/"+token) {
+		if strings.Contains(m, "#"+token+"#") {
 			return true
 		}
 	}

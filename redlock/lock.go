@@ -84,6 +84,16 @@ type Lock struct {
 	// detached is set by Detach (handover.go): Unlock must not release a
 	// lock handed to another process.
 	detached atomic.Bool
+	// queueSent is set once an acquire carrying waiter.Member was sent:
+	// until then no entry of it can be queued on any node, and the
+	// acquire script does not look for one (scripts.Waiter.Fresh). Set by
+	// the call's goroutine.
+	queueSent bool
+	// dequeued marks the nodes whose handoff took our entry out, named by
+	// our latest attempt (so no later request of ours could queue it
+	// again): a release sends no member there (release.go). Set by the
+	// call's goroutine before the lock is handed out; nil: none.
+	dequeued []bool
 	// starts are when this token's latest attempts began, by attempt
 	// number (a ring): a handoff that names an attempt was set after it
 	// began (see handedUntil). Set by the call's goroutine.

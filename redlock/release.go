@@ -171,17 +171,23 @@ func (l *Lock) needsRetry(i int, err error) bool {
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
 // with the token's guard, for nodes where a request of the lock may still
-// be in flight (guardFor). Both carry our queue member, also to nodes that
-// handed us the key (the handoff took it out there): an attempt refused
-// there later may have queued it again, and a release must never leave it
-// for a later one to hand the key to a finished token.
-type relArgs struct{ plain, guarded []any }
+// be in flight (guardFor). Both carry our queue member, so that the script
+// takes out any entry of ours left there: a release must never leave one
+// for a later one to hand the key to a finished token. unqueued (non-nil
+// when some node handed us the key: l.dequeued) has no member: for a node
+// whose handoff took out the entry of our latest attempt and where no
+// request of ours is in flight, so that nothing of ours can have queued
+// again (issue 32: the handing release's own lookup saved).
+type relArgs struct{ plain, guarded, unqueued []any }
 
 // releaseArgs boxes the release's arguments once for every node. A node's
 // need for the guard can only appear while a round is pending, so one seen
 // here stays.
 func (l *Lock) releaseArgs() *relArgs {
 	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
+	if l.dequeued != nil {
+		args.unqueued = scripts.Unqueued(args.plain)
+	}
 	for i := range l.keys {
 		if l.guardFor(i) > 0 {
 			args.guarded = l.guardArgs()
@@ -200,6 +206,9 @@ func (l *Lock) guardArgs() []any {
 // the lock may still be in flight there.
 func (l *Lock) argsFor(args *relArgs, i int) []any {
 	if l.guardFor(i) == 0 {
+		if args.unqueued != nil && l.dequeued[i] {
+			return args.unqueued // no entry of ours can be left there
+		}
 		return args.plain
 	}
 	if args.guarded == nil {
