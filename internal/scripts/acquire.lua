@@ -35,23 +35,28 @@
 -- clock with the offset's error and the drift allowed; see
 -- redlock/clock.go). A request that runs later — held by the network, or
 -- queued in a paused node's socket for any length of time — is refused
--- before anything is read or written: no grant, no refresh, no queue entry.
--- It answers -2, not 0: the script never read the key, and a client whose
--- timer fired late (a loaded machine) still reads the reply; it must not
--- name another owner as the cause.
-if tonumber(ARGV[8]) > 0 then
-  if now() > tonumber(ARGV[8]) then
-    if KEYS[5] then
-      return {-2, tonumber(redis.call('GET', KEYS[5]) or '0')}
-    end
-    return -2
-  end
-end
+-- before anything is written: no grant, no refresh, no queue entry. It
+-- answers -2, not 0, where it could have written: a client whose timer
+-- fired late (a loaded machine) still reads the reply. Where nothing could
+-- be written (the key another's and no queueing, or our guard there) the
+-- bound is not read (one TIME less): the refusal is 0, a true reply of
+-- the node when the request ran.
 local kg = redis.call('MGET', KEYS[1], KEYS[2])
 local v = kg[1]
 local ok = 0
-if not kg[2] then
-  local member = ARGV[3]
+local member = ARGV[3]
+-- A request that can write nothing — our guard is there, or another
+-- token holds the key and we do not queue — reads no TIME: late or not,
+-- it changes nothing (issue 32: a refused TryLock costs MGET alone).
+if not kg[2] and (v == false or v == ARGV[1] or member ~= '') then
+  if tonumber(ARGV[8]) > 0 then
+    if now() > tonumber(ARGV[8]) then
+      if KEYS[5] then
+        return {-2, tonumber(redis.call('GET', KEYS[5]) or '0')}
+      end
+      return -2
+    end
+  end
   local p, ticket = '', nil
   local attempt, fresh = string.match(ARGV[7], '^(%d+)(n?)$')
   if member ~= '' then
