@@ -87,7 +87,7 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 		c.drop(ctx, l)
 		return nil, grantExpired("granted, but its validity ran out before it could be returned")
 	}
-	c.abandon(ctx, l, t)
+	c.abandonLate(ctx, l, t)
 	if ctx.Err() != nil {
 		return nil, errors.Join(err, ctx.Err())
 	}
@@ -258,6 +258,7 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 		})
 	})
 	l.noteStart(r.Started())
+	l.round = r
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)

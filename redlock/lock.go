@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
 
@@ -84,6 +85,9 @@ type Lock struct {
 	// detached is set by Detach (handover.go): Unlock must not release a
 	// lock handed to another process.
 	detached atomic.Bool
+	// round is the lock's latest acquire round (set by try, on the call's
+	// goroutine): a refused TryLock waits for its stragglers (abandonLate).
+	round *quorum.Round[reply]
 	// queueSent is set once an acquire carrying waiter.Member was sent:
 	// until then no entry of it can be queued on any node, and the
 	// acquire script does not look for one (scripts.Waiter.Fresh). Set by

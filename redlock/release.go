@@ -245,6 +245,56 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 	l.releaseAll(ctx)
 }
 
+// abandonLate is abandon for a refused TryLock (one round, never queued):
+// a node that granted is released at once; a node that refused, with no
+// request of ours unanswered there, holds nothing of ours; a node that had
+// not answered when the call was decided is waited for in the background,
+// as a straggler — released only if its answer is a grant or a failure, and
+// with the token's guard if no answer comes within the node timeout (the
+// release then goes after the request timed out, as step 4 asks, and the
+// guard covers it if it lands later). On a contended key most stragglers
+// refuse, so a refused TryLock costs them nothing more (issue 32 item 7;
+// before, each got a guarded release at once). Close waits for these
+// goroutines (c.wg), which end by the round's deadline.
+func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
+	r := l.round
+	if r == nil || t.Votes == nil || l.waiter.Member != "" {
+		c.abandon(ctx, l, t)
+		return
+	}
+	l.mu.Lock()
+	l.state = stateFinished
+	l.mu.Unlock()
+	dctx := context.WithoutCancel(ctx)
+	args := l.releaseArgs()
+	deadline := r.Started().Add(l.cfg.timeout())
+	for i := range c.nodes {
+		vote := t.Votes[i]
+		if vote == quorum.No && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		c.wg.Go(func() {
+			if vote != quorum.Yes {
+				// A straggler: wait for its answer, at most until its
+				// deadline.
+				tm := time.NewTimer(time.Until(deadline))
+				select {
+				case <-r.Done(i):
+				case <-tm.C:
+				case <-c.closing:
+				}
+				tm.Stop()
+				if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours && l.guardFor(i) == 0 {
+					return // it refused: nothing of ours there
+				}
+			}
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i, args)
+		})
+	}
+}
+
 // abandon ends a Lock call's lock that was never handed out (step 4): it
 // is released on every node where anything of ours may be — nodes that
 // granted, nodes that have not answered (with the token's guard, so that an
