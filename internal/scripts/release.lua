@@ -13,9 +13,10 @@
 -- (yielding only, see below).
 --
 -- Our member leaves the queue, whether we held the key or not, so that no
--- handoff lands on a token that is done. The client sends it only where an
--- entry of ours may still be ("" where a handoff took it out and no request
--- of ours may land since: the common case of a handed-over lock). A key that is gone already (our
+-- handoff lands on a token that is done. It is looked for only where the
+-- key is not ours (see below), and the client sends the member only where
+-- an entry of ours may still be ("" where a handoff took it out and no
+-- request of ours may land since). A key that is gone already (our
 -- lease ran out here) is free: it goes to the first live waiter, as an
 -- acquire that finds it free would do, so that waiters need not wait for
 -- their fallback attempt to learn of it.
@@ -40,17 +41,24 @@ if ARGV[5] ~= '' and ARGV[8] and tonumber(ARGV[8]) > 0 and now() > tonumber(ARGV
 end
 local member = ARGV[3]
 local attempt, tk = string.match(ARGV[7], '^(%d+) (%d+)$')
+local v = redis.call('GET', KEYS[1])
+-- Where the key holds our token no entry of ours is queued: whatever set
+-- it to our token took our entry out (a grant dequeues, a handoff pops),
+-- and while it holds our token nothing queues us again (an attempt
+-- refreshes instead; a yield keeps the key without queueing, or gives it
+-- away first). So the lookup is only where the key is not ours.
 local p = ''
 if member ~= '' then
   p = prefixOf(member)
-  dequeue(p, tonumber(tk))
+  if v ~= ARGV[1] then
+    dequeue(p, tonumber(tk))
+  end
 end
 local ticket = nil
 if ARGV[5] ~= '' then
   ticket = tonumber(ARGV[5])
 end
 local r = 0
-local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   if ticket then
     if serve(p, ticket, ARGV[4], ARGV[1]) then

@@ -268,9 +268,12 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl ti
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
 func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
-	attempt := strconv.FormatInt(w.Attempt, 10)
-	if w.Fresh {
-		attempt += "n"
+	attempt := "0" // not queueing: unused, and no allocation on TryLock's path
+	if w.Member != "" {
+		attempt = strconv.FormatInt(w.Attempt, 10)
+		if w.Fresh {
+			attempt += "n"
+		}
 	}
 	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, attempt}
 }
@@ -507,7 +510,11 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake s
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)}
+	at := "0 0" // no member: unused
+	if r.Member != "" {
+		at = strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)
+	}
+	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), at}
 }
 
 // Unqueued returns args from ReleaseArgs (not yielding) without the
