@@ -180,8 +180,18 @@ func TestElection_twoCandidates(t *testing.T) {
 	a := newCandidate(t, rc, "two", "a", nil)
 	b := newCandidate(t, rc, "two", "b", nil)
 
-	if _, err := a.e.Leader(t.Context()); !errors.Is(err, election.ErrNoLeader) {
-		t.Fatalf("Leader() before any campaign: %v; want ErrNoLeader", err)
+	// A read in which a majority did not answer within the 200ms node
+	// timeout (TTL 2s; a new Client's first requests beside stress-ng
+	// --cpu 2 at load 10-17, twice) proves nothing, and is made again.
+	for try := 1; ; try++ {
+		_, err := a.e.Leader(t.Context())
+		if errors.Is(err, election.ErrNoLeader) {
+			break
+		}
+		if !errors.Is(err, election.ErrNoQuorum) || try == 5 {
+			t.Fatalf("Leader() before any campaign: %v (try %d); want ErrNoLeader", err, try)
+		}
+		t.Logf("try %d: a majority did not answer in time: %v", try, err)
 	}
 	ta, err := a.e.Campaign(t.Context())
 	if err != nil {

@@ -9,6 +9,7 @@
 // The instruments:
 //
 //	redlock.expired          counter        {lock}  locks lost or expired before their holder released them; redlock.resource
+//	redlock.expired.all      counter        {lock}  the same, all resources together, no attributes; 0 from New on
 //	redlock.held             updowncounter  {lock}  locks held now; redlock.resource
 //	redlock.acquire.duration histogram      s       one acquisition round on the nodes; redlock.outcome
 //	redlock.wait.duration    histogram      s       a whole Lock or TryLock call, retries included; redlock.outcome
@@ -159,15 +160,20 @@ type Hooks struct {
 	renewalSpans bool
 	attempts     *attempts
 
-	expired  metric.Int64Counter
-	held     metric.Int64UpDownCounter
-	acquire  metric.Float64Histogram
-	wait     metric.Float64Histogram
-	hold     metric.Float64Histogram
-	lag      metric.Float64Histogram
-	failures metric.Int64Counter
-	margin   metric.Int64Histogram
-	nodeErrs metric.Int64Counter
+	expired metric.Int64Counter
+	// expiredAll is expired without attributes: one series, at 0 from New
+	// on, so that a backend that alerts on its growth sees the first loss
+	// of a resource never seen before (a series created by the loss itself
+	// starts at 1, and its growth is not seen).
+	expiredAll metric.Int64Counter
+	held       metric.Int64UpDownCounter
+	acquire    metric.Float64Histogram
+	wait       metric.Float64Histogram
+	hold       metric.Float64Histogram
+	lag        metric.Float64Histogram
+	failures   metric.Int64Counter
+	margin     metric.Int64Histogram
+	nodeErrs   metric.Int64Counter
 
 	elections *electionInstruments // election.Hooks (election.go)
 }
@@ -220,6 +226,12 @@ func New(opts ...Option) (*Hooks, error) {
 	h.expired, e = m.Int64Counter("redlock.expired", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks lost or expired before their holder released them: the TTL is too short for the work, or the holder paused."))
 	err = errors.Join(err, e)
+	h.expiredAll, e = m.Int64Counter("redlock.expired.all", metric.WithUnit("{lock}"),
+		metric.WithDescription("redlock.expired, all resources together, without attributes; 0 from the start, so that the first loss of a resource is seen as growth."))
+	err = errors.Join(err, e)
+	if e == nil {
+		h.expiredAll.Add(context.Background(), 0)
+	}
 	h.held, e = m.Int64UpDownCounter("redlock.held", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks held now: acquired, neither released nor lost."))
 	err = errors.Join(err, e)
@@ -342,6 +354,7 @@ func (h *Hooks) count(ctx context.Context, resource string, heldDelta int, expir
 	}
 	if expired {
 		h.expired.Add(ctx, 1, h.resourceSet(resource))
+		h.expiredAll.Add(ctx, 1)
 	}
 }
 

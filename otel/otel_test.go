@@ -146,6 +146,40 @@ func spansNamed(rec *tracetest.SpanRecorder, name, resource string) []sdktrace.R
 	return out
 }
 
+// redlock.expired.all exists at 0 from New on, before any lock, and counts
+// every loss whatever its resource: a backend that alerts on its growth
+// sees the first loss of a resource it has never seen (issue 31 item 3),
+// which redlock.expired, whose series that loss creates, does not show as
+// growth.
+func TestExpiredAll_zeroFromNew(t *testing.T) {
+	t.Parallel()
+	tel := newTelemetry(t)
+	h, err := redlockotel.New(redlockotel.WithMeterProvider(tel.mp), redlockotel.WithTracerProvider(tel.tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(tel.collect(t), "redlock.expired.all"); got != 0 {
+		t.Fatalf("redlock.expired.all after New = %d; want 0 (-1: no series)", got)
+	}
+	ctx := context.Background()
+	for _, r := range []string{"cron:a", "migrate:b"} {
+		h.Acquire(ctx, redlock.AcquireInfo{Resource: r, Outcome: redlock.OutcomeAcquired, Attempts: 1})
+		h.Lost(ctx, redlock.LostInfo{Resource: r, HeldFor: time.Second, Err: redlock.ErrLockLost})
+		h.Release(ctx, redlock.ReleaseInfo{Resource: r, HeldFor: time.Second, WasLost: true})
+	}
+	m := tel.collect(t)
+	if got := sum(m, "redlock.expired.all"); got != 2 {
+		t.Errorf("redlock.expired.all after two losses = %d; want 2", got)
+	}
+	if s, ok := m["redlock.expired.all"].Data.(metricdata.Sum[int64]); ok {
+		for _, dp := range s.DataPoints {
+			if dp.Attributes.Len() != 0 {
+				t.Errorf("redlock.expired.all has attributes %v; want none", dp.Attributes)
+			}
+		}
+	}
+}
+
 // TestHooks runs a Client on miniredis nodes through a contended
 // acquisition, renewals, a release, a loss (another owner takes every node)
 // and a round refused by node errors, and checks the metrics in a manual

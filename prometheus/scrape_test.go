@@ -113,11 +113,16 @@ func TestScrape(t *testing.T) {
 	reg.MustRegister(h)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(srv.Close)
-	// TTL 600ms: renewals every 200ms. The node timeout is raised from
+	// TTL 6s: renewals every 2s. The node timeout, 1.5s, is raised from
 	// TTL/10 so that a healthy node on a busy test machine is not counted
-	// as failing; a paused one still fails every round.
+	// as failing, nor a first attempt refused (150ms, with a 600ms TTL,
+	// was missed by the first Lock's requests beside stress-ng --cpu 2 at
+	// load 10–12: the attempt was made 3 times; the slowest reply of a
+	// real node in redlock's tests there was 1.2s, a reconnection, most
+	// under 300ms); a paused node still fails every round.
+	const ttl, renewEvery = 6 * time.Second, 2 * time.Second
 	c, err := redlock.New(rc.Clients(), redlock.WithHooks(h),
-		redlock.WithTTL(600*time.Millisecond), redlock.WithNodeTimeout(150*time.Millisecond))
+		redlock.WithTTL(ttl), redlock.WithNodeTimeout(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,9 +130,26 @@ func TestScrape(t *testing.T) {
 	ctx := t.Context()
 
 	// Step 1: acquire, and be refused while held.
+	locked := time.Now()
 	l1, err := c.Lock(ctx, "job:1")
 	if err != nil {
 		t.Fatalf("Lock(job:1) = %v", err)
+	}
+	// Lock returns at a majority; its request to another node may still be
+	// on its way, where the TryLock below would be granted (margin −2, not
+	// −3). Bounded by 5 node timeouts.
+	onEvery := func() bool {
+		for i := range rc.N() {
+			if v, _ := rc.Admin(i).Get(ctx, "lock:job:1").Result(); v != l1.Token() {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * 1500 * time.Millisecond); !onEvery(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("step 1: job:1 not held on every node")
+		}
 	}
 	if _, err := c.TryLock(ctx, "job:1"); !errors.Is(err, redlock.ErrNotObtained) {
 		t.Fatalf("TryLock(job:1) while held = %v; want ErrNotObtained", err)
@@ -152,7 +174,7 @@ func TestScrape(t *testing.T) {
 		}
 	}
 	// 5 nodes, quorum 3: a headroom of 2 less the nodes that failed a
-	// request (none, unless a healthy node missed the 150ms node timeout
+	// request (none, unless a healthy node missed the 1.5s node timeout
 	// on a busy machine).
 	failing := m.value("redis_lock_nodes_failing", nil)
 	if got := m.value("redis_lock_quorum_headroom", nil); failing < 0 || got != 2-failing {
@@ -166,15 +188,21 @@ func TestScrape(t *testing.T) {
 		t.Errorf("step 1: quorum margin of acquire ≤ −1 observed %v times; want 1 (the granted Lock has margin ≥ 0)", got)
 	}
 
-	// Step 2: let it renew (every 200ms), then release it.
-	time.Sleep(500 * time.Millisecond)
+	// Step 2: let it renew twice (every 2s), then release it. The bound,
+	// 10s, is the two intervals and 5× slack over a loaded machine's
+	// timer delays.
+	renewed := func() bool { return scrape(t, srv.URL).value("redis_lock_renewal_lag_seconds", nil) >= 2 }
+	for deadline := time.Now().Add(2*renewEvery + 6*time.Second); !renewed() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := l1.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock(job:1) = %v", err)
 	}
+	held := time.Since(locked)
 	m = scrape(t, srv.URL)
 	renewals := m.value("redis_lock_renewal_lag_seconds", nil)
 	if renewals < 2 {
-		t.Errorf("step 2: renewal lag observed %v times; want ≥ 2 renewals in 500ms at TTL/3 = 200ms", renewals)
+		t.Errorf("step 2: renewal lag observed %v times in %v; want ≥ 2 renewals at TTL/3 = %v", renewals, held.Round(time.Millisecond), renewEvery)
 	}
 	// A renewal is launched when due and takes one round trip; a lag of a
 	// second would mean it waited for something.
@@ -190,8 +218,8 @@ func TestScrape(t *testing.T) {
 	if got := m.value("redis_lock_hold_duration_seconds", nil); got != 1 {
 		t.Errorf("step 2: hold duration observed %v times; want 1", got)
 	}
-	if got := m.sum("redis_lock_hold_duration_seconds", nil); got < 0.5 || got > 5 {
-		t.Errorf("step 2: hold duration sum = %vs; want ≥ 0.5s (slept 500ms), < 5s", got)
+	if got := m.sum("redis_lock_hold_duration_seconds", nil); got < (2*renewEvery).Seconds() || got > held.Seconds() {
+		t.Errorf("step 2: hold duration sum = %vs; want ≥ %v (two renewals), ≤ %v (Lock to Unlock)", got, 2*renewEvery, held)
 	}
 	if got := m.value("redis_lock_held", job1); got != 0 {
 		t.Errorf("step 2: redis_lock_held{job:1} = %v after Unlock; want 0", got)
@@ -216,11 +244,18 @@ func TestScrape(t *testing.T) {
 	}
 	select {
 	case <-l2.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("step 3: job:2 not lost 5s after pausing 3 of 5 nodes (TTL 600ms)")
+	case <-time.After(5 * ttl):
+		t.Fatalf("step 3: job:2 not lost %v after pausing 3 of 5 nodes (TTL %v)", 5*ttl, ttl)
 	}
-	m = scrape(t, srv.URL)
+	// Lost() is closed first, then the hook runs on a goroutine of its
+	// own: wait for it (5s) before reading what it counted.
 	job2 := labels{"resource": "job:2"}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m = scrape(t, srv.URL)
+		if m.value("redis_lock_expired_total", job2) >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if got := m.value("redis_lock_expired_total", job2); got != 1 {
 		t.Errorf("step 3: redis_lock_expired_total{job:2} = %v; want 1", got)
 	}

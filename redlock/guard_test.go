@@ -79,7 +79,15 @@ func TestRestartGuard_needsINFO(t *testing.T) {
 // heals node 2: after it, even a client without the guard is refused.
 func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 	t.Parallel()
-	const ttl = 4 * time.Second
+	// TTL 8s and a node timeout of 2.5s for every Client: the steps from
+	// node 2's restart to C's grant must fit in A's lease, and each new
+	// Client's first requests (dial, HELLO, INFO, scripts) missed the
+	// TTL/10 of a 4s TTL, 400ms, on all 5 nodes beside stress-ng --cpu 2
+	// at load 10-16. The slowest reply of this test measured at load 17-20
+	// was 204ms: 2.5s is 12× that, and stays under the renew interval
+	// (2.7s).
+	const ttl = 8 * time.Second
+	nodeTimeout := WithNodeTimeout(2500 * time.Millisecond)
 	rc := redistest.Start(t, 5)
 	ctx := t.Context()
 	// The guard needs the other nodes to report more uptime than the guard.
@@ -96,11 +104,11 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 
 	// A: fixed leases, so that nothing heals node 2 behind the test's back.
 	// r2 is held twice as long: it is used last, to show the heal.
-	a := newClient(t, rc.Clients(), WithTTL(ttl), WithAutoRenew(false))
+	a := newClient(t, rc.Clients(), WithTTL(ttl), WithAutoRenew(false), nodeTimeout)
 	rc.Cut(3)
 	rc.Cut(4)
 	// Lock, not TryLock: all three live nodes must grant, and at load 10
-	// under -race one of them missed the 400ms node timeout once.
+	// under -race one of them missed a 400ms node timeout once.
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	r, err := a.Lock(lctx, "r")
@@ -118,7 +126,7 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 	}
 	rc.Restart(2)
 
-	b := newClient(t, rc.Clients(), WithTTL(ttl), WithRestartGuard(ttl))
+	b := newClient(t, rc.Clients(), WithTTL(ttl), WithRestartGuard(ttl), nodeTimeout)
 	_, err = b.TryLock(ctx, "r")
 	var ne *NodeError
 	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, ErrNodeRestarted) || !errors.As(err, &ne) || ne.Node != 2 {
@@ -136,7 +144,7 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 	}
 	// The hazard: without the guard, the restarted node completes a
 	// majority for C while A's lease on r is still valid.
-	c := newClient(t, rc.Clients(), WithTTL(ttl)) // no guard
+	c := newClient(t, rc.Clients(), WithTTL(ttl), nodeTimeout) // no guard
 	lc, err := c.TryLock(ctx, "r")
 	if err != nil {
 		t.Fatalf("unguarded TryLock through the restarted node = %v; want it granted (the known hazard)", err)
@@ -159,8 +167,9 @@ func TestRestartGuard_restartedNodeCannotCompleteAMajority(t *testing.T) {
 	if err := r2.Extend(ctx); err != nil {
 		t.Fatalf("Extend of r2 after the restart = %v", err)
 	}
-	// Extend returns once a majority confirmed; the rest follow.
-	if !eventually(time.Second, func() bool { return holders(t, rc, "lock:r2", r2.Token()) == 5 }) {
+	// Extend returns once a majority confirmed; the rest follow, each
+	// within the node timeout.
+	if !eventually(2*2500*time.Millisecond, func() bool { return holders(t, rc, "lock:r2", r2.Token()) == 5 }) {
 		t.Errorf("A holds r2 on %d nodes after Extend; want 5 (healed)", holders(t, rc, "lock:r2", r2.Token()))
 	}
 	if _, err := c.TryLock(ctx, "r2"); !errors.Is(err, ErrNotObtained) {

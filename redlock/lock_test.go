@@ -72,11 +72,15 @@ func newClient(t *testing.T, nodes []redis.UniversalClient, opts ...Option) *Cli
 func TestClient_Lock_exclusive(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 5)
-	// 50 goroutines share each node's pool of 20 connections: under -race
-	// on a loaded machine, requests queued for a connection missed the
-	// default 1s node timeout (TryLock and Unlock failed with ErrNoQuorum).
-	// Exclusion does not depend on the timeout.
-	c := newClient(t, nodes, WithNodeTimeout(5*time.Second))
+	// 50 goroutines share each node's pool of 20 connections, and a
+	// miniredis node runs one script at a time: under -race on a loaded
+	// machine, requests queued for a connection missed the default 1s node
+	// timeout, and then 5s (TryLock and Unlock failed with ErrNoQuorum).
+	// The slowest reply measured in the full suite beside stress-ng --cpu 2
+	// at load 17–20 was 4.3s: 25s is 5× that and more, and TTL 2m lets it
+	// (the renew interval, 40s, stays above it). Exclusion does not depend
+	// on the timeout.
+	c := newClient(t, nodes, WithTTL(2*time.Minute), WithNodeTimeout(25*time.Second))
 	// Single attempts: split votes may leave no winner, never two.
 	var winners atomic.Int32
 	var wg sync.WaitGroup

@@ -335,11 +335,15 @@ func TestClose_waitsForOnLost(t *testing.T) {
 	_, nodes := miniNodes(t, 3)
 	var finished atomic.Bool
 	started := make(chan struct{})
-	// Default options: Close's wait on main was bounded by the node
-	// timeout (1s) + 250ms.
-	c := newClient(t, nodes, WithOnLost(func(*Lock, error) {
+	// Close's wait on main was bounded by the node timeout + 250ms: the
+	// callback outlasts that bound. Close's releases are bounded by it
+	// too: at the default 1s they missed 1.25s on all three in-process
+	// nodes beside stress-ng --cpu 2 at load 10-16; 2s is 5× the slowest
+	// reply of this test measured at load 17-20 (406ms).
+	const nodeTimeout = 2 * time.Second
+	c := newClient(t, nodes, WithNodeTimeout(nodeTimeout), WithOnLost(func(*Lock, error) {
 		close(started)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(nodeTimeout + time.Second)
 		finished.Store(true)
 	}))
 	// Lock, not TryLock: at load 13 under -race a 300ms node timeout ran
@@ -371,9 +375,10 @@ func TestClose_fromOnLost(t *testing.T) {
 		otherDone bool
 	}
 	res := make(chan result, 1)
-	// A node timeout of 3s for the Client's defaults: Close's bound on
-	// main was 3.25s.
-	c := newClient(t, nodes, WithNodeTimeout(3*time.Second))
+	// A node timeout of 20s for the Client's defaults (TTL 90s lets it):
+	// Close's bound on main was that and 250ms, so waiting for its own
+	// caller costs 20.25s, far from the 8s allowed below.
+	c := newClient(t, nodes, WithTTL(90*time.Second), WithNodeTimeout(20*time.Second))
 	closer := WithOnLost(func(*Lock, error) {
 		start := time.Now()
 		err := c.Close()
@@ -403,8 +408,10 @@ func TestClose_fromOnLost(t *testing.T) {
 		t.Errorf("Close from OnLost returned while another lock's OnLost still ran; want it to wait for it")
 	}
 	// The other callback ends about 250ms after this one starts; Close
-	// itself takes milliseconds. Waiting for its own caller cost 3.25s.
-	if r.took > 1500*time.Millisecond {
+	// itself takes milliseconds, but took 1.54s beside stress-ng --cpu 2
+	// at load 14-17: 8s is 5× that. Waiting for its own caller costs
+	// 20.25s.
+	if r.took > 8*time.Second {
 		t.Errorf("Close from OnLost took %v; want it not to wait for its own callback", r.took)
 	}
 }

@@ -107,7 +107,7 @@ func runChildWaiter(addrs string) {
 	var opts, lockOpts []Option
 	if resource == "" {
 		resource = "dead"
-		opts = []Option{WithTTL(3 * time.Second)}
+		opts = []Option{WithTTL(30 * time.Second), WithNodeTimeout(5 * time.Second)}
 		lockOpts = []Option{WithRetryDelay(2*time.Second, 3*time.Second)}
 	}
 	c, err := New(nodes, opts...)
@@ -129,9 +129,17 @@ func runChildWaiter(addrs string) {
 func TestReal_deadHeadWaiterCostsTheNextNothing(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
+	// The queue entry nobody listens for carries a 3s reservation. The
+	// Clients' own TTL is 30s, with a 5s node timeout (under the 10s renew
+	// interval): at TTL 3s (300ms) a's renewals failed beside stress-ng
+	// --cpu 2 at load 14-17, its lock was lost, and the child waiter was
+	// granted the lock before it could be seen queued. 5s is 5× the
+	// slowest first round trips measured in this package at load 17-20
+	// (about 1s).
 	const ttl = 3 * time.Second
-	a := newClient(t, rc.Clients(), WithTTL(ttl))
-	b := newClient(t, rc.Clients(), WithTTL(ttl))
+	opts := []Option{WithTTL(30 * time.Second), WithNodeTimeout(5 * time.Second)}
+	a := newClient(t, rc.Clients(), opts...)
+	b := newClient(t, rc.Clients(), opts...)
 	held, err := a.Lock(t.Context(), "dead")
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +178,11 @@ func TestReal_deadHeadWaiterCostsTheNextNothing(t *testing.T) {
 		for i := range rc.N() {
 			m, err := rc.Admin(i).ZRangeWithScores(t.Context(), queue, 0, -1).Result()
 			t.Logf("node %d queue: %v %v", i, m, err)
+		}
+		select {
+		case <-held.Lost():
+			t.Fatalf("the child waiter never queued: a's lock was lost (%v)", context.Cause(held.Context()))
+		default:
 		}
 		t.Fatal("the child waiter never queued")
 	}
@@ -216,7 +229,7 @@ func TestReal_deadHeadWaiterCostsTheNextNothing(t *testing.T) {
 		return
 	}
 	waited := at.Sub(unlocked)
-	t.Logf("next waiter acquired %v after the Unlock (TTL %v, fallback delay 2-3s)", waited.Round(time.Millisecond), ttl)
+	t.Logf("next waiter acquired %v after the Unlock (fallback delay 2-3s)", waited.Round(time.Millisecond))
 	// A handoff takes a round trip or two (measured: a few ms); 1s is 5×
 	// slack over a loaded machine and still half the fallback delay.
 	if waited > time.Second {

@@ -70,9 +70,12 @@ func TestSemaphore_invalid(t *testing.T) {
 func TestSemaphore_atMostKPermits(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	// Node timeouts far above what a loaded machine needs (-race, miniredis
-	// in this process).
-	slack := []Option{WithNodeTimeout(2 * time.Second)}
+	// Node timeouts of 10s, 5× the slowest reply measured in the full
+	// suite under -race beside stress-ng --cpu 2 at load 17-20 (2s, where
+	// a 2s timeout ran out twice; miniredis runs in this process), and TTL
+	// 60s to let them (the renew interval, 20s, stays above).
+	const nodeTimeout = 10 * time.Second
+	slack := []Option{WithTTL(time.Minute), WithNodeTimeout(nodeTimeout)}
 	a := newClient(t, nodes, slack...)
 	b := newClient(t, nodes, slack...)
 	sa := newSemaphore(t, a, "jobs", 3)
@@ -100,11 +103,14 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	if n, err := sb.InUse(t.Context()); n != 3 || err != nil {
 		t.Errorf("InUse = %d, %v; want 3, nil", n, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	// A ctx of 10s: with 1s, at load 17-20, no node answered an attempt
+	// before it ended (ErrNoQuorum: an attempt cut short by ctx tells
+	// nothing of the nodes); 10s is 5× the slowest reply there.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	_, err := sb.Acquire(ctx)
 	cancel()
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire while full, ctx 1s = %v; want ErrNotObtained and DeadlineExceeded", err)
+		t.Errorf("Acquire while full, ctx 10s = %v; want ErrNotObtained and DeadlineExceeded", err)
 	}
 	if err := held[1].Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -112,13 +118,13 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	// The Acquire that gave up above leaves its queue entries to the
 	// Client's background cleanup: until that lands (a loaded machine,
 	// -race), a release may hand the permit to its finished token for one
-	// reservation (2s at the defaults). So a few tries, within 10s.
+	// reservation (two node timeouts). So a few tries, within that and 10s.
 	var l *Lock
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
 		if l, err = sb.TryAcquire(t.Context()); err == nil {
 			break
 		}
-		if !errors.Is(err, ErrNotObtained) || time.Since(start) > 10*time.Second {
+		if !errors.Is(err, ErrNotObtained) || time.Since(start) > 2*nodeTimeout+10*time.Second {
 			t.Fatalf("TryAcquire after a release = %v", err)
 		}
 	}
@@ -192,7 +198,11 @@ func TestSemaphore_uncontendedRoundTrips(t *testing.T) {
 		n.(*redis.Client).AddHook(slowHook{100 * time.Millisecond})
 	}
 	log := &attemptLog{}
-	c := newClient(t, nodes, WithAutoRenew(false), WithTTL(20*time.Second), WithNodeTimeout(5*time.Second), WithHooks(log))
+	// A node timeout of 25s (TTL 90s lets it): every command here is slowed
+	// by 100ms, and 5s ran out on all three in-process nodes beside
+	// stress-ng --cpu 2 at load 14-17; the slowest reply measured at load
+	// 17-20 was 4.1s. The test counts rounds, not time.
+	c := newClient(t, nodes, WithAutoRenew(false), WithTTL(90*time.Second), WithNodeTimeout(25*time.Second), WithHooks(log))
 	s := newSemaphore(t, c, "rt", 1)
 	log.rounds()
 	l, err := s.TryAcquire(t.Context())
@@ -236,10 +246,13 @@ func TestSemaphore_uncontendedRoundTrips(t *testing.T) {
 func TestSemaphore_waitersInOrder(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
-	// Long TTL and node timeout, so that a loaded machine loses no lock;
-	// a retry delay of 5s, so that a grant within 4s of a release is a
-	// handoff.
-	opts := []Option{WithTTL(15 * time.Second), WithNodeTimeout(2 * time.Second), WithRetryDelay(5*time.Second, 5*time.Second)}
+	// Long TTL and node timeout, so that a loaded machine loses no lock
+	// (2s ran out on in-process nodes beside stress-ng --cpu 2 at load
+	// 14-17; 10s is 5× the slowest reply measured at load 17-20, 649ms,
+	// and then some); a retry delay of 40s, so that a grant within 30s of
+	// a release is a handoff.
+	const retryDelay, handoff = 40 * time.Second, 30 * time.Second
+	opts := []Option{WithTTL(time.Minute), WithNodeTimeout(10 * time.Second), WithRetryDelay(retryDelay, retryDelay)}
 	holder := newClient(t, nodes, opts...)
 	sh := newSemaphore(t, holder, "line", 2, opts...)
 	var held []*Lock
@@ -258,7 +271,7 @@ func TestSemaphore_waitersInOrder(t *testing.T) {
 		c := newClient(t, nodes, opts...)
 		s := newSemaphore(t, c, "line", 2, opts...)
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 3*retryDelay)
 			defer cancel()
 			l, err := s.Acquire(ctx)
 			if err != nil {
@@ -276,7 +289,7 @@ func TestSemaphore_waitersInOrder(t *testing.T) {
 			}
 			return queued(t, nodes, "lock:line:permits", w)
 		}
-		if !eventually(10*time.Second, inLine) {
+		if !eventually(30*time.Second, inLine) {
 			t.Fatalf("waiter %d did not queue", w)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -290,11 +303,11 @@ func TestSemaphore_waitersInOrder(t *testing.T) {
 		select {
 		case w := <-got:
 			order = append(order, w)
-			// The retry delay is 5s: a grant well before it was a handoff.
-			if d := time.Since(start); d > 4*time.Second {
-				t.Errorf("waiter %d got the permit %v after the release; want a handoff, well below the 5s retry delay", w, d)
+			// A grant well before the retry delay was a handoff.
+			if d := time.Since(start); d > handoff {
+				t.Errorf("waiter %d got the permit %v after the release; want a handoff, well below the %v retry delay", w, d, retryDelay)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(2 * retryDelay):
 			t.Fatalf("no waiter got the released permit")
 		}
 	}

@@ -69,6 +69,9 @@ func start(t *testing.T, rc *redistest.Cluster, args ...string) (*exec.Cmd, *syn
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-done
+		if t.Failed() {
+			t.Logf("qlock %s: stderr:\n%s", strings.Join(args, " "), errb.String())
+		}
 	})
 	waitCmd.Store(cmd, done)
 	return cmd, errb

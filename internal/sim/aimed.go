@@ -3,8 +3,10 @@ package sim
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -32,6 +34,156 @@ import (
 //
 // Neither gives the key-back check an allowance: both are recorded as
 // spikes (faultLog: spurious-loss only).
+
+// Faults aimed at the phases that issue 33's mutation run showed no plan
+// reached (drawPhases, a generator of their own again):
+//
+//   - the fence commit dropped (Plan.FenceDrop, fenceEpisode): in one
+//     seed of three, a Client's commits to a majority are lost on the
+//     way (never answered) instead of delayed, a second before the quiet
+//     phase, while it and then the others lock a resource of their own.
+//     A delayed commit still lands while its lock is held and raises the
+//     counter; a lost one never does, so a lock that counted a
+//     minority's commits leaves a majority of counters below its fence,
+//     and the next holder, whose links to the minority are slowed
+//     meanwhile, reuses it (fence-commit-minority);
+//   - a holder cut off right after a slow renewal (LongHold.SlowReply):
+//     in two of three long holds taken with Lock, every node's replies to
+//     the holder's Client come 30-45 ms late from its Lock call on (a
+//     request lands at once, its reply late: the keys are set at the
+//     start of the round), and the cut starts the instant its first
+//     renewal succeeds. A renewal whose new ValidUntil is measured from
+//     its reply, not from its start, then outlives the keys by the
+//     reply's delay (extend-deadline-from-reply);
+//   - equal tickets (Plan.TieBursts, tieBursts): in one seed of two,
+//     bursts of Lock calls from every Client at one instant, the frozen
+//     waiter's.
+func (p *Plan) drawPhases(r *rand.Rand) {
+	if r.IntN(3) == 0 {
+		p.FenceDrop = &FenceDrop{Client: r.IntN(p.Clients), Nodes: r.Perm(p.Nodes)[:p.Nodes/2+1]}
+	}
+	if lh := p.LongHold; lh != nil && !lh.Do && r.IntN(3) != 0 {
+		lh.SlowReply = 30*time.Millisecond + time.Duration(r.Int64N(int64(15*time.Millisecond)))
+		// Early, and with a longer settling: the cut, which starts a
+		// renewal interval or more after the grant and must outlast the
+		// renewal's ValidUntil, ends before the settling's last TTL and
+		// 1.5 s (cut).
+		lh.At = time.Duration(r.Int64N(int64(200 * time.Millisecond)))
+		p.Settle += slowReplySettle
+	}
+	if r.IntN(2) == 0 {
+		p.TieBursts = 1
+	}
+}
+
+// tieBursts is the equal-ticket episode (Plan.TieBursts): in the quiet
+// phase, every regular Client calls Lock on resource 0 at one fake-time
+// instant, a burst every 700 ms, the first at the instant the frozen
+// waiter calls (frozenWaiter). A ticket is the call's start in
+// microseconds, so the calls of a burst take the same ticket and only the
+// member orders them (DESIGN step 9: one total order, (ticket, member));
+// their attempts split the nodes, and the waiters must agree on who goes
+// first (queue-tie-reversed). A frozen waiter in the burst may be the
+// first in the order and keep a minority when it yields: it freezes once
+// queued, and must hold the others up by one reservation at most
+// (yield-keeps-ttl; with 4 nodes, a kept half leaves no majority).
+func (p *LockProfile) tieBursts(env *Env, c int) {
+	pl := env.Plan
+	res := resourceName(0)
+	for k := range pl.TieBursts {
+		if !env.SleepUntil(env.At(pl.Healed() + frozenWaiterAfter + time.Duration(k)*700*time.Millisecond)) {
+			return
+		}
+		p.lockOnce(env, c, env.Clients[c], env.Rand(fmt.Sprintf("tie %d/%d", c, k)), res, false)
+	}
+}
+
+// FenceDrop is the fence episode (fenceEpisode): Client's fence commits
+// to Nodes, a majority, are lost on the way.
+type FenceDrop struct {
+	Client int
+	Nodes  []int
+}
+
+// fenceEpisode is the plan's FenceDrop, a second before the quiet phase
+// (the workers idle, the plan's faults are over: kills and the long hold's
+// cut end earlier), on a resource of its own: for fenceFor, the Client's
+// commits to a majority are lost on the way (never answered: the round
+// waits for them until its node timeout) and the other Clients' links to
+// the minority where its commits still land are slower than a node
+// timeout. The Client locks the resource, holds it a grid step and
+// unlocks it; then every other Client with fencing does the same, one
+// after the other. A lock counted on the minority's commits leaves the
+// majority's counters below its fence, and the next holder, which decides
+// on that majority, reuses it (fence); the library refuses such a lock,
+// and the Client holds nothing.
+func (p *LockProfile) fenceEpisode(env *Env, fd *FenceDrop) {
+	pl := env.Plan
+	fenced := func(c int) bool { return c >= len(pl.NoFence) || !pl.NoFence[c] }
+	if !fenced(fd.Client) || !env.SleepUntil(env.At(pl.Healed()-time.Second)) {
+		return
+	}
+	h, n := env.History, env.cl.net
+	from := time.Now()
+	to := from.Add(fenceFor)
+	for i := range pl.Nodes {
+		if slices.Contains(fd.Nodes, i) {
+			n.dropCommit(fd.Client, i, true)
+			env.faults.add(Fault{Kind: CommitDrop, Client: fd.Client, Node: i}, from, to)
+			continue
+		}
+		for c := range pl.Clients {
+			if c != fd.Client {
+				n.setDelay(c, i, 2*pl.NodeTimeout)
+				env.faults.add(Fault{Kind: LinkDelay, Client: c, Node: i}, from, to)
+			}
+		}
+	}
+	h.Note("fence episode: c%d's commits to %v lost, the others' links to the rest slowed %v", fd.Client, fd.Nodes, 2*pl.NodeTimeout)
+	defer func() {
+		for i := range pl.Nodes {
+			n.dropCommit(fd.Client, i, false)
+			for c := range pl.Clients {
+				if c != fd.Client && !slices.Contains(fd.Nodes, i) {
+					n.setDelay(c, i, 0)
+				}
+			}
+		}
+		h.Note("fence episode over")
+	}()
+	res := fenceResource
+	take := func(c int) {
+		ctx, cancel := context.WithDeadline(env.ctx, minTime(time.Now().Add(fenceFor/4), to))
+		defer cancel()
+		l, err := env.Clients[c].Lock(ctx, res)
+		if err != nil {
+			return
+		}
+		x := h.hold(c, res, l.Token(), l.Fence(), "Lock (fence)")
+		p.write(env, x)
+		env.SleepUntil(time.Now().Add(grid))
+		h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+		h.released(x, l.Unlock(context.WithoutCancel(ctx)))
+	}
+	take(fd.Client)
+	for c := range pl.Clients {
+		if c != fd.Client && fenced(c) {
+			take(c)
+		}
+	}
+	env.SleepUntil(to)
+}
+
+// fenceFor is how long the fence episode's faults last.
+const fenceFor = 800 * time.Millisecond
+
+// fenceResource is the resource of the fence episode (fenceEpisode): one
+// the workers do not use.
+const fenceResource = "fence"
+
+// slowReplySettle is how much longer a plan whose long hold has slow
+// replies settles (on top of longHoldSettle).
+const slowReplySettle = 1500 * time.Millisecond
 
 // drawAimed draws the faults aimed at issue 30's late requests.
 func (p *Plan) drawAimed(r *rand.Rand) {

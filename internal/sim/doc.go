@@ -32,7 +32,13 @@
 // sets it before every command), a long-hold episode freezes or cuts off
 // a holder for longer than the TTL and ends its hold only at Lost(), and
 // the key-back check covers every token a Client gave up, seen on the
-// wire (issue 33). The simulator's power is measured by mutation:
+// wire (issue 33). Faults aimed at one phase (aimed.go) drop a fence
+// commit on a majority of links, cut a long holder off right after a
+// renewal whose replies came late, and start Lock calls of every Client
+// at one instant (equal tickets); a semaphore waiter is granted within a
+// bound while fewer than K hold (sem-liveness); and a seed that never
+// ends (a loop that stops the fake clock) is reported after -sim.hang of
+// wall time. The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

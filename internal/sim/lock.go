@@ -26,9 +26,10 @@ import (
 // does not come back (see sample); once faults stopped, the liveness
 // bound (Plan.WaitBound).
 type LockProfile struct {
-	mu      sync.Mutex       // protects highest
-	highest map[string]int64 // the fenced register: per resource, the highest token applied
-	skip    map[string][][2]time.Time
+	mu       sync.Mutex       // protects highest and slowFrom
+	highest  map[string]int64 // the fenced register: per resource, the highest token applied
+	slowFrom time.Time        // when the long hold's replies were slowed (zero: they are not)
+	skip     map[string][][2]time.Time
 }
 
 // Name is "lock".
@@ -59,6 +60,14 @@ func (p *LockProfile) Start(env *Env) {
 	}
 	if env.Plan.YieldHold > 0 {
 		env.Go(func() { p.holdYields(env) })
+	}
+	if fd := env.Plan.FenceDrop; fd != nil {
+		env.Go(func() { p.fenceEpisode(env, fd) })
+	}
+	for c := range env.Plan.Clients {
+		if env.Plan.TieBursts > 0 {
+			env.Go(func() { p.tieBursts(env, c) })
+		}
 	}
 	env.Go(func() { p.sampler(env) })
 }
@@ -272,7 +281,7 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	h := env.History
 	res := resourceName(0)
 	// A moment after the workers: someone holds, and it queues.
-	if !env.SleepUntil(env.At(pl.Healed() + 5*grid)) {
+	if !env.SleepUntil(env.At(pl.Healed() + frozenWaiterAfter)) {
 		return
 	}
 	rc := env.Clients[c]
@@ -346,6 +355,10 @@ func (p *LockProfile) frozenWaiter(env *Env, c int) {
 	}
 	h.mu.Unlock()
 }
+
+// frozenWaiterAfter is when, after the settling, the frozen waiter calls
+// Lock (and the first burst of equal tickets comes, tieBursts).
+const frozenWaiterAfter = 5 * grid
 
 // handOver is the Detach/Resume workload (redlock/handover.go): client c
 // Detaches its held lock x and another Client Resumes it with its token
@@ -430,7 +443,7 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 	h := env.History
 	c, rc, res := lh.Client, env.Clients[lh.Client], resourceName(lh.Resource)
 	late := env.At(lh.At + time.Second)
-	hold := func(x *Hold, lost <-chan struct{}) {
+	hold := func(x *Hold, lost <-chan struct{}, validUntil func() time.Time) {
 		if x.Fence > 0 {
 			p.write(env, x)
 		}
@@ -439,7 +452,7 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 			return
 		}
 		cut := make(chan struct{})
-		env.Go(func() { p.cut(env, lh, cut) })
+		env.Go(func() { p.cut(env, lh, cut, validUntil) })
 		defer close(cut)
 		end := time.NewTimer(lh.For)
 		defer end.Stop()
@@ -473,13 +486,24 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 		var x *Hold
 		err := rc.Do(ctx, res, func(ctx context.Context) error {
 			x = h.hold(c, res, "", -1, "Do (long)")
-			hold(x, ctx.Done())
+			hold(x, ctx.Done(), nil)
 			return nil
 		})
 		if x != nil {
 			h.released(x, err)
 		}
 		return
+	}
+	if lh.SlowReply > 0 {
+		// Every node's replies to the Client come late from the Lock call
+		// on, until the cut starts (cut), the hold ends or the fault
+		// phase does.
+		p.slowReplies(env, lh, true)
+		defer p.slowReplies(env, lh, false)
+		env.Go(func() {
+			env.SleepUntil(env.At(env.Plan.FaultPhase))
+			p.slowReplies(env, lh, false)
+		})
 	}
 	l, err := rc.Lock(ctx, res)
 	if err != nil {
@@ -489,23 +513,70 @@ func (p *LockProfile) longHold(env *Env, lh *LongHold) {
 	if !l.Valid() {
 		h.Violate("invalid-lock", "c%d Lock %s returned a lock with Valid() false", c, res)
 	}
-	hold(x, l.Lost())
+	hold(x, l.Lost(), l.ValidUntil)
 	h.released(x, l.Unlock(context.WithoutCancel(env.ctx)))
 }
 
-// cut is the long hold's fault: lh.CutAfter after the grant, for
-// lh.CutFor, or until stop (the hold ended) and the run's end, whichever
-// comes last but the run's end.
-func (p *LockProfile) cut(env *Env, lh *LongHold, stop <-chan struct{}) {
+// slowReplies sets (on) or clears the long hold's slow replies
+// (LongHold.SlowReply) on every link of its Client; clearing logs them as
+// a delay fault of each link, once.
+func (p *LockProfile) slowReplies(env *Env, lh *LongHold, on bool) {
 	n := env.cl.net
-	tm := time.NewTimer(lh.CutAfter)
-	select {
-	case <-tm.C:
-	case <-stop:
-		tm.Stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on {
+		p.slowFrom = time.Now()
+		env.History.Note("long hold: c%d's replies slowed %v", lh.Client, lh.SlowReply)
+	} else if p.slowFrom.IsZero() {
 		return
-	case <-env.ctx.Done():
-		tm.Stop()
+	}
+	for i := range env.Plan.Nodes {
+		d := time.Duration(0)
+		if on {
+			d = lh.SlowReply
+		} else {
+			env.faults.add(Fault{Kind: LinkDelay, Client: lh.Client, Node: i}, p.slowFrom, time.Now())
+		}
+		n.setReplyDelay(lh.Client, i, d)
+	}
+	if !on {
+		p.slowFrom = time.Time{}
+	}
+}
+
+// cut is the long hold's fault: lh.CutAfter after the grant (with slow
+// replies: the instant its first renewal succeeded, validUntil moving),
+// for lh.CutFor, or until stop (the hold ended) and the run's end,
+// whichever comes last but the run's end.
+func (p *LockProfile) cut(env *Env, lh *LongHold, stop <-chan struct{}, validUntil func() time.Time) {
+	n := env.cl.net
+	wait := func(d time.Duration) bool {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+			return true
+		case <-stop:
+		case <-env.ctx.Done():
+		}
+		return false
+	}
+	if lh.SlowReply > 0 && validUntil != nil {
+		// Polled every millisecond of fake time from just before the
+		// first renewal is due (a renew interval, TTL/3, after the grant):
+		// the cut starts within one of the renewal's decision, far inside
+		// the reply's delay.
+		first := validUntil()
+		if !wait(env.Plan.TTL/3 - 10*time.Millisecond) {
+			return
+		}
+		for validUntil().Equal(first) {
+			if !wait(time.Millisecond) {
+				return
+			}
+		}
+		p.slowReplies(env, lh, false)
+	} else if !wait(lh.CutAfter) {
 		return
 	}
 	from := time.Now()

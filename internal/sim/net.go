@@ -35,7 +35,13 @@ type network struct {
 	tokens map[string]*tokenSeen
 	// aimed: per link, the delay added to a chunk that carries a fence
 	// commit (phase 2 of a fenced acquire): a fault aimed at one phase.
-	aimed  map[linkID]time.Duration
+	aimed map[linkID]time.Duration
+	// drop: per link, a chunk that carries a fence commit is lost
+	// (CommitDrop): the commit never lands and is never answered.
+	drop map[linkID]bool
+	// reply: [client][node], added to every chunk coming down (replies
+	// only): the long hold's slow renewal (LongHold.SlowReply).
+	reply  [][]time.Duration
 	yields yieldGate // the fault aimed at yields (aimed.go)
 	closed bool
 	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
@@ -56,10 +62,13 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		conns:  make(map[linkID]map[*conn]struct{}),
 		tokens: make(map[string]*tokenSeen),
 		aimed:  make(map[linkID]time.Duration),
+		drop:   make(map[linkID]bool),
+		reply:  make([][]time.Duration, clients),
 		serve:  serve,
 	}
 	for c := range clients {
 		n.delay[c] = make([]time.Duration, nodes)
+		n.reply[c] = make([]time.Duration, nodes)
 	}
 	return n
 }
@@ -218,8 +227,9 @@ func (k *conn) close() {
 // flight.
 func (k *conn) forward(src, dst net.Conn, up bool) {
 	next := k.readUp(src)
+	var readAt time.Time // down: when the chunk next returned was read from the server
 	if !up {
-		next = k.queueDown(src)
+		next = k.queueDown(src, &readAt)
 	}
 	gone := false // down: the client closed its end; replies are dropped
 	for {
@@ -238,6 +248,14 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
+			if k.n.dropsCommit(k.id, b) {
+				// Lost on the way, the connection left open: the
+				// client waits for the reply until its node timeout (a
+				// reset would fail the commit at once, and the round
+				// would be decided before the minority's commits
+				// answered).
+				continue
+			}
 			k.noteUp(b)
 		}
 		d := k.n.chunkDelay(k.id)
@@ -245,6 +263,10 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		if up {
 			held = k.n.yields.delay(b)
 			d += k.n.aimedDelay(k.id, b) + held
+		} else if rd := k.n.replyDelay(k.id); rd > 0 {
+			// Counted from the chunk's reading, so that a stream of
+			// replies is late by rd, not by rd per chunk before it.
+			d = max(d, rd-time.Since(readAt))
 		}
 		if d > 0 {
 			t := time.NewTimer(d)
@@ -312,10 +334,11 @@ const downLimit = 1 << 20
 // (closing the connection past downLimit) and returns its chunks in order;
 // false once src ended and everything read was returned, or the connection
 // closed.
-func (k *conn) queueDown(src net.Conn) func() ([]byte, bool) {
+func (k *conn) queueDown(src net.Conn, readAt *time.Time) func() ([]byte, bool) {
 	var (
 		mu     sync.Mutex
 		q      [][]byte
+		at     []time.Time // when each chunk of q was read
 		queued int
 		ended  bool
 	)
@@ -333,6 +356,7 @@ func (k *conn) queueDown(src net.Conn) func() ([]byte, bool) {
 			mu.Lock()
 			if m > 0 {
 				q = append(q, buf[:m])
+				at = append(at, time.Now())
 				queued += m
 			}
 			over := queued > downLimit
@@ -355,6 +379,7 @@ func (k *conn) queueDown(src net.Conn) func() ([]byte, bool) {
 			if len(q) > 0 {
 				b := q[0]
 				q = q[1:]
+				*readAt, at = at[0], at[1:]
 				queued -= len(b)
 				mu.Unlock()
 				return b, true
@@ -490,6 +515,40 @@ func (n *network) aimCommit(client, node int, d time.Duration) {
 		return
 	}
 	n.aimed[linkID{client, node}] = d
+}
+
+// dropsCommit reports whether chunk b on link id carries a fence commit
+// that the link's CommitDrop fault loses.
+func (n *network) dropsCommit(id linkID, b []byte) bool {
+	n.mu.Lock()
+	drop := n.drop[id]
+	n.mu.Unlock()
+	return drop && bytes.Contains(b, commitSHA)
+}
+
+// dropCommit sets or clears the loss of client's fence commits to node.
+func (n *network) dropCommit(client, node int, drop bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !drop {
+		delete(n.drop, linkID{client, node})
+		return
+	}
+	n.drop[linkID{client, node}] = true
+}
+
+// replyDelay is the delay added to a chunk coming down link id.
+func (n *network) replyDelay(id linkID) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.reply[id.client][id.node]
+}
+
+// setReplyDelay sets the delay added to the replies client gets from node.
+func (n *network) setReplyDelay(client, node int, d time.Duration) {
+	n.mu.Lock()
+	n.reply[client][node] = d
+	n.mu.Unlock()
 }
 
 // cutLink closes (or opens) the gate of client's link to node: its

@@ -65,6 +65,14 @@ type Plan struct {
 	// requests (aimed.go; 0: none): an Extend in flight across a Detach,
 	// slowed by DetachLag; the yields held YieldHold.
 	DetachLag, YieldHold time.Duration
+
+	// FenceDrop is the fence episode (aimed.go; nil: none). Lock profile
+	// only.
+	FenceDrop *FenceDrop
+
+	// TieBursts is how many bursts of Lock calls at one instant, one per
+	// Client, the quiet phase has (aimed.go tieBursts; 0: none).
+	TieBursts int
 }
 
 // FaultKind names a fault.
@@ -81,9 +89,10 @@ const (
 	NodeWipe                      // the node dies, and comes back empty after For (> TTL): fence counters are lost, so the fence check is off (DESIGN step 8 needs them kept)
 	ClientFreeze                  // every pipe of one Client is frozen both ways (a frozen process, or a partitioned one)
 	CommitDelay                   // one Client's fence commits (phase 2 of a fenced acquire) to one node add Delay: a fault aimed at one phase
+	CommitDrop                    // one Client's fence commits to one node are lost on the way, unanswered (aimed.go)
 )
 
-var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze", "commit"}
+var kindNames = [...]string{"delay", "spike", "reset", "pause", "slow", "kill", "wipe", "freeze", "commit", "commit-drop"}
 
 // String is the fault's name in a plan's line.
 func (k FaultKind) String() string { return kindNames[k] }
@@ -104,7 +113,7 @@ func (f Fault) String() string {
 		s += "+" + f.For.String()
 	}
 	switch f.Kind {
-	case LinkDelay, LinkSpike, LinkReset, CommitDelay:
+	case LinkDelay, LinkSpike, LinkReset, CommitDelay, CommitDrop:
 		s += fmt.Sprintf(" c%d-n%d", f.Client, f.Node)
 	case ClientFreeze:
 		s += fmt.Sprintf(" c%d", f.Client)
@@ -151,6 +160,7 @@ func NewPlan(seed uint64) Plan {
 	}
 	p.drawMore(rand.New(rand.NewPCG(seed, 0x33)))
 	p.drawAimed(rand.New(rand.NewPCG(seed, 0x30)))
+	p.drawPhases(rand.New(rand.NewPCG(seed, 0x34)))
 	return p
 }
 
@@ -235,6 +245,11 @@ type LongHold struct {
 	CutAfter, CutFor time.Duration // the cut: after the grant, and how long
 	Freeze           bool          // the whole Client frozen, else Cut
 	Cut              []int         // the nodes it is cut off from
+	// SlowReply (0: none; Lock only) slows the replies of every node to
+	// the Client by this much from its Lock call on, and the cut then
+	// comes right after the first renewal that succeeds, not at CutAfter
+	// (aimed.go drawPhases).
+	SlowReply time.Duration
 }
 
 // String is the episode in a plan's line.
@@ -242,6 +257,9 @@ func (lh *LongHold) String() string {
 	what := fmt.Sprintf("cut from %v", lh.Cut)
 	if lh.Freeze {
 		what = "frozen"
+	}
+	if lh.SlowReply > 0 {
+		return fmt.Sprintf("long hold c%d r%d @%v for %v, replies slowed %v, %s right after its first renewal for %v", lh.Client, lh.Resource, lh.At, lh.For, lh.SlowReply, what, lh.CutFor)
 	}
 	return fmt.Sprintf("long hold c%d r%d @%v for %v, %s %v after the grant for %v", lh.Client, lh.Resource, lh.At, lh.For, what, lh.CutAfter, lh.CutFor)
 }
@@ -342,6 +360,12 @@ func (p Plan) String() string {
 	}
 	if p.YieldHold > 0 {
 		s += fmt.Sprintf(", yields held %v", p.YieldHold)
+	}
+	if p.TieBursts > 0 {
+		s += fmt.Sprintf(", %d bursts of equal tickets", p.TieBursts)
+	}
+	if fd := p.FenceDrop; fd != nil {
+		s += fmt.Sprintf(", c%d's fence commits to %v lost", fd.Client, fd.Nodes)
 	}
 	return s
 }

@@ -105,10 +105,15 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	if len(profiles) != 1 || profiles[0].Name() != "lock" {
 		p.NoFence = nil
+		p.TieBursts = 0
+		p.FenceDrop = nil
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
 			// their length (CPU: the 500 seeds' minute).
+			if p.LongHold.SlowReply > 0 {
+				p.Settle -= slowReplySettle
+			}
 			p.LongHold = nil
 			p.Settle -= longHoldSettle
 		}
@@ -294,7 +299,7 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	case LinkSpike:
 		// No allowance: what a spike holds lands soon after it, and the
 		// release right after that (the chaos checker's rule).
-	case LinkDelay, LinkReset, CommitDelay:
+	case LinkDelay, LinkReset, CommitDelay, CommitDrop:
 		id := linkID{fl.Client, fl.Node}
 		f.links[id] = append(f.links[id], s)
 	case ClientFreeze:
@@ -379,6 +384,8 @@ func (e *Env) fault(f Fault) {
 		n.freezeClient(f.Client, true)
 	case CommitDelay:
 		n.aimCommit(f.Client, f.Node, f.Delay)
+	case CommitDrop:
+		n.dropCommit(f.Client, f.Node, true)
 	}
 	// Undone at its end, or at the run's end, so that Close finds every
 	// node and pipe working.
@@ -403,6 +410,8 @@ func (e *Env) fault(f Fault) {
 		n.freezeClient(f.Client, false)
 	case CommitDelay:
 		n.aimCommit(f.Client, f.Node, 0)
+	case CommitDrop:
+		n.dropCommit(f.Client, f.Node, false)
 	}
 	if f.For > 0 {
 		e.History.Note("fault %v undone", f)

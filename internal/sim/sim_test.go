@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -41,12 +42,34 @@ func defaultSeeds() int {
 }
 
 // runSeed runs one plan in a bubble of its own, with its seed's profile
-// (profilesFor).
+// (profilesFor). A seed that has not ended after -sim.hang of wall time
+// hung: a loop that never blocks stops the bubble's clock (fake time
+// moves only when every goroutine waits), so the run can never end. It
+// is reported as the seed's violation (hang) in the format the mutation
+// driver reads, and the process exits: a bubble cannot be stopped from
+// outside.
 func runSeed(t *testing.T, p Plan) Result {
 	t.Helper()
 	var res Result
+	wd := time.AfterFunc(*hangAfter, func() {
+		fmt.Printf("seed %d failed (replay: %s):\nVIOLATION hang at wall-%v: the seed did not end within %v of wall time (a seed takes a second or less)\n",
+			p.Seed, replayCommand(p.Seed), *hangAfter, *hangAfter)
+		os.Exit(1)
+	})
+	defer wd.Stop()
 	synctest.Test(t, func(t *testing.T) { res = Run(p, profilesFor(p.Seed)...) })
 	return res
+}
+
+// hangAfter is -sim.hang: a seed takes 0.1-0.5 s of CPU (ten times that
+// under -race), a few seconds of wall time on a loaded 2-core machine.
+var hangAfter = flag.Duration("sim.hang", defaultHang(), "a seed that runs longer than this (wall time) hung: the run reports it and exits")
+
+func defaultHang() time.Duration {
+	if RaceEnabled {
+		return 15 * time.Minute
+	}
+	return 3 * time.Minute
 }
 
 // TestSim runs seeds first..first+seeds-1 (two at a time per core) and

@@ -85,3 +85,11 @@ var DetachSkipsWait atomic.Bool
 // issue 30): a yield held in the network until the release's guard is gone
 // queues a finished token again.
 var YieldUnbounded atomic.Bool
+
+// DeadlineUnwatched makes the renewal scheduler ignore a lock's deadline:
+// it neither wakes for it nor declares the lock lost when ValidUntil
+// passes (renewals go on). Alone it leaves the loss to the extension's own
+// checks (a round decided at or after ValidUntil loses the lock); with
+// those mutated it is the pairwise control of layered safeguards (issue
+// 33, internal/sim/mutate).
+var DeadlineUnwatched atomic.Bool
