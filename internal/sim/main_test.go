@@ -42,10 +42,13 @@ var (
 // time, so that a release, a renewal or another Extend runs in between.
 // It is set for the whole package: the draws are shared by the bubbles
 // running at once, so their order follows scheduling (as the jitter of
-// the fault layer does). The default stays below the release guard's
-// lifetime (about a node timeout): a send delayed longer than that is
-// the case issue 30's node layer is to fix (its not-after bound is fixed
-// at the send, after the delay).
+// the fault layer does). A round's not-after bound is fixed when it is
+// registered (internal/node's Ledger), before the delay. The default stays
+// below the node timeout: the checker does not count the delay as a fault
+// of its Client, and a delay longer than the node timeout (say
+// -sim.send-delay=1s) makes renewals miss their deadlines, so that
+// spurious-loss and key-back (a live Do hold whose renewals never leave
+// looks like a token given up) report what is that Client's own pause.
 var sendDelay = func() {
 	most := *sendDelayMax
 	if most <= 0 {
