@@ -256,9 +256,17 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 // refuse, so a refused TryLock costs them nothing more (issue 32 item 7;
 // before, each got a guarded release at once). Close waits for these
 // goroutines (c.wg), which end by the round's deadline.
+//
+// It waits only where the refusals alone decided the call (t.No > N - quorum,
+// the ErrNotObtained case): the key is taken elsewhere, and the stragglers
+// most likely refuse too. Where failed nodes decided it (ErrNoQuorum, e.g. 2
+// of 4 nodes down, which fail before the live ones answer), the live nodes'
+// answers are mostly grants: waiting for them would keep the key there one
+// round trip after the call returned, so that a TryLock right after finds it
+// held (TestReal_evenNNeedsThreeOfFour); those get abandon's release at once.
 func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
 	r := l.round
-	if r == nil || t.Votes == nil || l.waiter.Member != "" {
+	if r == nil || t.Votes == nil || l.waiter.Member != "" || t.No <= len(c.nodes)-c.quorum {
 		c.abandon(ctx, l, t)
 		return
 	}
