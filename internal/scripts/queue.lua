@@ -11,10 +11,16 @@
 --
 -- Rolling upgrade: versions before this one wrote entries "client/
 -- reservation/token" with their deadline and attempt in a hash, KEYS[4]
--- (lock key .. ":queue:lapse"). These scripts still read such entries (and
--- take them out of the hash), and write only the new form; the old
--- scripts read a new entry as malformed and drop it (its waiter queues
--- again on its next attempt, with its ticket).
+-- (lock key .. ":queue:lapse"), and read an entry of the new form as
+-- malformed and drop it. These scripts read both forms (and take an old
+-- entry's field out of the hash), and write the old form, hash field
+-- included, while the hash exists: an old version queued a waiter on
+-- this key within its last two lapses (only old scripts raise the hash's
+-- TTL), so an old release may serve the queue, and must find our waiters
+-- in a form it reads (else it drops them at the head and hands the key to
+-- its own: issue 32, TestMixedVersions). Once no old process queues here,
+-- the hash expires and every entry written is of the new form. A waiter's
+-- own entry is found in either form (mine).
 --
 -- One total order everywhere (DESIGN step 9): (ticket, entry), the order
 -- of the sorted set itself. Whoever comes first in it goes first — in
@@ -53,6 +59,22 @@ local function before(ticket, member, t, head)
   return ticket < t or (ticket == t and bytesLess(member, head))
 end
 
+-- oldOf returns the old form "client/reservation/token" of an entry
+-- prefix (no part of it contains '#' or '/').
+local function oldOf(p)
+  return (string.gsub(p, '#', '/'))
+end
+
+-- inForm returns the caller's prefix p in the form of head, so that the
+-- order between the two is the one the sorted set keeps between their
+-- entries of one form (whichever form each node holds them in).
+local function inForm(p, head)
+  if string.find(head, '/', 1, true) then
+    return oldOf(p)
+  end
+  return p
+end
+
 -- prefixOf returns the entry prefix "client#reservation#token" of a member
 -- "client/reservation/token" ("" for none).
 local function prefixOf(member)
@@ -63,9 +85,16 @@ local function prefixOf(member)
   return client .. '#' .. reserve .. '#' .. token
 end
 
--- mine reports whether head is an entry of the waiter whose prefix is p.
+-- mine reports whether head is an entry of the waiter whose prefix is p,
+-- in either form.
 local function mine(head, p)
-  return p ~= '' and string.sub(head, 1, #p + 1) == p .. '#'
+  if p == '' then
+    return false
+  end
+  if string.sub(head, 1, #p + 1) == p .. '#' then
+    return true
+  end
+  return string.find(head, '/', 1, true) ~= nil and head == oldOf(p)
 end
 
 -- dequeue takes the entries of member (its prefix p) out of the queue:
@@ -75,6 +104,9 @@ local function dequeue(p, ticket)
   for _, e in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ticket, ticket)) do
     if mine(e, p) then
       redis.call('ZREM', KEYS[3], e)
+      if string.find(e, '/', 1, true) then
+        redis.call('HDEL', KEYS[4], e) -- the old form's field
+      end
     end
   end
 end
@@ -88,11 +120,25 @@ end
 -- queue's TTL only collects it once nobody waits: it is raised to twice
 -- the lapse whenever less than the lapse is left (never lowered), so it
 -- outlives every live entry while most attempts leave it alone.
+-- While the old form's hash exists (PTTL not -2: an old version queues on
+-- this key), the entry is written in the old form, its field in the hash,
+-- whose TTL is left to the old scripts (set here only if it has none: a
+-- hash left by a version before those), so that it lapses once they stop.
 local function enqueue(p, ticket, lapse, attempt, fresh)
   if not fresh then
     dequeue(p, ticket)
   end
-  redis.call('ZADD', KEYS[3], ticket, p .. '#' .. (now() + lapse) .. '#' .. attempt)
+  local hashTTL = redis.call('PTTL', KEYS[4])
+  if hashTTL == -2 then
+    redis.call('ZADD', KEYS[3], ticket, p .. '#' .. (now() + lapse) .. '#' .. attempt)
+  else
+    local m = oldOf(p)
+    redis.call('ZADD', KEYS[3], ticket, m)
+    redis.call('HSET', KEYS[4], m, (now() + lapse) .. ' ' .. attempt)
+    if hashTTL == -1 then
+      redis.call('PEXPIRE', KEYS[4], 2 * lapse)
+    end
+  end
   if redis.call('PTTL', KEYS[3]) < lapse then
     redis.call('PEXPIRE', KEYS[3], 2 * lapse)
   end
@@ -176,7 +222,7 @@ local function serve(p, ticket, wake, self)
       if not head or mine(head, p) then
         break
       end
-      if ticket and before(ticket, p, tonumber(h[2]), head) then
+      if ticket and before(ticket, inForm(p, head), tonumber(h[2]), head) then
         break
       end
       redis.call('ZREM', KEYS[3], head)

@@ -138,7 +138,7 @@ type Keys struct {
 	Lock  string // holds the owner's token, with a TTL
 	Guard string // set by our release: requests of ours landing later set nothing
 	Queue string // waiting members by ticket
-	Lapse string // the old form's lapse deadlines (read, never written: see queue.lua)
+	Lapse string // the old form's lapse deadlines (written only while an old version queues here: see queue.lua)
 	Fence string // the fence counter; "" when fencing is off
 	acq   []string
 	ext   []string

@@ -740,13 +740,23 @@ func TestQueue_oldFormWithLapseHash(t *testing.T) {
 	m.ZAdd(key+QueueSuffix, 2, live)
 	m.HSet(key+LapseSuffix, lapsed, strconv.FormatInt(now.UnixMilli()-1, 10)+" 3")
 	m.HSet(key+LapseSuffix, live, strconv.FormatInt(now.UnixMilli()+5000, 10)+" 4")
+	// While the old form's hash exists (an old version queues on this key),
+	// a new waiter is written in the old form, its field in the hash, so
+	// that an old release serves it rather than drop it at the head.
+	m.SetTTL(key+LapseSuffix, 9*time.Second)
 	nw := Waiter{Member: Member("new", time.Second, "n"), Ticket: 3, Lapse: 10 * time.Second, Attempt: 1, Fresh: true}
 	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
 	nw.Attempt, nw.Fresh = 2, false
 	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
 	got, _ := m.ZMembers(key + QueueSuffix)
-	if len(got) != 3 || !strings.HasPrefix(got[2], EntryPrefix(nw.Member)) || !strings.HasSuffix(got[2], "#2") {
-		t.Fatalf("queue = %q; want the two old entries and the new waiter's latest entry alone", got)
+	if len(got) != 3 || got[2] != nw.Member {
+		t.Fatalf("queue = %q; want the two old entries and the new waiter's, in the old form, once", got)
+	}
+	if f := m.HGet(key+LapseSuffix, nw.Member); f != strconv.FormatInt(now.UnixMilli()+10000, 10)+" 2" {
+		t.Errorf("the new waiter's field = %q; want its lapse deadline and latest attempt", f)
+	}
+	if ttl := m.TTL(key + LapseSuffix); ttl != 9*time.Second {
+		t.Errorf("hash TTL = %v; want 9s: raised only by the old scripts, so that it lapses once they stop", ttl)
 	}
 	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
 		t.Fatalf("Release = %v, %v; want HandedOver", r, err)
@@ -758,8 +768,19 @@ func TestQueue_oldFormWithLapseHash(t *testing.T) {
 	if tok, n := ParseHandoff(msg.Payload); err != nil || tok != "o" || n != 4 {
 		t.Errorf("message = %q, %v; want token o, attempt 4 (from the hash)", msg.Payload, err)
 	}
-	if f, _ := m.HKeys(key + LapseSuffix); len(f) != 0 {
-		t.Errorf("lapse hash fields left = %q; want both served or dropped ones taken out", f)
+	if f, _ := m.HKeys(key + LapseSuffix); len(f) != 1 || f[0] != nw.Member {
+		t.Errorf("lapse hash fields left = %q; want the served and dropped ones taken out, the new waiter's kept", f)
+	}
+	// The hash gone (no old version queues any more), the waiter's next
+	// attempt replaces its old-form entry with one of the new form.
+	m.Del(key + LapseSuffix)
+	nw.Attempt = 3
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || !strings.HasPrefix(got[0], EntryPrefix(nw.Member)) || !strings.HasSuffix(got[0], "#3") {
+		t.Fatalf("queue = %q; want the new waiter's entry alone, in the new form", got)
+	}
+	if m.Exists(key + LapseSuffix) {
+		t.Errorf("the lapse hash was written again; want it left alone once gone")
 	}
 	// The new waiter leaves: its entry goes, found by its ticket.
 	if err := Leave(ctx, c, kn, nw); err != nil {
@@ -767,5 +788,23 @@ func TestQueue_oldFormWithLapseHash(t *testing.T) {
 	}
 	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
 		t.Errorf("queue after Leave = %q; want empty", got)
+	}
+	// A hash without a TTL (left by a version before the old one) gets
+	// one, so that it cannot keep the old form written for ever; an old-form
+	// entry of ours leaves with its field.
+	m.HSet(key+LapseSuffix, "older/1000/z", "0 0")
+	nw.Attempt, nw.Fresh = 4, true
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	if ttl := m.TTL(key + LapseSuffix); ttl != 20*time.Second {
+		t.Errorf("hash TTL = %v; want twice the lapse, 20s", ttl)
+	}
+	if err := Leave(ctx, c, kn, nw); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after Leave = %q; want empty", got)
+	}
+	if f := m.HGet(key+LapseSuffix, nw.Member); f != "" {
+		t.Errorf("the new waiter's field after Leave = %q; want none", f)
 	}
 }
