@@ -20,7 +20,10 @@
 -- in a form it reads (else it drops them at the head and hands the key to
 -- its own: issue 32, TestMixedVersions). Once no old process queues here,
 -- the hash expires and every entry written is of the new form. A waiter's
--- own entry is found in either form (mine).
+-- own entry is found in either form (mine). One waiter may be in one form
+-- on one node and in the other on another: the order holds, as entries of
+-- two clients differ first within the client id (UUIDs, one length), and
+-- a client queues one waiter per key at a time (redlock's line).
 --
 -- One total order everywhere (DESIGN step 9): (ticket, entry), the order
 -- of the sorted set itself. Whoever comes first in it goes first — in
