@@ -268,12 +268,15 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl ti
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
 func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
-	attempt := "0" // not queueing: unused, and no allocation on TryLock's path
+	// Not queueing: unused. Boxed as a constant, so TryLock's path
+	// allocates nothing for it (a string variable boxed into an any does).
+	var attempt any = "0"
 	if w.Member != "" {
-		attempt = strconv.FormatInt(w.Attempt, 10)
+		a := strconv.FormatInt(w.Attempt, 10)
 		if w.Fresh {
-			attempt += "n"
+			a += "n"
 		}
+		attempt = a
 	}
 	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, attempt}
 }
@@ -510,7 +513,7 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake s
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	at := "0 0" // no member: unused
+	var at any = "0 0" // no member: unused (a boxed constant: no allocation)
 	if r.Member != "" {
 		at = strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)
 	}
