@@ -76,9 +76,9 @@
 //  9. Waiters queue on the nodes: a Lock call refused on a node joins that
 //     node's queue of the resource (<key>:queue, by a ticket taken once per
 //     call: its start time) in the same script, and refreshes its entry's
-//     own lapse deadline (<key>:queue:lapse, on the node's clock: two retry
-//     delays and four node timeouts) with every attempt; an entry whose
-//     waiter stopped attempting is passed over once it lapses. One order
+//     own lapse deadline (carried in the entry itself, on the node's clock:
+//     two retry delays and four node timeouts) with every attempt; an entry
+//     whose waiter stopped attempting is passed over once it lapses. One order
 //     serves everywhere: (ticket, member), so no tie of tickets can keep
 //     two waiters apart. A release that finds waiters sets the key to the
 //     first live one's token for a short reservation (two node timeouts, or
@@ -86,9 +86,10 @@
 //     the TTL), and publishes that token, with the number of the waiter's
 //     attempt that queued or last refreshed the entry, on its Client's
 //     channel only (one channel per Client, subscribed once); a waiter
-//     whose Client is not listening there (PUBSUB NUMSUB, read before the
-//     key is touched: its process is gone) is dropped, and the next one is
-//     served in the same step. A release that finds the key free (its own
+//     whose Client is not listening there (PUBLISH reaches no receiver: its
+//     process is gone, so nobody was told) is dropped, and the next one is
+//     served in the same step (its SET replaces the key), or the key is
+//     deleted. A release that finds the key free (its own
 //     lease ran out, or it never held that node) serves the queue the same
 //     way. A waiter told by a majority holds the
 //     lock until the reservations end (see "What is guaranteed"), and its

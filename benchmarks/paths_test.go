@@ -128,10 +128,10 @@ func TestProtocolPrototype(t *testing.T) {
 	admins := []redis.UniversalClient{admin}
 	ctx := t.Context()
 	read := func(path string) string { return readScript(t, path) }
-	queue := read("../internal/scripts/queue.lua")
+	queue := read("testdata/v1/queue.lua")
 	today := struct{ acquire, release *redis.Script }{
-		redis.NewScript(queue + read("../internal/scripts/acquire.lua")),
-		redis.NewScript(queue + read("../internal/scripts/release.lua")),
+		redis.NewScript(queue + read("testdata/v1/acquire.lua")),
+		redis.NewScript(queue + read("testdata/v1/release.lua")),
 	}
 	serve := read("testdata/proposal/serve.lua")
 	proposal := struct{ acquire, release, acquireWithQueueLua *redis.Script }{
@@ -472,8 +472,8 @@ func TestNodeCPUPerRequest(t *testing.T) {
 	t.Log("\n" + out.String())
 }
 
-// readScript returns the text of a script file (today's in
-// ../internal/scripts, the prototype's in testdata/proposal).
+// readScript returns the text of a script file (the scripts before issue 32
+// in testdata/v1, the prototype's in testdata/proposal).
 func readScript(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -87,7 +87,7 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 		c.drop(ctx, l)
 		return nil, grantExpired("granted, but its validity ran out before it could be returned")
 	}
-	c.abandon(ctx, l, t)
+	c.abandonLate(ctx, l, t)
 	if ctx.Err() != nil {
 		return nil, errors.Join(err, ctx.Err())
 	}
@@ -135,6 +135,7 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		*attempts = attempt
 		t, err, settled := q.step(ctx, callID, l, attempt)
 		if err == nil {
+			q.noteDequeued(l)
 			if l.handOut() {
 				return l, nil
 			}
@@ -234,7 +235,12 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	cfg, n := l.cfg, len(c.nodes)
 	// The arguments are boxed once for every node; each node's not-after
 	// bound (step 4, internal/node/clock.go) has its slot in one slice, sent by pointer.
-	args := scripts.AcquireArgs(l.token, cfg.ttl, l.waiter, c.wakeArg())
+	w := l.waiter
+	if w.Member != "" {
+		w.Fresh = !l.queueSent
+		l.queueSent = true
+	}
+	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
 	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node, registered first (rounds.go).
 	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
@@ -252,6 +258,7 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 		})
 	})
 	l.noteStart(r.Started())
+	l.round = r
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)

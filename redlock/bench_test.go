@@ -2,9 +2,12 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +188,71 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(float64(maxWait.Nanoseconds()), "max-wait-ns")
 		})
 	}
+}
+
+// BenchmarkTryLockRefused is a TryLock refused on 5 real local nodes (the
+// key held by another Client), with the requests it cost the nodes: a
+// refused TryLock sends each node one acquire, and nothing more to a node
+// that refused, also when that node answered after the call was decided
+// (issue 32 step 3: before, each such straggler got a guarded release).
+// The metric reqs/op counts the requests the nodes served per TryLock
+// (INFO commandstats, every command but INFO).
+func BenchmarkTryLockRefused(b *testing.B) {
+	nodes := directNodes(b)
+	ctx := context.Background()
+	holder, err := New(nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close()
+	held, err := holder.Lock(ctx, "refused")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	c, err := New(nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.ReportAllocs()
+	before := requestsServed(b, nodes)
+	for b.Loop() {
+		if _, err := c.TryLock(ctx, "refused"); !errors.Is(err, ErrNotObtained) {
+			b.Fatalf("TryLock = %v; want ErrNotObtained", err)
+		}
+	}
+	b.StopTimer()
+	// The stragglers' answers and any releases land within a node timeout.
+	time.Sleep(50 * time.Millisecond)
+	b.ReportMetric(float64(requestsServed(b, nodes)-before)/float64(b.N), "reqs/op")
+}
+
+// requestsServed sums the calls of every top-level command the nodes
+// served but INFO (a script's own commands are not requests).
+func requestsServed(b *testing.B, nodes []redis.UniversalClient) int64 {
+	b.Helper()
+	var n int64
+	for _, nd := range nodes {
+		s, err := nd.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+				continue
+			}
+			switch name {
+			case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_time", "cmdstat_ping", "cmdstat_hello",
+				"cmdstat_client", "cmdstat_script", "cmdstat_publish", "cmdstat_subscribe":
+			default:
+				continue // called from a script (GET, SET, …): not a request of its own
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			v, _ := strconv.ParseInt(calls, 10, 64)
+			n += v
+		}
+	}
+	return n
 }

@@ -79,7 +79,7 @@ func (l *Lock) leaveQueues() {
 	ctx := context.Background()
 	r, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (struct{}, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (struct{}, error) {
-			return struct{}{}, scripts.Leave(ctx, s, l.keys[i], l.waiter.Member)
+			return struct{}{}, scripts.Leave(ctx, s, l.keys[i], l.waiter)
 		})
 	})
 	r.Collect(ctx, func(_ int, rep quorum.Reply[struct{}]) (quorum.Vote, error) { return quorum.Yes, rep.Err }, quorum.All)

@@ -61,7 +61,7 @@ func noneHoldsFor(t *testing.T, rc *redistest.Cluster, key, token string, d time
 }
 
 // queuedTokenOn reports whether node i's waiter queue for key holds an
-// entry of token (members are "client/reservation/token").
+// entry of token (entries are "client#reservation#token#deadline#attempt").
 func queuedTokenOn(t *testing.T, rc *redistest.Cluster, i int, key, token string) bool {
 	t.Helper()
 	members, err := rc.Admin(i).ZRange(context.Background(), key+scripts.QueueSuffix, 0, -1).Result()
@@ -69,7 +69,7 @@ func queuedTokenOn(t *testing.T, rc *redistest.Cluster, i int, key, token string
 		t.Fatalf("ZRANGE on node %d: %v", i, err)
 	}
 	for _, m := range members {
-		if strings.HasSuffix(m, "/"+token) {
+		if strings.Contains(m, "#"+token+"#") {
 			return true
 		}
 	}
@@ -791,5 +791,55 @@ func TestLate_firstGrantSurvivesCancelAtReturn(t *testing.T) {
 				l.Unlock(context.Background())
 			}
 		})
+	}
+}
+
+// Issue 32 item 7: a refused TryLock does not send a guarded release to a
+// node that had not answered when a majority refused; it waits for that
+// straggler in the background. A straggler that grants (the key was free
+// there) is released once its answer is in — with no guard, as nothing of
+// ours can land there any more — and one that refuses gets nothing.
+func TestLate_refusedTryLockWaitsForItsStragglers(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients())
+	ctx := t.Context()
+	guards := func() []string {
+		ks, err := rc.Admin(2).Keys(ctx, "lock:st*"+scripts.GuardSuffix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	for _, tc := range []struct {
+		name    string
+		onSlow  bool // the other owner holds node 2 too
+		wantKey string
+	}{
+		{"straggler grants", false, ""},
+		{"straggler refuses", true, "other"},
+	} {
+		key := "lock:st" + strings.ReplaceAll(tc.name, " ", "-")
+		for i := range 3 {
+			if i < 2 || tc.onSlow {
+				if err := rc.Admin(i).Set(ctx, key, "other", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rc.SetLatency(2, 150*time.Millisecond)
+		_, err := c.TryLock(ctx, strings.TrimPrefix(key, "lock:"))
+		if !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("%s: TryLock = %v; want ErrNotObtained", tc.name, err)
+		}
+		// The straggler answers within ~0.3s; its release, if any, follows.
+		if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 2, key) == tc.wantKey }) {
+			t.Errorf("%s: node 2 holds %q; want %q", tc.name, keyOn(t, rc, 2, key), tc.wantKey)
+		}
+		rc.SetLatency(2, 0)
+		time.Sleep(300 * time.Millisecond) // a guarded release, had one been sent, is in by now
+		if g := guards(); len(g) != 0 {
+			t.Errorf("%s: guard keys on node 2 = %q; want none (the straggler answered before any release)", tc.name, g)
+		}
 	}
 }

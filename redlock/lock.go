@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
 
@@ -84,6 +85,19 @@ type Lock struct {
 	// detached is set by Detach (handover.go): Unlock must not release a
 	// lock handed to another process.
 	detached atomic.Bool
+	// round is the lock's latest acquire round (set by try, on the call's
+	// goroutine): a refused TryLock waits for its stragglers (abandonLate).
+	round *quorum.Round[reply]
+	// queueSent is set once an acquire carrying waiter.Member was sent:
+	// until then no entry of it can be queued on any node, and the
+	// acquire script does not look for one (scripts.Waiter.Fresh). Set by
+	// the call's goroutine.
+	queueSent bool
+	// dequeued marks the nodes whose handoff took our entry out, named by
+	// our latest attempt (so no later request of ours could queue it
+	// again): a release sends no member there (release.go). Set by the
+	// call's goroutine before the lock is handed out; nil: none.
+	dequeued []bool
 	// starts are when this token's latest attempts began, by attempt
 	// number (a ring): a handoff that names an attempt was set after it
 	// began (see handedUntil). Set by the call's goroutine.

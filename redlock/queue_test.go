@@ -187,7 +187,7 @@ func TestReal_deadHeadWaiterCostsTheNextNothing(t *testing.T) {
 		t.Fatal("the child waiter never queued")
 	}
 	members, _ := rc.Admin(0).ZRange(t.Context(), queue, 1, 1).Result()
-	childID, _, _ := strings.Cut(members[0], "/")
+	childID, _, _ := strings.Cut(members[0], "#")
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -615,11 +615,12 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 	l.Unlock(context.Background())
 }
 
-// A lock held from handoffs releases with its queue member on every node,
-// also where a release handed it the key: an attempt of its own refused
-// there later (the handed key expired, a node restarted empty) queues the
-// member again, and a release that left it would have a later release —
-// its own, even — hand the key to the finished token for a whole TTL.
+// A lock held from handoffs leaves no queue entry of its own behind. Where
+// a release handed it the key, that handoff took out the entry its latest
+// attempt wrote, so its release sends no member there (issue 32: no
+// lookup); should an entry of its token be there all the same (an attempt
+// of its own refused there later), its release's serve drops it rather than
+// hand the finished token the key, and the key is deleted.
 func TestReal_releaseOfAHandedLockTakesItsMemberOutEverywhere(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
@@ -646,9 +647,12 @@ func TestReal_releaseOfAHandedLockTakesItsMemberOutEverywhere(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("waiter's Lock = %v", r.err)
 	}
-	// b's member is back in node 0's queue, as a later refused attempt of
-	// b's would leave it.
-	if err := rc.Admin(0).ZAdd(t.Context(), queue, redisZ(1, r.l.waiter.Member)).Err(); err != nil {
+	// b's entry is back at the head of node 0's queue, as a later refused
+	// attempt of b's would leave it (far from lapsing). b's release sends
+	// no member there (node 0 handed it the key), so it is its serve that
+	// must not hand b's own token the key.
+	entry := scripts.EntryPrefix(r.l.waiter.Member) + "99999999999999#1"
+	if err := rc.Admin(0).ZAdd(t.Context(), queue, redisZ(1, entry)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.l.Unlock(t.Context()); err != nil {

@@ -171,17 +171,23 @@ func (l *Lock) needsRetry(i int, err error) bool {
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
 // with the token's guard, for nodes where a request of the lock may still
-// be in flight (guardFor). Both carry our queue member, also to nodes that
-// handed us the key (the handoff took it out there): an attempt refused
-// there later may have queued it again, and a release must never leave it
-// for a later one to hand the key to a finished token.
-type relArgs struct{ plain, guarded []any }
+// be in flight (guardFor). Both carry our queue member, so that the script
+// takes out any entry of ours left there: a release must never leave one
+// for a later one to hand the key to a finished token. unqueued (non-nil
+// when some node handed us the key: l.dequeued) has no member: for a node
+// whose handoff took out the entry of our latest attempt and where no
+// request of ours is in flight, so that nothing of ours can have queued
+// again (issue 32: the handing release's own lookup saved).
+type relArgs struct{ plain, guarded, unqueued []any }
 
 // releaseArgs boxes the release's arguments once for every node. A node's
 // need for the guard can only appear while a round is pending, so one seen
 // here stays.
 func (l *Lock) releaseArgs() *relArgs {
 	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
+	if l.dequeued != nil {
+		args.unqueued = scripts.Unqueued(args.plain)
+	}
 	for i := range l.keys {
 		if l.guardFor(i) > 0 {
 			args.guarded = l.guardArgs()
@@ -200,6 +206,9 @@ func (l *Lock) guardArgs() []any {
 // the lock may still be in flight there.
 func (l *Lock) argsFor(args *relArgs, i int) []any {
 	if l.guardFor(i) == 0 {
+		if args.unqueued != nil && l.dequeued[i] {
+			return args.unqueued // no entry of ours can be left there
+		}
 		return args.plain
 	}
 	if args.guarded == nil {
@@ -234,6 +243,64 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 	c.forget(l)
 	c.mu.Unlock()
 	l.releaseAll(ctx)
+}
+
+// abandonLate is abandon for a refused TryLock (one round, never queued):
+// a node that granted is released at once; a node that refused, with no
+// request of ours unanswered there, holds nothing of ours; a node that had
+// not answered when the call was decided is waited for in the background,
+// as a straggler — released only if its answer is a grant or a failure, and
+// with the token's guard if no answer comes within the node timeout (the
+// release then goes after the request timed out, as step 4 asks, and the
+// guard covers it if it lands later). On a contended key most stragglers
+// refuse, so a refused TryLock costs them nothing more (issue 32 item 7;
+// before, each got a guarded release at once). Close waits for these
+// goroutines (c.wg), which end by the round's deadline.
+//
+// It waits only where the refusals alone decided the call (t.No > N - quorum,
+// the ErrNotObtained case): the key is taken elsewhere, and the stragglers
+// most likely refuse too. Where failed nodes decided it (ErrNoQuorum, e.g. 2
+// of 4 nodes down, which fail before the live ones answer), the live nodes'
+// answers are mostly grants: waiting for them would keep the key there one
+// round trip after the call returned, so that a TryLock right after finds it
+// held (TestReal_evenNNeedsThreeOfFour); those get abandon's release at once.
+func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
+	r := l.round
+	if r == nil || t.Votes == nil || l.waiter.Member != "" || t.No <= len(c.nodes)-c.quorum {
+		c.abandon(ctx, l, t)
+		return
+	}
+	l.mu.Lock()
+	l.state = stateFinished
+	l.mu.Unlock()
+	dctx := context.WithoutCancel(ctx)
+	args := l.releaseArgs()
+	deadline := r.Started().Add(l.cfg.timeout())
+	for i := range c.nodes {
+		vote := t.Votes[i]
+		if vote == quorum.No && l.guardFor(i) == 0 {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		c.wg.Go(func() {
+			if vote != quorum.Yes {
+				// A straggler: wait for its answer, at most until its
+				// deadline.
+				tm := time.NewTimer(time.Until(deadline))
+				select {
+				case <-r.Done(i):
+				case <-tm.C:
+				case <-c.closing:
+				}
+				tm.Stop()
+				if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours && l.guardFor(i) == 0 {
+					return // it refused: nothing of ours there
+				}
+			}
+			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
+			defer cancel()
+			_, _ = l.releaseNode(rctx, i, args)
+		})
+	}
 }
 
 // abandon ends a Lock call's lock that was never handed out (step 4): it

@@ -108,6 +108,24 @@ func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int)
 	return c.attempt(ctx, callID, l)
 }
 
+// noteDequeued records the nodes whose handoff to l took its entry out
+// there, as written by its latest attempt (l.dequeued): no later request of
+// l carries its member, so its release need not look for an entry there.
+func (q *waiting) noteDequeued(l *Lock) {
+	if q.w == nil || l.waiter.Member == "" || queuesFor(q.cfg.mode) {
+		return
+	}
+	att := q.w.handedAttempts(l.token)
+	for i, a := range att {
+		if a == l.waiter.Attempt && a > 0 {
+			if l.dequeued == nil {
+				l.dequeued = make([]bool, len(att))
+			}
+			l.dequeued[i] = true
+		}
+	}
+}
+
 // firstRenewal is when a lock held from handoffs renews first: halfway to
 // the last node timeout of its validity, so that the renewal, which sets
 // the key to its TTL, lands within the reservations (step 9). A lock held

@@ -2,9 +2,11 @@
 --                       key (only with fencing)]
 --              ARGV => [token, ttl in ms, member ("" when not waiting),
 --                       ticket, entry lapse in ms, wake-up argument (see serve),
---                       attempt number (see enqueue), not after (the
---                       node's TIME in ms past which this request changes
---                       nothing; "0": no bound)]
+--                       attempt number (see enqueue), followed by "n" when
+--                       no request of this member was sent before (no
+--                       entry of ours can be here: none is looked for),
+--                       not after (the node's TIME in ms past which this
+--                       request changes nothing; "0": no bound)]
 -- Sets the lock key to our token for ttl where it is absent and the queue
 -- lets us go first, or refreshes it where it already holds our token (a
 -- retried attempt is idempotent, and a key handed to us by a release is
@@ -33,23 +35,33 @@
 -- clock with the offset's error and the drift allowed; see
 -- redlock/clock.go). A request that runs later — held by the network, or
 -- queued in a paused node's socket for any length of time — is refused
--- before anything is read or written: no grant, no refresh, no queue entry.
--- It answers -2, not 0: the script never read the key, and a client whose
--- timer fired late (a loaded machine) still reads the reply; it must not
--- name another owner as the cause.
-if tonumber(ARGV[8]) > 0 then
-  if now() > tonumber(ARGV[8]) then
-    if KEYS[5] then
-      return {-2, tonumber(redis.call('GET', KEYS[5]) or '0')}
-    end
-    return -2
-  end
-end
+-- before anything is written: no grant, no refresh, no queue entry. It
+-- answers -2, not 0, where it could have written: a client whose timer
+-- fired late (a loaded machine) still reads the reply. Where nothing could
+-- be written (the key another's and no queueing, or our guard there) the
+-- bound is not read (one TIME less): the refusal is 0, a true reply of
+-- the node when the request ran.
 local kg = redis.call('MGET', KEYS[1], KEYS[2])
 local v = kg[1]
 local ok = 0
-if not kg[2] then
-  local member = ARGV[3]
+local member = ARGV[3]
+-- A request that can write nothing — our guard is there, or another
+-- token holds the key and we do not queue — reads no TIME: late or not,
+-- it changes nothing (issue 32: a refused TryLock costs MGET alone).
+if not kg[2] and (v == false or v == ARGV[1] or member ~= '') then
+  if tonumber(ARGV[8]) > 0 then
+    if now() > tonumber(ARGV[8]) then
+      if KEYS[5] then
+        return {-2, tonumber(redis.call('GET', KEYS[5]) or '0')}
+      end
+      return -2
+    end
+  end
+  local p, ticket = '', nil
+  local attempt, fresh = string.match(ARGV[7], '^(%d+)(n?)$')
+  if member ~= '' then
+    p, ticket = prefixOf(member), tonumber(ARGV[4])
+  end
   if v == false then
     -- MGET reads a key of another type as nil: it is found before
     -- anything is set (SET NX refuses it; EXISTS finds it).
@@ -63,15 +75,12 @@ if not kg[2] then
       if redis.call('EXISTS', KEYS[1]) == 1 then
         return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
       end
-      local ticket = nil
-      if member ~= '' then
-        ticket = tonumber(ARGV[4])
-      end
-      if not serve(member, ticket, ARGV[6]) then
+      if not serve(p, ticket, ARGV[6], ARGV[1]) then
+        -- Ours (this SET replaces a token serve set that nobody heard).
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
         ok = 1
-        if member ~= '' then
-          dequeue(member)
+        if p ~= '' and fresh ~= 'n' then
+          dequeue(p, ticket)
         end
       end
     end
@@ -80,8 +89,8 @@ if not kg[2] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     ok = 1
   end
-  if ok == 0 and member ~= '' then
-    enqueue(member, tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[7])
+  if ok == 0 and p ~= '' then
+    enqueue(p, ticket, tonumber(ARGV[5]), attempt, fresh == 'n')
   end
 end
 if KEYS[5] then

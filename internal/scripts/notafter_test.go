@@ -150,3 +150,27 @@ func TestNotAfter(t *testing.T) {
 		}
 	})
 }
+
+// A refused attempt that does not queue writes nothing, so it reads no
+// TIME (issue 32): past its not-after bound it answers 0, a true refusal,
+// and only where it could write (free key, our own key, queueing) does the
+// bound make it -2.
+func TestNotAfter_refusalReadsNoTime(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key = "lock:na"
+	m.Set(key, "other")
+	k := NewKeys(key, "", "tok")
+	past := int64(1) // long past on any clock
+	ok, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Second, Waiter{}, wake), &past)
+	if ok || err != nil {
+		t.Errorf("late refused attempt, not queueing = %v, %v; want refused (0), no ErrLate", ok, err)
+	}
+	w := Waiter{Member: Member("c", time.Second, "tok"), Ticket: 1, Lapse: time.Minute, Attempt: 1, Fresh: true}
+	if _, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Second, w, wake), &past); !errors.Is(err, ErrLate) {
+		t.Errorf("late queueing attempt = %v; want ErrLate", err)
+	}
+	if n, _ := m.ZMembers(key + QueueSuffix); len(n) != 0 {
+		t.Errorf("queue after a late queueing attempt = %q; want empty", n)
+	}
+}

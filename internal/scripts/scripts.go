@@ -11,6 +11,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -137,7 +138,7 @@ type Keys struct {
 	Lock  string // holds the owner's token, with a TTL
 	Guard string // set by our release: requests of ours landing later set nothing
 	Queue string // waiting members by ticket
-	Lapse string // each waiting member's lapse deadline, on the node's clock
+	Lapse string // the old form's lapse deadlines (written only while an old version queues here: see queue.lua)
 	Fence string // the fence counter; "" when fencing is off
 	acq   []string
 	ext   []string
@@ -191,6 +192,10 @@ type Waiter struct {
 	// the number of the latest one that queued or refreshed the entry,
 	// and a handoff names it (see ParseHandoff).
 	Attempt int64
+	// Fresh says that no request carrying Member was sent before, so no
+	// entry of it can be queued anywhere yet: the acquire script does not
+	// look for one to replace (one command less on a first attempt).
+	Fresh bool
 }
 
 // ParseHandoff reads a handoff message: the token the key was handed to on
@@ -224,9 +229,17 @@ func WakeArg(channelPrefix string, countListeners bool) string {
 // Member names a waiting token of a client in the queue, with the
 // reservation a release hands it the key for (a short time the waiter's own
 // renewal extends to its TTL): "client/reservation ms/token". client must
-// not contain "/".
+// not contain "/" or "#". The plain lock's queue entry is EntryPrefix of it,
+// then "#lapse deadline#attempt" (queue.lua); read-write queues keep the
+// member as it is.
 func Member(client string, reservation time.Duration, token string) string {
 	return client + "/" + strconv.FormatInt(ms(reservation), 10) + "/" + token
+}
+
+// EntryPrefix is the start of the plain lock's queue entries of member:
+// "client#reservation ms#token", then "#" (queue.lua).
+func EntryPrefix(member string) string {
+	return strings.Replace(member, "/", "#", 2) + "#"
 }
 
 // Extended is the outcome of Extend on one node.
@@ -255,7 +268,17 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, token string, ttl ti
 // AcquireArgs boxes the arguments of Acquire once, for a lock that sends
 // them to every node and on every attempt (AcquireWith).
 func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
-	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, w.Attempt}
+	// Not queueing: unused. Boxed as a constant, so TryLock's path
+	// allocates nothing for it (a string variable boxed into an any does).
+	var attempt any = "0"
+	if w.Member != "" {
+		a := strconv.FormatInt(w.Attempt, 10)
+		if w.Fresh {
+			a += "n"
+		}
+		attempt = a
+	}
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, attempt}
 }
 
 // ErrLate is the answer of a node that ran a request after its not-after
@@ -490,7 +513,20 @@ func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake s
 	if yield {
 		ticket = strconv.FormatInt(r.Ticket, 10)
 	}
-	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), r.Attempt}
+	var at any = "0 0" // no member: unused (a boxed constant: no allocation)
+	if r.Member != "" {
+		at = strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)
+	}
+	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), at}
+}
+
+// Unqueued returns args from ReleaseArgs (not yielding) without the
+// member, for a node where no entry of ours can be left: the release then
+// does not look for one (see Release).
+func Unqueued(args []any) []any {
+	a := slices.Clone(args)
+	a[2] = ""
+	return a
 }
 
 func parseReleased(n int64, err error) (Released, error) {
@@ -520,9 +556,10 @@ func Holds(ctx context.Context, c redis.Scripter, k Keys, token string) (bool, e
 	return n == 1, err
 }
 
-// Leave takes member out of the queue of k, and does nothing else.
-func Leave(ctx context.Context, c redis.Scripter, k Keys, member string) error {
-	return leave.Run(ctx, c, k.rel, member).Err()
+// Leave takes the entries of w.Member out of the queue of k, and does
+// nothing else.
+func Leave(ctx context.Context, c redis.Scripter, k Keys, w Waiter) error {
+	return leave.Run(ctx, c, k.rel, w.Member, w.Ticket).Err()
 }
 
 // Exists reports whether key exists, whoever holds it.

@@ -3,6 +3,8 @@ package scripts
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -314,17 +316,11 @@ func TestQueue(t *testing.T) {
 	if ok, _, err := Acquire(ctx, c, kb, "b", 5*time.Second, w("cb", "b", 10), wake); !ok || err != nil {
 		t.Fatalf("b's attempt on its handed key = %v, %v; want granted", ok, err)
 	}
-	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("ca", 5*time.Second, "a") {
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || !strings.HasPrefix(got[0], EntryPrefix(Member("ca", 5*time.Second, "a"))) {
 		t.Errorf("queue after the handoff = %q; want a alone", got)
 	}
-	// b's Unlock: a's client does not listen, so a is dropped (its process
-	// is gone) and the key is deleted at once. A pattern subscriber (a
-	// monitoring tool, say) is not a's client listening.
-	ps := c.PSubscribe(ctx, prefix+"*")
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// b's Unlock: a's client does not listen (PUBLISH reaches nobody), so
+	// a is dropped (its process is gone) and the key is deleted at once.
 	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), false, wake); r != Deleted || err != nil {
 		t.Fatalf("b's Release with only a waiter nobody listens for = %v, %v; want Deleted", r, err)
 	}
@@ -368,7 +364,7 @@ func TestQueue(t *testing.T) {
 	if r, err := Release(ctx, c, kc, "c", 0, w("cc", "c", 50), true, wake); r != HandedOver || err != nil {
 		t.Fatalf("c yielding to the older b = %v, %v; want HandedOver", r, err)
 	}
-	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || got[0] != Member("cc", 5*time.Second, "c") {
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || !strings.HasPrefix(got[0], EntryPrefix(Member("cc", 5*time.Second, "c"))) {
 		t.Errorf("queue after c yielded = %q; want c queued", got)
 	}
 	if r, err := Release(ctx, c, kb, "b", 0, w("cb", "b", 10), true, wake); r != Kept || err != nil {
@@ -442,8 +438,23 @@ func TestQueue(t *testing.T) {
 	m.FlushAll()
 	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
 	Acquire(ctx, c, ka, "a", time.Second, Waiter{Member: Member("ca", time.Second, "a"), Ticket: 1, Lapse: 700 * time.Millisecond}, wake)
-	if ttl, lttl := m.TTL(key+QueueSuffix), m.TTL(key+LapseSuffix); ttl != 1400*time.Millisecond || lttl != ttl {
-		t.Errorf("queue TTLs = %v, %v; want twice the lapse 700ms, both", ttl, lttl)
+	if ttl := m.TTL(key + QueueSuffix); ttl != 1400*time.Millisecond || m.Exists(key+LapseSuffix) {
+		t.Errorf("queue TTL = %v, lapse hash %v; want twice the lapse 700ms, and no hash (the old form's)", ttl, m.Exists(key+LapseSuffix))
+	}
+
+	// The limit of PUBLISH's count: a pattern subscriber on the channels
+	// (a monitoring tool, say) counts as a receiver, so a waiter whose
+	// client is gone is handed the key all the same (for one reservation).
+	m.FlushAll()
+	Acquire(ctx, c, kh, "h", time.Second, Waiter{}, wake)
+	Acquire(ctx, c, ka, "a", time.Second, w("gone", "a", 1), wake)
+	ps := c.PSubscribe(ctx, prefix+"*")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
+		t.Errorf("Release with a pattern subscriber listening = %v, %v; want HandedOver (the documented limit)", r, err)
 	}
 }
 
@@ -703,5 +714,97 @@ func TestQueue_legacyEntryIsServed(t *testing.T) {
 	}
 	if tok, n := ParseHandoff(msg.Payload); tok != "o" || n != 0 {
 		t.Errorf("message = %q; want token o, attempt 0", msg.Payload)
+	}
+}
+
+// The rolling upgrade (issue 32): entries of the old form, with their
+// deadline and attempt in the lapse hash, are read (a lapsed one dropped,
+// a live one served and taken out of the hash); a waiter's later attempts
+// replace its entry, whatever form the others have, and the new scripts
+// write no hash.
+func TestQueue_oldFormWithLapseHash(t *testing.T) {
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, prefix = "lock:mixed", "lock:wake:"
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	sub := c.Subscribe(ctx, prefix+"old")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kh, kn := NewKeys(key, "", "h"), NewKeys(key, "", "n")
+	Acquire(ctx, c, kh, "h", time.Minute, Waiter{}, wake)
+	lapsed, live := Member("old", time.Second, "x"), Member("old", time.Second, "o")
+	m.ZAdd(key+QueueSuffix, 1, lapsed)
+	m.ZAdd(key+QueueSuffix, 2, live)
+	m.HSet(key+LapseSuffix, lapsed, strconv.FormatInt(now.UnixMilli()-1, 10)+" 3")
+	m.HSet(key+LapseSuffix, live, strconv.FormatInt(now.UnixMilli()+5000, 10)+" 4")
+	// While the old form's hash exists (an old version queues on this key),
+	// a new waiter is written in the old form, its field in the hash, so
+	// that an old release serves it rather than drop it at the head.
+	m.SetTTL(key+LapseSuffix, 9*time.Second)
+	nw := Waiter{Member: Member("new", time.Second, "n"), Ticket: 3, Lapse: 10 * time.Second, Attempt: 1, Fresh: true}
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	nw.Attempt, nw.Fresh = 2, false
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	got, _ := m.ZMembers(key + QueueSuffix)
+	if len(got) != 3 || got[2] != nw.Member {
+		t.Fatalf("queue = %q; want the two old entries and the new waiter's, in the old form, once", got)
+	}
+	if f := m.HGet(key+LapseSuffix, nw.Member); f != strconv.FormatInt(now.UnixMilli()+10000, 10)+" 2" {
+		t.Errorf("the new waiter's field = %q; want its lapse deadline and latest attempt", f)
+	}
+	if ttl := m.TTL(key + LapseSuffix); ttl != 9*time.Second {
+		t.Errorf("hash TTL = %v; want 9s: raised only by the old scripts, so that it lapses once they stop", ttl)
+	}
+	if r, err := Release(ctx, c, kh, "h", 0, Waiter{}, false, wake); r != HandedOver || err != nil {
+		t.Fatalf("Release = %v, %v; want HandedOver", r, err)
+	}
+	if v, _ := m.Get(key); v != "o" {
+		t.Errorf("key = %q; want the live old-form waiter o, past the lapsed one", v)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if tok, n := ParseHandoff(msg.Payload); err != nil || tok != "o" || n != 4 {
+		t.Errorf("message = %q, %v; want token o, attempt 4 (from the hash)", msg.Payload, err)
+	}
+	if f, _ := m.HKeys(key + LapseSuffix); len(f) != 1 || f[0] != nw.Member {
+		t.Errorf("lapse hash fields left = %q; want the served and dropped ones taken out, the new waiter's kept", f)
+	}
+	// The hash gone (no old version queues any more), the waiter's next
+	// attempt replaces its old-form entry with one of the new form.
+	m.Del(key + LapseSuffix)
+	nw.Attempt = 3
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 1 || !strings.HasPrefix(got[0], EntryPrefix(nw.Member)) || !strings.HasSuffix(got[0], "#3") {
+		t.Fatalf("queue = %q; want the new waiter's entry alone, in the new form", got)
+	}
+	if m.Exists(key + LapseSuffix) {
+		t.Errorf("the lapse hash was written again; want it left alone once gone")
+	}
+	// The new waiter leaves: its entry goes, found by its ticket.
+	if err := Leave(ctx, c, kn, nw); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after Leave = %q; want empty", got)
+	}
+	// A hash without a TTL (left by a version before the old one) gets
+	// one, so that it cannot keep the old form written for ever; an old-form
+	// entry of ours leaves with its field.
+	m.HSet(key+LapseSuffix, "older/1000/z", "0 0")
+	nw.Attempt, nw.Fresh = 4, true
+	Acquire(ctx, c, kn, "n", time.Minute, nw, wake)
+	if ttl := m.TTL(key + LapseSuffix); ttl != 20*time.Second {
+		t.Errorf("hash TTL = %v; want twice the lapse, 20s", ttl)
+	}
+	if err := Leave(ctx, c, kn, nw); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.ZMembers(key + QueueSuffix); len(got) != 0 {
+		t.Errorf("queue after Leave = %q; want empty", got)
+	}
+	if f := m.HGet(key+LapseSuffix, nw.Member); f != "" {
+		t.Errorf("the new waiter's field after Leave = %q; want none", f)
 	}
 }
