@@ -112,7 +112,11 @@ func TestReal_lockNeverReturnsExpiredWhileSubscriptionHangs(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, rc.Clients(), WithNodeTimeout(100*time.Millisecond))
+	// A node timeout of 300ms, the most under the 333ms renew interval of
+	// b's 1s TTL: at 100ms, b's attempts missed it in the full suite (load
+	// 11-13), and with its 5s retry delay it never queued in 10s.
+	const bTimeout = 300 * time.Millisecond
+	b := newClient(t, rc.Clients(), WithNodeTimeout(bTimeout))
 	held, err := a.Lock(t.Context(), "hang", WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +133,9 @@ func TestReal_lockNeverReturnsExpiredWhileSubscriptionHangs(t *testing.T) {
 		l, err := b.Lock(ctx, "hang", WithTTL(time.Second), WithAutoRenew(false), WithRetryDelay(5*time.Second, 5*time.Second))
 		got <- result{l, time.Now(), err}
 	}()
-	// Wait until b listens on every node and waits in the queue.
-	if !eventually(10*time.Second, func() bool {
+	// Wait until b listens on every node and waits in the queue (a few
+	// of its attempts, 5s apart, if the first missed the node timeout).
+	if !eventually(20*time.Second, func() bool {
 		for i := range 3 {
 			n, err := rc.Admin(i).PubSubNumSub(t.Context(), b.wake.channel).Result()
 			if err != nil || n[b.wake.channel] == 0 {
@@ -172,7 +177,7 @@ func TestReal_lockNeverReturnsExpiredWhileSubscriptionHangs(t *testing.T) {
 	// Close, too, is bounded while the subscription hangs.
 	start := time.Now()
 	b.Close()
-	if d := time.Since(start); d > 100*time.Millisecond+time.Second {
+	if d := time.Since(start); d > bTimeout+time.Second {
 		t.Errorf("Close took %v with a hanging subscription; want node timeout + 1s at most", d)
 	}
 }

@@ -647,6 +647,13 @@ func TestReal_releaseOfAHandedLockTakesItsMemberOutEverywhere(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("waiter's Lock = %v", r.err)
 	}
+	// Node 0 handed b the key: a's release landed there. Unlock returned
+	// at a majority, and under load (the full suite, load 11-13) a's
+	// release to node 0 landed after b's Unlock: it then served the entry
+	// added below, which b's release had had no reason to take out.
+	if !eventually(10*time.Second, func() bool { return keyOn(t, rc, 0, "lock:again") == r.l.Token() }) {
+		t.Fatalf("node 0 never handed b the key: it holds %q", keyOn(t, rc, 0, "lock:again"))
+	}
 	// b's entry is back at the head of node 0's queue, as a later refused
 	// attempt of b's would leave it (far from lapsing). b's release sends
 	// no member there (node 0 handed it the key), so it is its serve that
