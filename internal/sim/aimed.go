@@ -330,3 +330,291 @@ func extendInFlight(env *Env, r *rand.Rand, c int, l *redlock.Lock, ctx context.
 	}
 	return func() { <-done }
 }
+
+// HandoffSpread is the handoff episode (handoffEpisode): Waiter, a Client
+// with the queue, waits for a resource of its own that Holder holds; its
+// links to Slow, a majority of the nodes, are slowed, and so are
+// Holder's links to the others.
+type HandoffSpread struct {
+	Holder, Waiter int
+	Slow           []int
+}
+
+// drawHandoff draws the handoff episode (issue 33: handoff-validity-latest
+// survived every plan), from a generator of its own, in one seed of two
+// that has a Client with the queue and another Client.
+func (p *Plan) drawHandoff(r *rand.Rand) {
+	var queued []int
+	for c := range p.Clients {
+		if p.Queue[c] {
+			queued = append(queued, c)
+		}
+	}
+	if p.Clients < 2 || len(queued) == 0 || r.IntN(2) != 0 {
+		return
+	}
+	w := queued[r.IntN(len(queued))]
+	h := (w + 1 + r.IntN(p.Clients-1)) % p.Clients
+	p.Handoff = &HandoffSpread{Holder: h, Waiter: w, Slow: r.Perm(p.Nodes)[:p.Nodes/2+1]}
+}
+
+// Timing of the handoff episode, from the waiter's call (see
+// handoffEpisode).
+const (
+	handoffSlowAt   = 20 * time.Millisecond  // the links are slowed
+	handoffRelease  = 25 * time.Millisecond  // the holder unlocks
+	handoffHolderD  = 200 * time.Millisecond // the holder's links to the minority, each way
+	handoffWaiterD  = 250 * time.Millisecond // the waiter's links to the majority, each way
+	handoffTryAfter = 470 * time.Millisecond // from the release: the holder's TryLock
+	handoffEnd      = time.Second            // from the release: the episode's faults end
+)
+
+// handoffResource is the resource of the handoff episode: one the workers
+// do not use.
+const handoffResource = "handoff"
+
+// handoffEpisode is the plan's Handoff, 2.3 s before the quiet phase (the
+// workers idle, the plan's faults over but a kill's, which may outlast
+// them; it ends before the fence episode). It makes the handoffs that
+// give a waiter a lock name attempts far apart, as a lock handed over by
+// a majority of releases (DESIGN step 9, handedUntil) can be trusted only
+// until the q-th latest of its nodes' deadlines:
+//
+//   - Holder locks the resource, and Waiter (fencing off for this call,
+//     so the handoff's fast path runs) calls Lock: refused on every node,
+//     it queues there with its first attempt a1;
+//   - 20 ms later, Waiter's links to Slow (a majority) are slowed by
+//     250 ms each way, and Holder's to the others by 200 ms: its Unlock,
+//     5 ms later, hands the key to Waiter on Slow at once, naming a1, and
+//     on the others 200 ms later;
+//   - Waiter's next attempt (a retry delay, 60-180 ms, after a1) lands on
+//     the others while Holder's key is still there, and refreshes its
+//     entry with itself; on Slow it lands after its not-after bound and
+//     changes nothing. The others' handoffs name that later attempt. The
+//     messages of Slow's handoffs reach Waiter 250 ms after they were
+//     sent, after the others': Waiter then knows of a majority of
+//     handoffs, whose q-th latest deadline is a1's and whose latest is a
+//     later attempt's, 60 ms or more after the release;
+//   - Slow's keys expire a reservation after the release. Waiter's
+//     renewals cannot reach Slow (late for their bound), so its lock is
+//     lost at its ValidUntil; 470 ms after the release, past Slow's
+//     expiry, Holder's Client calls TryLock and gets Slow. A Waiter that
+//     trusts the latest deadline (handoff-validity-latest) holds until
+//     then, and overlap reports the two holds.
+//
+// Whatever the path the library takes (a confirming attempt when the
+// q-th deadline leaves too little time, or an ordinary grant), it must
+// not hold beside the TryLock. The waiter's hold ends at Lost() (or at
+// the episode's end, with Unlock); its Lock call ends at the episode's
+// end.
+func (p *LockProfile) handoffEpisode(env *Env, hs *HandoffSpread) {
+	pl := env.Plan
+	if !env.SleepUntil(env.At(pl.Healed() - 2300*time.Millisecond)) {
+		return
+	}
+	h, n := env.History, env.cl.net
+	res := handoffResource
+	hc, wc := env.Clients[hs.Holder], env.Clients[hs.Waiter]
+	ctx, cancel := context.WithTimeout(env.ctx, 2*time.Second)
+	defer cancel()
+	lh, err := hc.Lock(ctx, res)
+	if err != nil {
+		return
+	}
+	xh := h.hold(hs.Holder, res, lh.Token(), lh.Fence(), "Lock (handoff)")
+	p.write(env, xh)
+	if !env.SleepUntil(time.Now().Add(grid)) {
+		h.endHold(xh, time.Now(), "run over")
+		h.released(xh, lh.Unlock(context.WithoutCancel(ctx)))
+		return
+	}
+	called := time.Now()
+	end := called.Add(handoffRelease + handoffEnd)
+	wctx, wcancel := context.WithDeadline(env.ctx, end)
+	defer wcancel()
+	done := make(chan struct{})
+	env.Go(func() {
+		defer close(done)
+		l, err := wc.Lock(wctx, res, redlock.WithFencing(false))
+		if err != nil {
+			return
+		}
+		x := h.hold(hs.Waiter, res, l.Token(), l.Fence(), "Lock (handed)")
+		select {
+		case <-l.Lost():
+			h.endHold(x, minTime(time.Now(), l.ValidUntil()), "lost")
+		case <-wctx.Done():
+			h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+		}
+		// The waiter's links are healed before its Unlock (chunks already
+		// on their way keep their delay).
+		env.SleepUntil(end)
+		h.released(x, l.Unlock(context.WithoutCancel(env.ctx)))
+	})
+	slowed := func(c, i int) bool { return (c == hs.Waiter) == slices.Contains(hs.Slow, i) }
+	if !env.SleepUntil(called.Add(handoffSlowAt)) {
+		return
+	}
+	from := time.Now()
+	for i := range pl.Nodes {
+		for _, c := range []int{hs.Holder, hs.Waiter} {
+			if !slowed(c, i) {
+				continue
+			}
+			d := handoffHolderD
+			if c == hs.Waiter {
+				d = handoffWaiterD
+			}
+			n.setDelay(c, i, d)
+			env.faults.add(Fault{Kind: LinkDelay, Client: c, Node: i}, from, end)
+		}
+	}
+	h.Note("handoff episode: c%d's links to %v slowed %v, c%d's to the others %v", hs.Waiter, hs.Slow, handoffWaiterD, hs.Holder, handoffHolderD)
+	env.SleepUntil(called.Add(handoffRelease))
+	released := time.Now()
+	h.endHold(xh, minTime(time.Now(), lh.ValidUntil()), "unlock")
+	h.released(xh, lh.Unlock(context.WithoutCancel(ctx)))
+	// The release's requests are on their way: the holder's links need
+	// their delay no longer (its TryLock below takes Slow).
+	for i := range pl.Nodes {
+		if slowed(hs.Holder, i) {
+			n.setDelay(hs.Holder, i, 0)
+		}
+	}
+	if env.SleepUntil(released.Add(handoffTryAfter)) {
+		if lt, err := hc.TryLock(ctx, res); err == nil {
+			xt := h.hold(hs.Holder, res, lt.Token(), lt.Fence(), "TryLock (handoff)")
+			p.write(env, xt)
+			env.SleepUntil(time.Now().Add(grid))
+			h.endHold(xt, minTime(time.Now(), lt.ValidUntil()), "unlock")
+			h.released(xt, lt.Unlock(context.WithoutCancel(ctx)))
+		}
+	}
+	env.SleepUntil(end)
+	for i := range pl.Nodes {
+		if slowed(hs.Waiter, i) {
+			n.setDelay(hs.Waiter, i, 0)
+		}
+	}
+	h.Note("handoff episode over")
+	<-done
+}
+
+// The yield episode (Plan.YieldKeep; issue 33: yield-keeps-ttl survived
+// every plan): in the quiet phase of a 4-node seed, one more Client (the
+// yielder, which does nothing else) waits in Lock on a resource of its
+// own whose key another Redlock client holds on every node (set on the
+// nodes directly: a "foreign" token, as redsync's would be) — on half of
+// the nodes (A) for yieldForeignA, on the others (B) for yieldForeignB.
+// Once A's keys expire, its next attempt is granted on A (it is the only
+// waiter, so first in the order) and refused on B: a split, after which
+// it yields and, first in the order, keeps A for one reservation (DESIGN
+// step 9). The instant its yield has reached the nodes its pipes freeze
+// until the run's end, as a process that stopped right after yielding.
+// Then (yield-kept) the key it kept on each node of A may outlive that
+// instant by one reservation at most, on the node's clock: a frozen or
+// partitioned waiter holds the next up by one reservation at most.
+const (
+	yieldForeignA = 300 * time.Millisecond
+	yieldForeignB = 1500 * time.Millisecond
+	yieldStart    = 200 * time.Millisecond // after the settling
+)
+
+// yieldResource is the resource of the yield episode.
+const yieldResource = "yield"
+
+// yieldEpisode is the yield episode, run by client c (see above).
+func (p *LockProfile) yieldEpisode(env *Env, c int) {
+	pl := env.Plan
+	h, n := env.History, env.cl.net
+	if !env.SleepUntil(env.At(pl.Healed() + yieldStart)) {
+		return
+	}
+	key := redlock.DefaultKeyPrefix + yieldResource
+	perm := env.Rand("yield episode").Perm(pl.Nodes)
+	a := perm[:pl.Nodes/2]
+	for _, i := range perm {
+		m := env.cl.node(i)
+		if m == nil {
+			return // a node still down: no episode
+		}
+		env.cl.tick(i, m)
+		d := yieldForeignB
+		if slices.Contains(a, i) {
+			d = yieldForeignA
+		}
+		m.Set(key, "foreign")
+		m.SetTTL(key, d)
+	}
+	start := time.Now()
+	h.Note("yield episode: a foreign token holds %s on %v for %v, on the others for %v; c%d waits", key, a, yieldForeignA, yieldForeignB, c)
+	ctx, cancel := context.WithDeadline(env.ctx, env.At(pl.Duration()-time.Millisecond))
+	defer cancel()
+	done := make(chan struct{})
+	env.Go(func() {
+		defer close(done)
+		l, err := env.Clients[c].Lock(ctx, yieldResource)
+		if err != nil {
+			return
+		}
+		x := h.hold(c, yieldResource, l.Token(), l.Fence(), "Lock (yielder)")
+		h.endHold(x, minTime(time.Now(), l.ValidUntil()), "unlock")
+		h.released(x, l.Unlock(context.WithoutCancel(env.ctx)))
+	})
+	defer func() { <-done }()
+	// Its first yield once A's keys expired, delivered to every node of
+	// A, and then none of its requests in flight (a straggler of the
+	// round that landed after the yield, say: its late grant is released
+	// or yielded again), then the freeze: its next attempt comes a retry
+	// delay later. (Frozen with an attempt in flight, the keys that
+	// attempt sets last their TTL: a process that stops mid-attempt.)
+	yielded := func() bool {
+		if !env.cl.net.idle(c, 10*time.Millisecond) {
+			return false
+		}
+		for _, i := range a {
+			if env.cl.net.lastYield(c, i).Before(start.Add(yieldForeignA)) {
+				return false
+			}
+		}
+		return true
+	}
+	for !yielded() {
+		if !env.SleepUntil(time.Now().Add(100 * time.Microsecond)) {
+			return
+		}
+	}
+	from := time.Now()
+	if !from.Before(start.Add(yieldForeignB)) {
+		return // B's foreign keys are gone: it may hold the lock by now
+	}
+	n.freezeClient(c, true)
+	env.faults.add(Fault{Kind: ClientFreeze, Client: c}, from, env.At(pl.Duration()))
+	h.Note("yield episode: c%d yielded, frozen", c)
+	defer n.freezeClient(c, false)
+	// What it kept, on the nodes' clocks.
+	most := pl.Reservation() + 2*time.Millisecond
+	for _, i := range a {
+		m := env.cl.node(i)
+		if m == nil {
+			continue
+		}
+		env.cl.tick(i, m)
+		v, err := m.Get(key)
+		if err != nil || v == "" || v == "foreign" {
+			continue
+		}
+		// Only a key whose last request there was the yield: a grant of
+		// an attempt that answered after its round was decided (early,
+		// once a majority was impossible) is not yielded, and stays for
+		// the TTL until the next attempt (redlock settle: harmless while
+		// the waiter lives; a process frozen mid-attempt keeps such keys).
+		if td, _, ok := n.lastDelivered(v, i); !ok || n.lastYield(c, i).Before(td) {
+			continue
+		}
+		if ttl := m.TTL(key); ttl > most {
+			h.Violate("yield-kept", "%s on node %d: the key of a waiter frozen right after it yielded (token %.8s) has %v left, more than a reservation (%v)", key, i, v, ttl, pl.Reservation())
+		}
+	}
+	env.SleepUntil(env.At(pl.Duration()))
+}

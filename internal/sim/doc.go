@@ -38,7 +38,12 @@
 // at one instant (equal tickets); a semaphore waiter is granted within a
 // bound while fewer than K hold (sem-liveness); and a seed that never
 // ends (a loop that stops the fake clock) is reported after -sim.hang of
-// wall time. The simulator's power is measured by mutation:
+// wall time. Issue 33's third session added a handoff episode (a lock
+// held by a majority of handoffs naming attempts far apart, then cut off
+// from that majority), a yield episode (a waiter frozen right after it
+// yielded and kept half of 4 nodes: yield-kept), unlock-not-held (Unlock
+// of a valid lock never says no node held it) and rw-liveness (the
+// read-write lock's waiters are not kept out while nobody holds). The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

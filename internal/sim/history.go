@@ -37,6 +37,9 @@ type Hold struct {
 	// Lost: the hold ended because the lock said it was lost (Lost()
 	// closed, Valid() false, Extend's ErrLockLost), not by its holder.
 	Lost bool
+	// NotHeld: Unlock, called while Valid() was true, returned an error
+	// matching ErrNotHeld (unlock-not-held).
+	NotHeld bool
 }
 
 // Wait is one Lock call (also Do's), from its start to its return.

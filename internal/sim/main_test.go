@@ -44,11 +44,11 @@ var (
 // running at once, so their order follows scheduling (as the jitter of
 // the fault layer does). A round's not-after bound is fixed when it is
 // registered (internal/node's Ledger), before the delay. The default stays
-// below the node timeout: the checker does not count the delay as a fault
-// of its Client, and a delay longer than the node timeout (say
-// -sim.send-delay=1s) makes renewals miss their deadlines, so that
-// spurious-loss and key-back (a live Do hold whose renewals never leave
-// looks like a token given up) report what is that Client's own pause.
+// below the node timeout; a delay longer than the node timeout (say
+// -sim.send-delay=1s) makes renewals miss their deadlines, and a live Do
+// hold whose renewals do not leave looks like a token given up: the
+// checker counts such a delay as the run's Clients' own fault
+// (NoteSendPause), so spurious-loss and key-back do not report it.
 var sendDelay = func() {
 	most := *sendDelayMax
 	if most <= 0 {
@@ -61,6 +61,7 @@ var sendDelay = func() {
 	}
 	sendMu.Unlock()
 	if d > 0 {
+		NoteSendPause(d)
 		time.Sleep(d)
 	}
 }

@@ -43,28 +43,32 @@ type network struct {
 	// only): the long hold's slow renewal (LongHold.SlowReply).
 	reply  [][]time.Duration
 	yields yieldGate // the fault aimed at yields (aimed.go)
-	closed bool
-	serve  func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+	// yieldAt: per link, when a yield (a release carrying a ticket) was
+	// last delivered to the node (the yield episode, aimed.go).
+	yieldAt map[linkID]time.Time
+	closed  bool
+	serve   func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
 
 type linkID struct{ client, node int }
 
 func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, error)) *network {
 	n := &network{
-		rng:    rand.New(rand.NewPCG(seed, 0x5eed)),
-		base:   200 * time.Microsecond,
-		down:   make([]bool, nodes),
-		nodeGt: make([]chan struct{}, nodes),
-		clGt:   make([]chan struct{}, clients),
-		linkGt: make(map[linkID]chan struct{}),
-		slow:   make([]time.Duration, nodes),
-		delay:  make([][]time.Duration, clients),
-		conns:  make(map[linkID]map[*conn]struct{}),
-		tokens: make(map[string]*tokenSeen),
-		aimed:  make(map[linkID]time.Duration),
-		drop:   make(map[linkID]bool),
-		reply:  make([][]time.Duration, clients),
-		serve:  serve,
+		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
+		base:    200 * time.Microsecond,
+		down:    make([]bool, nodes),
+		nodeGt:  make([]chan struct{}, nodes),
+		clGt:    make([]chan struct{}, clients),
+		linkGt:  make(map[linkID]chan struct{}),
+		slow:    make([]time.Duration, nodes),
+		delay:   make([][]time.Duration, clients),
+		conns:   make(map[linkID]map[*conn]struct{}),
+		tokens:  make(map[string]*tokenSeen),
+		yieldAt: make(map[linkID]time.Time),
+		aimed:   make(map[linkID]time.Duration),
+		drop:    make(map[linkID]bool),
+		reply:   make([][]time.Duration, clients),
+		serve:   serve,
 	}
 	for c := range clients {
 		n.delay[c] = make([]time.Duration, nodes)
@@ -178,6 +182,14 @@ func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
 		}
 		ts.last[k.id.node] = now
 	}
+}
+
+// lastYield is when a yield of client c was last delivered to node i
+// (zero: never).
+func (n *network) lastYield(c, i int) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.yieldAt[linkID{c, i}]
 }
 
 // lastDelivered is when a request carrying tok was last delivered to
@@ -296,6 +308,11 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 				at = sent
 			}
 			k.noteTokens(b, len(k.n.down), at)
+			if bytes.Contains(b, releaseSHA) && carriesYield(b) {
+				k.n.mu.Lock()
+				k.n.yieldAt[k.id] = time.Now()
+				k.n.mu.Unlock()
+			}
 		}
 		k.n.mu.Lock()
 		if up {

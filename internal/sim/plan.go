@@ -73,6 +73,14 @@ type Plan struct {
 	// TieBursts is how many bursts of Lock calls at one instant, one per
 	// Client, the quiet phase has (aimed.go tieBursts; 0: none).
 	TieBursts int
+
+	// Handoff is the handoff episode (aimed.go; nil: none). Lock profile
+	// only.
+	Handoff *HandoffSpread
+	// YieldKeep is the yield episode (aimed.go yieldEpisode): one more
+	// Client, after the frozen waiter's, in every 4-node seed. Lock
+	// profile only.
+	YieldKeep bool
 }
 
 // FaultKind names a fault.
@@ -161,6 +169,8 @@ func NewPlan(seed uint64) Plan {
 	p.drawMore(rand.New(rand.NewPCG(seed, 0x33)))
 	p.drawAimed(rand.New(rand.NewPCG(seed, 0x30)))
 	p.drawPhases(rand.New(rand.NewPCG(seed, 0x34)))
+	p.drawHandoff(rand.New(rand.NewPCG(seed, 0x35)))
+	p.YieldKeep = p.Nodes == 4
 	return p
 }
 
@@ -366,6 +376,12 @@ func (p Plan) String() string {
 	}
 	if fd := p.FenceDrop; fd != nil {
 		s += fmt.Sprintf(", c%d's fence commits to %v lost", fd.Client, fd.Nodes)
+	}
+	if p.YieldKeep {
+		s += ", yield episode"
+	}
+	if hs := p.Handoff; hs != nil {
+		s += fmt.Sprintf(", handoff episode: c%d holds, c%d waits slowed to %v", hs.Holder, hs.Waiter, hs.Slow)
 	}
 	return s
 }

@@ -107,6 +107,8 @@ func Run(p Plan, profiles ...Profile) Result {
 		p.NoFence = nil
 		p.TieBursts = 0
 		p.FenceDrop = nil
+		p.Handoff = nil
+		p.YieldKeep = false
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
@@ -122,10 +124,17 @@ func Run(p Plan, profiles ...Profile) Result {
 	if p.FrozenWaiter {
 		clients++
 	}
+	if p.YieldKeep {
+		clients++ // the yielder (aimed.go yieldEpisode)
+	}
 	h := newHistory()
 	h.Note("plan %v", p)
 	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
 	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
+	if tag := ownBubble(); tag != "" {
+		runs.Store(tag, env)
+		defer runs.Delete(tag)
+	}
 	var nodeClients []redis.UniversalClient
 	for c := range clients {
 		ncs := cl.clients(c)
@@ -197,6 +206,37 @@ func Run(p Plan, profiles ...Profile) Result {
 }
 
 var bubbleRE = regexp.MustCompile(`synctest bubble (\d+)`)
+
+// runs maps the tag of each bubble running a seed (ownBubble) to its Env,
+// for a hook of the library's that runs in the bubble but does not say
+// which run it belongs to (NoteSendPause).
+var runs sync.Map
+
+// NoteSendPause records that an extension of this bubble's run is held d
+// between its registration and its send (testhooks.ExtendPause, see
+// sendDelay in main_test.go), before the pause. A pause longer than the
+// node timeout is the Client's own fault, as a freeze of its process
+// would be: its renewals miss their deadlines (a loss), and a Do whose
+// renewal waits sends nothing carrying its token meanwhile (which the
+// key-back check of tokens given up reads as a token left behind). The
+// hook does not say which Client's extension it holds, so the pause
+// counts for every Client of the run: as a fault for spurious-loss, and
+// as an allowance for the key-back check of tokens given up while it
+// lasts (not for released holds: a delayed extension registered before
+// the release is guarded against, and its bound fixed before the pause).
+func NoteSendPause(d time.Duration) {
+	v, ok := runs.Load(ownBubble())
+	if !ok {
+		return
+	}
+	env := v.(*Env)
+	if d <= env.Plan.NodeTimeout {
+		return
+	}
+	now := time.Now()
+	env.faults.addPause(now, now.Add(d))
+	env.History.Note("an extension held %v between its registration and its send", d)
+}
 
 // goroutineBound is how many goroutines a run may have once faults
 // stopped: per Client and node, its pooled connections (two forwarders,
@@ -284,6 +324,7 @@ type faultLog struct {
 	nodes [][][2]time.Time          // per node
 	cl    [][][2]time.Time          // per client: frozen
 	links map[linkID][][2]time.Time // delays and resets
+	pause [][2]time.Time            // extensions held longer than the node timeout before their send (NoteSendPause)
 }
 
 func newFaultLog(nodes, clients int) *faultLog {
@@ -307,6 +348,22 @@ func (f *faultLog) add(fl Fault, from, to time.Time) {
 	default:
 		f.nodes[fl.Node] = append(f.nodes[fl.Node], s)
 	}
+}
+
+// addPause records an extension held from from to to before its send.
+func (f *faultLog) addPause(from, to time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.all = append(f.all, [2]time.Time{from, to})
+	f.pause = append(f.pause, [2]time.Time{from, to})
+}
+
+// paused reports whether an extension of the run was held before its
+// send (addPause) at some time in [from, to].
+func (f *faultLog) paused(from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.pause, func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) })
 }
 
 // allows reports whether a fault on node i, or on client c's connections

@@ -273,6 +273,9 @@ func shrink(t *testing.T, res Result) Result {
 			if c.LongHold != nil && c.LongHold.Client >= c.Clients {
 				c.LongHold = nil
 			}
+			if hs := c.Handoff; hs != nil && (hs.Holder >= c.Clients || hs.Waiter >= c.Clients) {
+				c.Handoff = nil
+			}
 			cands = append(cands, c)
 		}
 		if p.Workers > 1 {
@@ -291,6 +294,8 @@ func shrink(t *testing.T, res Result) Result {
 			c.Faults = slices.DeleteFunc(slices.Clone(p.Faults), func(f Fault) bool { return f.Node >= 3 })
 			c.Drift, c.Offset = p.Drift[:3], p.Offset[:3]
 			c.LongHold = nil
+			c.Handoff = nil
+			c.YieldKeep = false
 			cands = append(cands, c)
 		}
 		shrunk := false

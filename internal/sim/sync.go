@@ -22,6 +22,7 @@ type span struct {
 	write    bool
 	start    time.Time
 	end      time.Time
+	called   time.Time // the call that returned it began (zero: not recorded)
 }
 
 // spans is a profile's record of its holds.
@@ -76,9 +77,9 @@ func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock) time.Time {
 // hold records l, which client c's call kind returned for resource res,
 // as a hold of s (checking that it is valid), holds it (holdSpan) and
 // unlocks it; ctx is the call's.
-func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Lock, c int, kind, res string, write bool) {
+func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Lock, c int, kind, res string, write bool, called time.Time) {
 	h := env.History
-	x := &span{client: c, resource: res, write: write, start: time.Now()}
+	x := &span{client: c, resource: res, write: write, start: time.Now(), called: called}
 	h.Note("c%d %s %s: hold from %v", c, kind, res, h.since(x.start))
 	if !l.Valid() {
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
@@ -98,19 +99,93 @@ func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Loc
 // hold of its resource, a reader's or a writer's; readers may overlap.
 // Its holds are its own, not History's (whose overlap check would count
 // readers sharing).
-type RWLockProfile struct{ holds spans }
+type RWLockProfile struct {
+	holds spans
+	waits spans // the blocking RLock and WLock calls: [called, returned or its ctx's deadline]
+	mu    sync.Mutex
+	skip  map[string][][2]time.Time // a frozen writer that turned holder (frozenWriter)
+}
 
 // Name is "rwlock".
 func (p *RWLockProfile) Name() string { return "rwlock" }
 
-// Start launches the workers.
+// Start launches the workers, and the frozen writer (the plan's
+// FrozenWaiter).
 func (p *RWLockProfile) Start(env *Env) {
+	p.skip = make(map[string][][2]time.Time)
 	for c := range env.Plan.Clients {
 		for w := range env.Plan.Workers {
 			r := env.Rand(fmt.Sprintf("rw worker %d/%d", c, w))
 			env.Go(func() { p.worker(env, c, r) })
 		}
 	}
+	if env.Plan.FrozenWaiter {
+		env.Go(func() { p.frozenWriter(env, env.Plan.Clients) })
+	}
+}
+
+// frozenWriter is the read-write lock's frozen waiter (issue 33: the
+// waiters' bookkeeping): client c waits in WLock on resource 0 from early
+// in the quiet phase; once it is queued and none of its requests is in
+// flight, its pipes freeze for the plan's FrozenFor, without a word to
+// the nodes (a process that stopped). Its entry lapses by itself (prune)
+// a queue entry's life after its last attempt, and until then it keeps
+// out the callers after it; rw-liveness bounds that. It is not counted
+// as waiting; a grant that came in just before the freeze makes it a
+// frozen holder, and the bound skips the resource until its lease ran
+// out.
+func (p *RWLockProfile) frozenWriter(env *Env, c int) {
+	pl := env.Plan
+	h := env.History
+	res := resourceName(0)
+	if !env.SleepUntil(env.At(pl.Healed() + frozenWaiterAfter)) {
+		return
+	}
+	ctx, cancel := context.WithCancel(env.ctx)
+	defer cancel()
+	done := make(chan struct{})
+	var got atomic.Bool
+	env.Go(func() {
+		defer close(done)
+		r := env.Rand("rw frozen writer")
+		l, err := env.Clients[c].WLock(ctx, res)
+		if err != nil {
+			return
+		}
+		got.Store(true)
+		p.holds.hold(ctx, env, r, l, c, "WLock (frozen writer)", res, true, time.Time{})
+	})
+	var from time.Time // the freeze
+	defer func() {
+		cancel()
+		<-done
+		if got.Load() && !from.IsZero() {
+			// Its grant came in before the freeze (it returned only
+			// after it): a frozen holder.
+			p.mu.Lock()
+			p.skip[res] = append(p.skip[res], [2]time.Time{from, from.Add(pl.FrozenFor + pl.TTL)})
+			p.mu.Unlock()
+		}
+	}()
+	ok := env.SleepUntil(time.Now().Add(2 * pl.RetryMax))
+	for ok && !env.cl.net.idle(c, 10*time.Millisecond) {
+		ok = env.SleepUntil(time.Now().Add(time.Millisecond))
+	}
+	select {
+	case <-done:
+		ok = false
+	default:
+	}
+	if !ok || got.Load() {
+		return
+	}
+	from = time.Now()
+	env.cl.net.freezeClient(c, true)
+	env.faults.add(Fault{Kind: ClientFreeze, Client: c}, from, from.Add(pl.FrozenFor))
+	h.Note("c%d (frozen writer) frozen while waiting for %s", c, res)
+	env.SleepUntil(from.Add(pl.FrozenFor))
+	env.cl.net.freezeClient(c, false)
+	h.Note("c%d (frozen writer) thawed", c)
 }
 
 func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
@@ -122,6 +197,7 @@ func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 		ctx, cancel := context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
 		var l *redlock.Lock
 		var err error
+		w := &span{client: c, resource: res, write: write, start: time.Now()}
 		switch {
 		case write && try:
 			l, err = rc.TryWLock(ctx, res)
@@ -132,6 +208,10 @@ func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 		default:
 			l, err = rc.RLock(ctx, res)
 		}
+		if !try {
+			w.end = minTime(time.Now(), deadline(ctx))
+			p.waits.add(w)
+		}
 		if err != nil {
 			cancel()
 			continue
@@ -140,7 +220,7 @@ func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 		if write {
 			kind = "WLock"
 		}
-		p.holds.hold(ctx, env, r, l, c, kind, res, write)
+		p.holds.hold(ctx, env, r, l, c, kind, res, write, w.start)
 		cancel()
 	}
 }
@@ -164,6 +244,88 @@ func (p *RWLockProfile) Check(env *Env) {
 			return
 		}
 	}
+	p.checkLiveness(env)
+	p.checkFairness(env)
+}
+
+// checkFairness is rw-fairness (issue 33, the rule of rw.lua: a reader
+// is granted only with no live waiting writer before it in the order):
+// from the quiet phase on, for the writers of Clients with the queue, with no node or link fault since before the
+// writer called, no reader whose call began after a blocking WLock's
+// began is granted while that WLock waits, once it has had writerQueued
+// to queue (its first attempt is refused without queueing; it queues with
+// the next, at once). Calls that begin at one instant share a ticket and
+// the members order them, so only a reader that called strictly later
+// counts.
+func (p *RWLockProfile) checkFairness(env *Env) {
+	h := env.History
+	from := env.At(env.Plan.Healed())
+	if env.faults.lastEnd().After(from) {
+		return
+	}
+	holds, waits := p.holds.all(), p.waits.all()
+	// busy: another call of w's Client on its resource was under way when
+	// w began; w then waits behind it in its Client first (redlock's
+	// Lock calls of one Client queue locally), and takes its place on the
+	// nodes only after it.
+	busy := func(w *span) bool {
+		for _, x := range waits {
+			if x != w && x.client == w.client && x.resource == w.resource && !x.start.After(w.start) && x.end.After(w.start) {
+				return true
+			}
+		}
+		for _, x := range holds {
+			if x.client == w.client && x.resource == w.resource && !x.start.After(w.start) && x.end.After(w.start) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, w := range waits {
+		if !w.write || w.start.Before(from) || !env.Plan.Queue[w.client] || busy(w) {
+			continue // a writer of a Client without the queue never queues
+		}
+		for _, x := range holds {
+			if x.write || x.resource != w.resource || x.called.IsZero() || !x.called.After(w.start) {
+				continue
+			}
+			if x.start.After(w.start.Add(writerQueued)) && x.start.Before(w.end) {
+				h.violateAt(x.start, "rw-fairness", "%s: c%d's reader, called at %v, granted at %v while c%d's writer, called at %v, waited (until %v)",
+					x.resource, x.client, h.since(x.called), h.since(x.start), w.client, h.since(w.start), h.since(w.end))
+				return
+			}
+		}
+	}
+}
+
+// writerQueued is how long after a WLock call began its entry is on the
+// nodes, with no fault: two rounds and the subscription's confirmation,
+// a few milliseconds, and a margin.
+const writerQueued = 20 * time.Millisecond
+
+// checkLiveness is rw-liveness (issue 33, for the read-write lock's own
+// bookkeeping): from the quiet phase on, a resource on which a blocking
+// RLock or WLock waits (its ctx live) is never without a holder of
+// either kind for longer than the lock's liveness bound
+// (Plan.WaitBound). A waiter entry that lapsed but is never pruned, or a
+// marker left without a live reader, keeps every later caller out
+// although nobody holds.
+func (p *RWLockProfile) checkLiveness(env *Env) {
+	h := env.History
+	var waits []*Wait
+	var holds []*Hold
+	for _, w := range p.waits.all() {
+		waits = append(waits, &Wait{Client: w.client, Resource: w.resource, Start: w.start, End: w.end})
+	}
+	for _, x := range p.holds.all() {
+		holds = append(holds, &Hold{Client: x.client, Resource: x.resource, Start: x.start, End: x.end})
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.mu.Lock()
+	skip := p.skip
+	p.mu.Unlock()
+	h.livenessLocked("rw-liveness", waits, holds, env.At(env.Plan.Healed()), env.At(env.Plan.Duration()), env.Plan.WaitBound(), skip)
 }
 
 // semPermits is K of the semaphore profile.
@@ -217,7 +379,7 @@ func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand
 			cancel()
 			continue
 		}
-		p.holds.hold(ctx, env, r, l, c, "Acquire", l.Resource(), false)
+		p.holds.hold(ctx, env, r, l, c, "Acquire", l.Resource(), false, time.Time{})
 		cancel()
 	}
 }
