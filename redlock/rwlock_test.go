@@ -739,3 +739,51 @@ func TestReal_RWFencedWriters(t *testing.T) {
 		l.Unlock(ctx)
 	}
 }
+
+// TestReal_RWForeignWriterWaitsForTheLastReader: while any reader holds,
+// the lock key holds the readers' marker until the latest reader's expiry,
+// so a client that sees the marker alone (a plain Lock, redsync,
+// node-redlock) stays out. Here a reader that stops renewing without
+// releasing (a crashed process: a fixed 4s lease) was granted first, and
+// a renewed reader after it; once the first lapses, a plain TryLock is
+// still refused. The mutant rw-arm-earliest (the marker armed to the
+// earliest reader's expiry) lets it in.
+func TestReal_RWForeignWriterWaitsForTheLastReader(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	opts := []Option{WithNodeTimeout(time.Second)}
+	readers := newClient(t, rc.Clients(), opts...)
+	plain := newClient(t, rc.Clients(), opts...)
+	ctx := t.Context()
+	crashed, err := readers.RLock(ctx, "last-reader", WithTTL(4*time.Second), WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := readers.RLock(ctx, "last-reader", WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Unlock(context.Background())
+	// Past the crashed reader's expiry on every node (its TTL, the drift,
+	// and slack); the live one renews only every 10s.
+	time.Sleep(time.Until(crashed.ValidUntil()) + 500*time.Millisecond)
+	if !live.Valid() {
+		t.Fatal("the live reader lost its lock")
+	}
+	// A TryLock that found no quorum (a loaded machine) proves nothing:
+	// again, up to 3 times.
+	l, err := plain.TryLock(ctx, "last-reader")
+	for try := 1; errors.Is(err, ErrNoQuorum) && try < 3; try++ {
+		l, err = plain.TryLock(ctx, "last-reader")
+	}
+	if err == nil {
+		l.Unlock(context.Background())
+		t.Fatal("a plain TryLock got the lock while a reader holds it (the marker lapsed with the earliest reader)")
+	}
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("plain TryLock while a reader holds = %v; want ErrNotObtained", err)
+	}
+	if pttl := rc.Admin(0).PTTL(ctx, "lock:last-reader").Val(); pttl < 20*time.Second {
+		t.Errorf("the marker's PTTL is %v; want the live reader's (about 30s)", pttl)
+	}
+}
