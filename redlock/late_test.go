@@ -846,3 +846,61 @@ func TestLate_refusedTryLockWaitsForItsStragglers(t *testing.T) {
 		}
 	}
 }
+
+// An Extend registered before ValidUntil but decided after it (its
+// replies come back late) must not make the lock valid again: another
+// client may have held it in between. The renewal scheduler's deadline
+// timer would declare the lock lost at ValidUntil first and hide the
+// extension's own check, so the timer is off here
+// (testhooks.DeadlineUnwatched; not parallel: the seam is process-wide,
+// and parallel tests wait for this one). The mutant renew-after-deadline
+// (internal/sim/mutate) takes the check out: the lock is then valid
+// again. A trial proves something only if the Extend began well before
+// ValidUntil and returned after it; a loaded machine may shift it, so up
+// to 8 trials are made until 2 prove it.
+func TestLate_extendDecidedAfterValidUntilLoses(t *testing.T) {
+	testhooks.DeadlineUnwatched.Store(true)
+	defer testhooks.DeadlineUnwatched.Store(false)
+	rc := redistest.Start(t, 3)
+	// TTL 2s, node timeout 1.5s (the renew interval 1.8s, and automatic
+	// renewal off): 200ms of latency each way on every node is far inside
+	// the node timeout.
+	c := newClient(t, rc.Clients(), WithTTL(2*time.Second), WithNodeTimeout(1500*time.Millisecond),
+		WithRenewInterval(1800*time.Millisecond), WithAutoRenew(false))
+	proved := 0
+	for trial := 0; trial < 8 && proved < 2; trial++ {
+		res := "late-decided-" + strconv.Itoa(trial)
+		l, err := c.Lock(t.Context(), res)
+		if err != nil {
+			t.Fatalf("trial %d: Lock = %v", trial, err)
+		}
+		// Registered 300ms before ValidUntil; the requests land 100ms
+		// before it (the keys still live), the replies 100ms after.
+		for i := range rc.N() {
+			rc.SetLatency(i, 200*time.Millisecond)
+		}
+		vu := l.ValidUntil()
+		time.Sleep(time.Until(vu.Add(-300 * time.Millisecond)))
+		began := time.Now()
+		err = l.Extend(t.Context())
+		returned := time.Now()
+		for i := range rc.N() {
+			rc.SetLatency(i, 0)
+		}
+		if vu.Sub(began) < 150*time.Millisecond || !returned.After(vu) {
+			t.Logf("trial %d: Extend began %v before ValidUntil and returned %v after it: proves nothing; again",
+				trial, vu.Sub(began).Round(time.Millisecond), returned.Sub(vu).Round(time.Millisecond))
+			l.Unlock(context.Background())
+			continue
+		}
+		proved++
+		if err == nil || l.Valid() {
+			t.Errorf("trial %d: an Extend decided %v after ValidUntil = %v, Valid() = %v (ValidUntil now %v later); want the lock lost",
+				trial, returned.Sub(vu).Round(time.Millisecond), err, l.Valid(), l.ValidUntil().Sub(vu).Round(time.Millisecond))
+		}
+		l.Unlock(context.Background())
+	}
+	if proved < 2 {
+		t.Fatalf("only %d of 8 trials had an Extend begun before ValidUntil and decided after it; want 2", proved)
+	}
+}
