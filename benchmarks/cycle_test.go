@@ -47,11 +47,11 @@ func TestProtocolCycle(t *testing.T) {
 	// while every key it got is within its reservation, well under the
 	// 2s a hold-0 cycle never reaches).
 	var overlaps bareOverlaps
-	queue, serve := read("testdata/v1/queue.lua"), read("testdata/proposal/serve.lua")
+	queue, serve := oldScript(t, "queue.lua"), read("testdata/proposal/serve.lua")
 	variants := []libs.Lib{
 		{Name: "bare today", Waits: true, New: newBare(&todayScripts{
-			acq: redis.NewScript(queue + read("testdata/v1/acquire.lua")),
-			rel: redis.NewScript(queue + read("testdata/v1/release.lua")),
+			acq: redis.NewScript(queue + oldScript(t, "acquire.lua")),
+			rel: redis.NewScript(queue + oldScript(t, "release.lua")),
 		}, &overlaps)},
 		{Name: "bare proposal", Waits: true, New: newBare(&proposalScripts{
 			acq: redis.NewScript(serve + read("testdata/proposal/acquire.lua")),

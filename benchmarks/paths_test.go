@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,10 +129,10 @@ func TestProtocolPrototype(t *testing.T) {
 	admins := []redis.UniversalClient{admin}
 	ctx := t.Context()
 	read := func(path string) string { return readScript(t, path) }
-	queue := read("testdata/v1/queue.lua")
+	queue := oldScript(t, "queue.lua")
 	today := struct{ acquire, release *redis.Script }{
-		redis.NewScript(queue + read("testdata/v1/acquire.lua")),
-		redis.NewScript(queue + read("testdata/v1/release.lua")),
+		redis.NewScript(queue + oldScript(t, "acquire.lua")),
+		redis.NewScript(queue + oldScript(t, "release.lua")),
 	}
 	serve := read("testdata/proposal/serve.lua")
 	proposal := struct{ acquire, release, acquireWithQueueLua *redis.Script }{
@@ -472,8 +473,25 @@ func TestNodeCPUPerRequest(t *testing.T) {
 	t.Log("\n" + out.String())
 }
 
-// readScript returns the text of a script file (the scripts before issue 32
-// in testdata/v1, the prototype's in testdata/proposal).
+// baselineRev is the last revision of this repository before issue 32
+// changed the plain lock's queue scripts: the "before" of the protocol
+// measurements here and the old version of TestMixedVersions.
+const baselineRev = "ced73d4"
+
+// oldScript returns internal/scripts/name as it was at baselineRev, from
+// git's objects (nothing in the work tree changes); the test is skipped
+// where git cannot produce it (a shallow clone, no git).
+func oldScript(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", "..", "show", baselineRev+":internal/scripts/"+name).Output()
+	if err != nil {
+		t.Skipf("git show %s:internal/scripts/%s: %v", baselineRev, name, err)
+	}
+	return string(out)
+}
+
+// readScript returns the text of a script file (the prototype's, in
+// testdata/proposal).
 func readScript(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -32,7 +32,7 @@ func TestMixedVersions(t *testing.T) {
 	}
 	rev := os.Getenv("QUORUMLOCK_VERSIONS_REV")
 	if rev == "" {
-		rev = "ced73d4"
+		rev = baselineRev
 	}
 	secs := envInt(t, "QUORUMLOCK_VERSIONS_SECONDS", 5)
 	tmp := t.TempDir()
