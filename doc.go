@@ -268,9 +268,13 @@
 // default options: TestReal_frozenWaiterDelaysTheNextByOneReservation
 // measures 2.1s with a 30s TTL); so is a dead waiter on Redis Cluster
 // nodes, which cannot see who listens (a Client's channel lives on another
-// shard than the key), until its entry lapses. Callers outside the queue
-// (TryLock, WithWakeUp(false), other libraries' clients) get the key only
-// when no live waiter is queued. "In order" means in the order of the
+// shard than the key), until its entry lapses. A waiter that freezes or
+// dies in the middle of an attempt keeps what that attempt was granted,
+// as a frozen or dead holder would, until the TTL: a minority of the nodes
+// (a majority would have made it the holder), which holds the others up
+// only while the rest of the nodes that are up make no majority. Callers
+// outside the queue (TryLock, WithWakeUp(false), other libraries'
+// clients) get the key only when no live waiter is queued. "In order" means in the order of the
 // callers' wall clocks: a host whose clock lags goes ahead of calls that
 // started within its lag.
 //

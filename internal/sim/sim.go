@@ -29,6 +29,12 @@ type Profile interface {
 	Check(env *Env)
 }
 
+// quietNeeder is a profile whose liveness check needs a quiet phase longer
+// than the plan's: Run lengthens it to quiet(p).
+type quietNeeder interface {
+	quiet(p Plan) time.Duration
+}
+
 // Env is what a profile acts on: the Clients (one per simulated process,
 // each over its own node clients through the fault layer), the plan, the
 // history, and the run's clock.
@@ -118,6 +124,11 @@ func Run(p Plan, profiles ...Profile) Result {
 			}
 			p.LongHold = nil
 			p.Settle -= longHoldSettle
+		}
+	}
+	for _, pr := range profiles {
+		if q, ok := pr.(quietNeeder); ok {
+			p.Quiet = max(p.Quiet, q.quiet(p))
 		}
 	}
 	clients := p.Clients

@@ -425,6 +425,14 @@ func (p *SemaphoreProfile) Check(env *Env) {
 	p.checkLiveness(env)
 }
 
+// quiet is the semaphore's quiet phase: long enough for sem-liveness to
+// see a gap of its bound (twice Plan.WaitBound, 2.1 s at the plan's
+// options) that starts up to 1.5 s into it. The plan's 2 s quiet phase was
+// shorter than the bound, so the check could never fire.
+func (p *SemaphoreProfile) quiet(pl Plan) time.Duration {
+	return 2*pl.WaitBound() + 1500*time.Millisecond
+}
+
 // checkLiveness is sem-liveness (issue 33): from the quiet phase on, a
 // blocking Acquire never waits longer than twice the plan's liveness
 // bound (Plan.WaitBound, the lock's) while fewer than K permits are held.
