@@ -211,7 +211,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 			l.keys[i] = l.keys[i-1]
 			continue
 		}
-		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind: rwlock.go
+		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
 	return l
 }
