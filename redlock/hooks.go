@@ -229,17 +229,6 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// observer returns the hooks to call, or nil when there are none.
-func (c *config) observer() Hooks {
-	switch {
-	case c.logger == nil:
-		return c.hooks
-	case c.hooks == nil:
-		return logHooks{c.logger}
-	}
-	return multiHooks{c.hooks, logHooks{c.logger}}
-}
-
 type multiHooks []Hooks
 
 func (m multiHooks) Attempt(ctx context.Context, i AttemptInfo) {
