@@ -188,7 +188,9 @@ func (l *Lock) handOut() bool {
 // being watched, so its loss can never reach the caller's OnLost. A
 // deadline that passes from here on is the returned lock's loss.
 func (l *Lock) watch() {
-	l.armMaxHold() // maxhold.go
+	if l.cfg.maxHold > 0 {
+		l.armMaxHold() // WithMaxHold (maxhold.go)
+	}
 	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
 	if err != nil { // closed meanwhile; Close releases it
 		return
