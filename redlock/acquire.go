@@ -56,7 +56,8 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 	}
 	attempts := 0
 	callID := c.ids.Add(1)
-	if done := c.observe(ctx, cfg, callID, resource, &attempts); done != nil {
+	if cfg.obs != nil { // WithHooks, WithLogger (hooks.go)
+		done := c.observe(ctx, cfg, callID, resource, &attempts)
 		defer func() { done(l, err) }()
 	}
 	if err := c.begin(); err != nil {
@@ -211,7 +212,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 			l.keys[i] = l.keys[i-1]
 			continue
 		}
-		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind: rwlock.go
+		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
 	return l
 }
@@ -250,14 +251,17 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 				return reply{}, err
 			}
 			bounds[i] = b
-			ok, fence, err := scripts.AcquireOn(ctx, s, l.keys[i], args, &bounds[i], cfg.restartGuard)
-			if err != nil && cfg.restartGuard > 0 {
-				err = restartGuardError(err) // guard.go
+			if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
+				ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, &bounds[i], cfg.restartGuard)
+				return reply{ours: ok, fence: fence}, restartGuardError(err)
 			}
+			ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, &bounds[i])
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
-	l.noteStart(r.Started())
+	if w.Member != "" { // a Lock call in the queue (waiting.go)
+		l.noteStart(r.Started())
+	}
 	l.round = r
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)

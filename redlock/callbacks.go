@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // callbacks runs what a loss calls out to — the Lost hook and OnLost — on
@@ -103,4 +104,33 @@ func (cb *callbacks) wait() {
 		cb.changed.Wait()
 	}
 	cb.done = true
+}
+
+// lossCallbacks runs l's Lost hook, then (unless the Client is closed)
+// OnLost, on a callback goroutine; lostDone is closed between the two, so
+// that a release (which waits for it to report Release after Lost) may be
+// called from OnLost.
+func (c *Client) lossCallbacks(l *Lock, err error, heldFor time.Duration) {
+	obs, fn := l.cfg.obs, l.cfg.onLost
+	c.mu.Lock()
+	if c.closed {
+		fn = nil // Close ends the locks; OnLost is not called after it
+	}
+	c.mu.Unlock()
+	if obs == nil && fn == nil {
+		close(l.lostDone)
+		return
+	}
+	run := func() {
+		if obs != nil {
+			obs.Lost(l.ctx, LostInfo{Lock: l.id, Resource: l.resource, HeldFor: heldFor, Err: err})
+		}
+		close(l.lostDone)
+		if fn != nil {
+			fn(l, err)
+		}
+	}
+	if !c.cbs.start(run) {
+		run() // after Close: no renewal loop is left to delay
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
@@ -48,6 +49,28 @@ func (n *clientNode) keys(prefix, resource string, fencing bool, token string) s
 		fence = lock + fenceSuffix
 	}
 	return scripts.NewKeys(lock, fence, token)
+}
+
+// lockKeys names the keys of a lock of cfg's kind (Mode: rwlock.go,
+// multilock.go) on this node (newLock).
+func (n *clientNode) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
+	switch cfg.mode {
+	case ModeRead:
+		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker
+			return scripts.NewBrokenReadKeys(n.keys(prefix, resource, false, "").Lock, token)
+		}
+		return scripts.NewReadKeys(n.keys(prefix, resource, false, "").Lock, token)
+	case ModeWrite:
+		k := n.keys(prefix, resource, cfg.fencing, "")
+		return scripts.NewWriteKeys(k.Lock, k.Fence, token)
+	case ModeMulti:
+		locks := make([]string, len(cfg.resources))
+		for i, r := range cfg.resources {
+			locks[i] = n.keys(prefix, r, false, "").Lock
+		}
+		return scripts.NewMultiKeys(locks, token)
+	}
+	return n.keys(prefix, resource, cfg.fencing, token)
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -179,41 +177,4 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 		return c.joinNodeErrors(ctxCancelled(tally), t)
 	}
 	return c.joinNodeErrors(fmt.Errorf("%w: %s", ErrNoQuorum, tally), t)
-}
-
-// watch is what the renewal scheduler sees of a Lock.
-type watch struct{ l *Lock }
-
-var _ renew.Target = watch{}
-
-func (w watch) Renew(ctx context.Context, due time.Time) error {
-	return renewError(w.l.extend(ctx, due))
-}
-
-// renewError marks the errors that end a lock's renewal for good.
-func renewError(err error) error {
-	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
-		return backoff.Permanent(err)
-	}
-	return err
-}
-
-func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
-
-func (w watch) Lose(err error) {
-	// A renewal that raced Close (it found the Client closed) is not a
-	// loss: Close ends the lock with cause ErrClosed.
-	if errors.Is(err, ErrClosed) {
-		return
-	}
-	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
-		// The scheduler's deadline: err joins renew.ErrExpired with what
-		// the last renewal saw.
-		var last error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			last = errors.Join(slices.DeleteFunc(slices.Clone(j.Unwrap()), func(e error) bool { return e == renew.ErrExpired })...)
-		}
-		err = w.l.expiredError(last)
-	}
-	w.l.lose(err)
 }

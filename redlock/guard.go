@@ -44,7 +44,7 @@ func WithRestartGuard(maxTTL time.Duration) Option {
 }
 
 // restartGuardError says what a guarded acquire's error means
-// (scripts.AcquireOn): a node too young to grant matches ErrNodeRestarted,
+// (scripts.AcquireGuardedWith): a node too young to grant matches ErrNodeRestarted,
 // and a node whose ACL refused INFO says which right it lacks.
 func restartGuardError(err error) error {
 	if young := (*scripts.Young)(nil); errors.As(err, &young) {

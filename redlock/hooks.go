@@ -229,17 +229,6 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// observer returns the hooks to call, or nil when there are none.
-func (c *config) observer() Hooks {
-	switch {
-	case c.logger == nil:
-		return c.hooks
-	case c.hooks == nil:
-		return logHooks{c.logger}
-	}
-	return multiHooks{c.hooks, logHooks{c.logger}}
-}
-
 type multiHooks []Hooks
 
 func (m multiHooks) Attempt(ctx context.Context, i AttemptInfo) {
@@ -315,13 +304,10 @@ func (h logHooks) NodeError(ctx context.Context, i NodeErrorInfo) {
 	h.l.WarnContext(ctx, "redlock: node error", "resource", i.Resource, "op", i.Op, "node", i.Node, "addr", i.Addr, "kind", i.Kind, "err", i.Err)
 }
 
-// observe returns what reports a Lock or TryLock call to cfg's hooks when
-// it returns (nil without hooks); attempts is read then.
+// observe returns what reports a Lock or TryLock call to cfg's hooks (not
+// nil) when it returns; attempts is read then.
 func (c *Client) observe(ctx context.Context, cfg config, callID uint64, resource string, attempts *int) func(*Lock, error) {
 	obs := cfg.obs
-	if obs == nil {
-		return nil
-	}
 	start := time.Now()
 	return func(l *Lock, err error) {
 		info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: *attempts,

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
@@ -185,7 +188,9 @@ func (l *Lock) handOut() bool {
 // being watched, so its loss can never reach the caller's OnLost. A
 // deadline that passes from here on is the returned lock's loss.
 func (l *Lock) watch() {
-	l.armMaxHold() // maxhold.go
+	if l.cfg.maxHold > 0 {
+		l.armMaxHold() // WithMaxHold (maxhold.go)
+	}
 	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
 	if err != nil { // closed meanwhile; Close releases it
 		return
@@ -193,6 +198,43 @@ func (l *Lock) watch() {
 	l.mu.Lock()
 	l.handle = h
 	l.mu.Unlock()
+}
+
+// watch is what the renewal scheduler sees of a Lock.
+type watch struct{ l *Lock }
+
+var _ renew.Target = watch{}
+
+func (w watch) Renew(ctx context.Context, due time.Time) error {
+	return renewError(w.l.extend(ctx, due))
+}
+
+// renewError marks the errors that end a lock's renewal for good.
+func renewError(err error) error {
+	if err != nil && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed)) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
+
+func (w watch) Lose(err error) {
+	// A renewal that raced Close (it found the Client closed) is not a
+	// loss: Close ends the lock with cause ErrClosed.
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	if errors.Is(err, renew.ErrExpired) && !errors.Is(err, ErrLockLost) {
+		// The scheduler's deadline: err joins renew.ErrExpired with what
+		// the last renewal saw.
+		var last error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			last = errors.Join(slices.DeleteFunc(slices.Clone(j.Unwrap()), func(e error) bool { return e == renew.ErrExpired })...)
+		}
+		err = w.l.expiredError(last)
+	}
+	w.l.lose(err)
 }
 
 // Lost returns a channel that is closed when the lock is lost: a majority of
@@ -296,35 +338,6 @@ func (l *Lock) lose(err error) {
 		return
 	}
 	l.c.lossCallbacks(l, err, time.Since(l.acquired))
-}
-
-// lossCallbacks runs l's Lost hook, then (unless the Client is closed)
-// OnLost, on a callback goroutine; lostDone is closed between the two, so
-// that a release (which waits for it to report Release after Lost) may be
-// called from OnLost.
-func (c *Client) lossCallbacks(l *Lock, err error, heldFor time.Duration) {
-	obs, fn := l.cfg.obs, l.cfg.onLost
-	c.mu.Lock()
-	if c.closed {
-		fn = nil // Close ends the locks; OnLost is not called after it
-	}
-	c.mu.Unlock()
-	if obs == nil && fn == nil {
-		close(l.lostDone)
-		return
-	}
-	run := func() {
-		if obs != nil {
-			obs.Lost(l.ctx, LostInfo{Lock: l.id, Resource: l.resource, HeldFor: heldFor, Err: err})
-		}
-		close(l.lostDone)
-		if fn != nil {
-			fn(l, err)
-		}
-	}
-	if !c.cbs.start(run) {
-		run() // after Close: no renewal loop is left to delay
-	}
 }
 
 // reportExpiry declares the loss of a lock whose validity has run out

@@ -23,13 +23,11 @@ func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxHold = d })
 }
 
-// armMaxHold starts the timer of the WithMaxHold cap, counted from the
-// hold's start. It runs in watch, once the lock is sure to be returned.
+// armMaxHold starts the timer of the WithMaxHold cap (l.cfg.maxHold > 0),
+// counted from the hold's start. It runs in watch, once the lock is sure to
+// be returned.
 func (l *Lock) armMaxHold() {
 	d := l.cfg.maxHold
-	if d <= 0 {
-		return
-	}
 	err := &classed{
 		msg:   fmt.Sprintf("redlock: lock lost: held for its WithMaxHold cap of %v; auto-renewal stopped", d),
 		class: []error{ErrLockLost, ErrMaxHold},

@@ -81,6 +81,18 @@ func buildConfig(base config, opts []Option) config {
 	return c
 }
 
+// observer returns the hooks to call (WithHooks and WithLogger, hooks.go),
+// or nil when there are none.
+func (c *config) observer() Hooks {
+	switch {
+	case c.logger == nil:
+		return c.hooks
+	case c.hooks == nil:
+		return logHooks{c.logger}
+	}
+	return multiHooks{c.hooks, logHooks{c.logger}}
+}
+
 // interval returns the effective renew interval.
 func (c *config) interval() time.Duration {
 	if c.renewSet {

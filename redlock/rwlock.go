@@ -3,9 +3,6 @@ package redlock
 import (
 	"context"
 	"slices"
-
-	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Mode is what kind of lock a *Lock is (issue 24): a plain lock, a reader
@@ -125,27 +122,6 @@ func withMode(opts []Option, m Mode) []Option {
 			c.fencing = false // nothing to order (see RLock, LockAll)
 		}
 	}))
-}
-
-// lockKeys names the keys of a lock of cfg's kind on this node (newLock).
-func (n *clientNode) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
-	switch cfg.mode {
-	case ModeRead:
-		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker
-			return scripts.NewBrokenReadKeys(n.keys(prefix, resource, false, "").Lock, token)
-		}
-		return scripts.NewReadKeys(n.keys(prefix, resource, false, "").Lock, token)
-	case ModeWrite:
-		k := n.keys(prefix, resource, cfg.fencing, "")
-		return scripts.NewWriteKeys(k.Lock, k.Fence, token)
-	case ModeMulti:
-		locks := make([]string, len(cfg.resources))
-		for i, r := range cfg.resources {
-			locks[i] = n.keys(prefix, r, false, "").Lock
-		}
-		return scripts.NewMultiKeys(locks, token)
-	}
-	return n.keys(prefix, resource, cfg.fencing, token)
 }
 
 // queuesFor reports whether a waiting call of kind m records itself on
