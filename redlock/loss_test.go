@@ -170,18 +170,59 @@ func TestLost_manyFixedLeasesOnTime(t *testing.T) {
 	// Lost() is awaited until this long after ValidUntil.
 	const limit = 3 * time.Second
 	lates := make([]time.Duration, manyLeases)
+	stall := schedProbe(t)
 	for i, l := range locks {
 		g.Go(func() { lates[i] = lateness(t, l, limit) })
 	}
 	g.Wait()
+	stalled := stall()
 	slices.Sort(lates)
-	t.Logf("%d fixed leases, 1s Lost hook: Lost() after ValidUntil: median %v, p99 %v, max %v",
-		manyLeases, lates[len(lates)/2], lates[len(lates)*99/100], lates[len(lates)-1])
+	t.Logf("%d fixed leases, 1s Lost hook: Lost() after ValidUntil: median %v, p99 %v, max %v; the process's longest scheduling delay meanwhile %v",
+		manyLeases, lates[len(lates)/2], lates[len(lates)*99/100], lates[len(lates)-1], stalled)
 	// 10× the worst median measured under -race beside two busy loops at
-	// a load average of 20 on 2 cores (20ms).
-	if med := lates[len(lates)/2]; med > 200*time.Millisecond {
-		t.Errorf("median lease's Lost() came %v after its ValidUntil; want within 200ms", med)
+	// a load average of 20 on 2 cores (20ms), plus the process's own
+	// scheduling delay meanwhile, which no library can avoid: in the full
+	// suite beside stress-ng and two other test runs (load 6.5) every
+	// lease's Lost() came 0.48-0.69s late, and alone at the same load
+	// 0.4-0.7ms. With hooks on the renewal loop (issue 22), the median
+	// is the limit (the k-th loss came k seconds late).
+	if med := lates[len(lates)/2]; med > 200*time.Millisecond+stalled {
+		t.Errorf("median lease's Lost() came %v after its ValidUntil; want within 200ms plus the process's scheduling delay (%v)", med, stalled)
 	}
+}
+
+// schedProbe measures the process's scheduling delay from now until the
+// returned function is called, which returns it: a goroutine sleeps 10ms
+// at a time and records its longest oversleep. A timer at a deadline, and
+// the goroutine it wakes, run late by that much on a loaded machine.
+func schedProbe(t *testing.T) (stop func() time.Duration) {
+	const step = 10 * time.Millisecond
+	done := make(chan struct{})
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tm := time.NewTimer(step)
+		defer tm.Stop()
+		for {
+			before := time.Now()
+			tm.Reset(step)
+			select {
+			case <-done:
+				return
+			case <-tm.C:
+			}
+			if late := int64(time.Since(before) - step); late > worst.Load() {
+				worst.Store(late)
+			}
+		}
+	})
+	var once sync.Once
+	stop = func() time.Duration {
+		once.Do(func() { close(done); wg.Wait() })
+		return time.Duration(worst.Load())
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // sleepyLost is a Lost hook that takes d.
