@@ -79,13 +79,15 @@ local function inForm(p, head)
 end
 
 -- prefixOf returns the entry prefix "client#reservation#token" of a member
--- "client/reservation/token" ("" for none).
+-- "client/reservation/token" ("" for none). One check without captures and
+-- one string made (each string a script makes costs the node its hashing
+-- and its collection): the client and the reservation hold no '/', so the
+-- first two are the separators.
 local function prefixOf(member)
-  local client, reserve, token = string.match(member, '^([^/#]*)/(%d+)/(.+)$')
-  if not client then
+  if not string.find(member, '^[^/#]*/%d+/.') then
     return ''
   end
-  return client .. '#' .. reserve .. '#' .. token
+  return (string.gsub(member, '/', '#', 2))
 end
 
 -- mine reports whether head is an entry of the waiter whose prefix is p,
