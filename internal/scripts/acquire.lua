@@ -57,9 +57,9 @@ if not kg[2] and (v == false or v == ARGV[1] or member ~= '') then
       return -2
     end
   end
-  local p, ticket = '', nil
-  local attempt, fresh = string.match(ARGV[7], '^(%d+)(n?)$')
+  local p, ticket, attempt, fresh = '', nil, nil, nil
   if member ~= '' then
+    attempt, fresh = string.match(ARGV[7], '^(%d+)(n?)$')
     p, ticket = prefixOf(member), tonumber(ARGV[4])
   end
   if v == false then
@@ -90,7 +90,7 @@ if not kg[2] and (v == false or v == ARGV[1] or member ~= '') then
     ok = 1
   end
   if ok == 0 and p ~= '' then
-    enqueue(p, ticket, tonumber(ARGV[5]), attempt, fresh == 'n')
+    enqueue(p, ticket, tonumber(ARGV[5]), attempt, fresh == 'n', ARGV[4])
   end
 end
 if KEYS[5] then

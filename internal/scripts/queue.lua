@@ -79,13 +79,15 @@ local function inForm(p, head)
 end
 
 -- prefixOf returns the entry prefix "client#reservation#token" of a member
--- "client/reservation/token" ("" for none).
+-- "client/reservation/token" ("" for none). One check without captures and
+-- one string made (each string a script makes costs the node its hashing
+-- and its collection): the client and the reservation hold no '/', so the
+-- first two are the separators.
 local function prefixOf(member)
-  local client, reserve, token = string.match(member, '^([^/#]*)/(%d+)/(.+)$')
-  if not client then
+  if not string.find(member, '^[^/#]*/%d+/.') then
     return ''
   end
-  return client .. '#' .. reserve .. '#' .. token
+  return (string.gsub(member, '/', '#', 2))
 end
 
 -- mine reports whether head is an entry of the waiter whose prefix is p,
@@ -127,17 +129,23 @@ end
 -- this key), the entry is written in the old form, its field in the hash,
 -- whose TTL is left to the old scripts (set here only if it has none: a
 -- hash left by a version before those), so that it lapses once they stop.
-local function enqueue(p, ticket, lapse, attempt, fresh)
+-- score is the ticket as the client sent it (a string): ZADD takes it as
+-- it is, and the deadline is written with %d, because a Lua number made
+-- into a string goes through the C library's floating-point formatting,
+-- which for numbers this long costs the node more than the ZADD itself
+-- (issue 32; the same digits either way).
+local function enqueue(p, ticket, lapse, attempt, fresh, score)
   if not fresh then
     dequeue(p, ticket)
   end
+  local dl = string.format('%d', now() + lapse)
   local hashTTL = redis.call('PTTL', KEYS[4])
   if hashTTL == -2 then
-    redis.call('ZADD', KEYS[3], ticket, p .. '#' .. (now() + lapse) .. '#' .. attempt)
+    redis.call('ZADD', KEYS[3], score, p .. '#' .. dl .. '#' .. attempt)
   else
     local m = oldOf(p)
-    redis.call('ZADD', KEYS[3], ticket, m)
-    redis.call('HSET', KEYS[4], m, (now() + lapse) .. ' ' .. attempt)
+    redis.call('ZADD', KEYS[3], score, m)
+    redis.call('HSET', KEYS[4], m, dl .. ' ' .. attempt)
     if hashTTL == -1 then
       redis.call('PEXPIRE', KEYS[4], 2 * lapse)
     end

@@ -40,7 +40,10 @@ if ARGV[5] ~= '' and ARGV[8] and tonumber(ARGV[8]) > 0 and now() > tonumber(ARGV
   return -1
 end
 local member = ARGV[3]
-local attempt, tk = string.match(ARGV[7], '^(%d+) (%d+)$')
+local attempt, tk = nil, nil
+if member ~= '' then
+  attempt, tk = string.match(ARGV[7], '^(%d+) (%d+)$')
+end
 local v = redis.call('GET', KEYS[1])
 -- Where the key holds our token no entry of ours is queued: whatever set
 -- it to our token took our entry out (a grant dequeues, a handoff pops),
@@ -91,7 +94,7 @@ end
 -- already (a yield that landed late, after the call gave up): a released
 -- token never queues again.
 if ticket and r ~= 3 and p ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
-  enqueue(p, ticket, tonumber(ARGV[6]), attempt, true)
+  enqueue(p, ticket, tonumber(ARGV[6]), attempt, true, ARGV[5])
 end
 if ARGV[2] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
