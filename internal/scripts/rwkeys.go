@@ -135,11 +135,3 @@ func (k Keys) Resources() int {
 	}
 	return 1
 }
-
-// kind returns the scripts of k's kind of lock.
-func (k Keys) kind() *scriptSet {
-	if k.set == nil {
-		return plainSet
-	}
-	return k.set
-}

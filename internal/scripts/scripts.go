@@ -151,6 +151,14 @@ type Keys struct {
 	set *scriptSet
 }
 
+// kind returns the scripts of k's kind of lock.
+func (k Keys) kind() *scriptSet {
+	if k.set == nil {
+		return plainSet
+	}
+	return k.set
+}
+
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
 // followed by the token. They share the lock key's hash tag, so one script
 // can touch them all on a Cluster node.
