@@ -54,12 +54,3 @@ func AcquireGuardedWith(ctx context.Context, c redis.Scripter, k Keys, args []an
 	}
 	return ok, n, err
 }
-
-// AcquireOn is AcquireWith, or with a restart guard (guard > 0)
-// AcquireGuardedWith: the acquire a lock sends to one node.
-func AcquireOn(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64, guard time.Duration) (bool, int64, error) {
-	if guard <= 0 {
-		return AcquireWith(ctx, c, k, args, notAfter)
-	}
-	return AcquireGuardedWith(ctx, c, k, args, notAfter, guard)
-}
