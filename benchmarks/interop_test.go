@@ -42,6 +42,7 @@ func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
 		}
 	}
 	var times []time.Duration
+	var lastGone time.Duration
 	for trial := range 20 {
 		l, err := q.Lock(ctx, "migrating", redlock.WithTTL(2*time.Second))
 		if err != nil {
@@ -80,13 +81,28 @@ func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
 		if ok, err := m.UnlockContext(ctx); !ok || err != nil {
 			t.Fatalf("trial %d: redsync Unlock = %v, %v; want true (its key untouched by our late request)", trial, ok, err)
 		}
+		// Our Unlock returned once a majority released; the other nodes'
+		// releases may still be on their way: an immediate read found one
+		// there in 2 to 3 of 10 runs at load 4-8. Each key must go well
+		// within the 2s TTL (the five reads and their wait took 1-4ms in
+		// all, 10 runs at load 4), and none come back.
+		released := time.Now()
 		for i := range rc.N() {
-			v, err := rc.Admin(i).Get(ctx, "migrating").Result()
-			if !errors.Is(err, redis.Nil) {
-				t.Errorf("trial %d: node %d holds %q after both released; want no key", trial, i, v)
+			for {
+				v, err := rc.Admin(i).Get(ctx, "migrating").Result()
+				if errors.Is(err, redis.Nil) {
+					break
+				}
+				if time.Since(released) > 500*time.Millisecond {
+					t.Errorf("trial %d: node %d holds %q 500ms after both released; want no key", trial, i, v)
+					break
+				}
+				time.Sleep(time.Millisecond)
 			}
+			lastGone = max(lastGone, time.Since(released))
 		}
 	}
+	t.Logf("every node's key gone at most %v after redsync's Unlock returned", lastGone)
 	slices.Sort(times)
 	t.Logf("redsync's single try after a quorumlock Unlock: median %v, max %v (20 trials)", times[len(times)/2], times[len(times)-1])
 }
