@@ -467,10 +467,11 @@ func TestNodes_sentinelFailoverKeepsReplicatedLock(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinel(t)
 	ctx := t.Context()
-	// The lease must outlast the failover (~1.4s here), with room for a
-	// loaded machine.
-	a := dialT(t, []string{s.URL()}, WithTTL(10*time.Second))
-	b := dialT(t, []string{s.URL()}, WithTTL(10*time.Second))
+	// The lease must outlast the failover: ~1.4s idle, 12.1s once in the
+	// full suite beside stress-ng (load 6-7), when a 10s lease ran out
+	// first; 60s is 5× that.
+	a := dialT(t, []string{s.URL()}, WithTTL(time.Minute))
+	b := dialT(t, []string{s.URL()}, WithTTL(time.Minute))
 	l, err := a.Lock(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
@@ -479,12 +480,12 @@ func TestNodes_sentinelFailoverKeepsReplicatedLock(t *testing.T) {
 
 	old := s.KillMaster(ctx)
 	killed := time.Now()
-	now := s.WaitFailover(ctx, old, 20*time.Second)
+	now := s.WaitFailover(ctx, old, time.Minute)
 	t.Logf("failover %s -> %s in %v", old, now, time.Since(killed).Round(time.Millisecond))
 
 	// Extend until the failover client reaches the new master.
 	var extended time.Time
-	if !eventually(5*time.Second, func() bool {
+	if !eventually(20*time.Second, func() bool {
 		if err := l.Extend(ctx); err != nil {
 			if errors.Is(err, ErrLockLost) {
 				t.Fatalf("Extend after failover = %v; want the lock kept", err)
@@ -494,7 +495,7 @@ func TestNodes_sentinelFailoverKeepsReplicatedLock(t *testing.T) {
 		extended = time.Now()
 		return true
 	}) {
-		t.Fatalf("Extend did not succeed within 5s of the failover")
+		t.Fatalf("Extend did not succeed within 20s of the failover")
 	}
 	t.Logf("first renewal on the new master %v after the kill; the lease had %v left",
 		extended.Sub(killed).Round(time.Millisecond), time.Until(l.ValidUntil()).Round(time.Millisecond))
@@ -523,8 +524,9 @@ func TestNodes_sentinelFailoverLosesUnreplicatedLock(t *testing.T) {
 	ctx := t.Context()
 	// A fixed lease: the watchdog could otherwise heal the key on the new
 	// master before the second client asks, and hide the hazard.
-	a := dialT(t, []string{s.URL()}, WithTTL(10*time.Second), WithAutoRenew(false))
-	b := dialT(t, []string{s.URL()}, WithTTL(10*time.Second))
+	// 60s: the failover took up to 12.1s under load (see above).
+	a := dialT(t, []string{s.URL()}, WithTTL(time.Minute), WithAutoRenew(false))
+	b := dialT(t, []string{s.URL()}, WithTTL(time.Minute))
 
 	s.CutReplication()
 	la, err := a.Lock(ctx, "job")
@@ -536,10 +538,10 @@ func TestNodes_sentinelFailoverLosesUnreplicatedLock(t *testing.T) {
 	}
 	old := s.KillMaster(ctx)
 	killed := time.Now()
-	s.WaitFailover(ctx, old, 20*time.Second)
+	s.WaitFailover(ctx, old, time.Minute)
 
 	var lb *Lock
-	if !eventually(5*time.Second, func() bool {
+	if !eventually(20*time.Second, func() bool {
 		lb, err = b.TryLock(ctx, "job")
 		return err == nil || errors.Is(err, ErrNotObtained)
 	}) || err != nil {
