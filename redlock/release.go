@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -90,7 +91,12 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	dctx := context.WithoutCancel(ctx)
 	args := l.releaseArgs()
 	q := l.c.quorum
+	dones := make([]func(), len(l.c.nodes))
+	for i := range dones {
+		dones[i] = l.c.releaseBegin(l.resource, i)
+	}
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
+		defer dones[i]()
 		return l.releaseNode(ctx, i, args)
 	})
 	return r.Collect(dctx, voteReleased, func(t quorum.Tally) bool {
@@ -101,6 +107,63 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 		// whether any node did (ErrNotHeld or nil), within the node timeout.
 		return answered >= q && (t.Yes > 0 || t.Pending == 0) || answered+t.Pending < q
 	})
+}
+
+// relKey names a resource on one node; flight counts this Client's
+// releases of it in flight there, and done is closed when the last ends.
+type relKey struct {
+	resource string
+	node     int
+}
+
+type flight struct {
+	n    int
+	done chan struct{}
+}
+
+// releaseBegin registers a release of resource on node i, before it is
+// handed to a goroutine; done ends it. This Client's next acquire of
+// resource sends to node i only once every release there has ended
+// (afterRelease), so that its own leftovers (an Unlock that returned at a
+// majority, a refused call's cleanup in the background) never refuse it:
+// a TryLock right after a refused one found the first one's grant still
+// there (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
+func (c *Client) releaseBegin(resource string, i int) (done func()) {
+	k := relKey{resource, i}
+	c.relMu.Lock()
+	f := c.releasing[k]
+	if f == nil {
+		if c.releasing == nil {
+			c.releasing = make(map[relKey]*flight)
+		}
+		f = &flight{done: make(chan struct{})}
+		c.releasing[k] = f
+	}
+	f.n++
+	c.relMu.Unlock()
+	return func() {
+		c.relMu.Lock()
+		defer c.relMu.Unlock()
+		if f.n--; f.n == 0 {
+			close(f.done)
+			delete(c.releasing, k)
+		}
+	}
+}
+
+// afterRelease waits until no release of resource by this Client is in
+// flight on node i (each ends within its node timeout), or ctx ends.
+func (c *Client) afterRelease(ctx context.Context, resource string, i int) {
+	c.relMu.Lock()
+	f := c.releasing[relKey{resource, i}]
+	c.relMu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+	}
 }
 
 func voteReleased(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
@@ -137,6 +200,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, err
 	if args == nil {
 		args = l.releaseArgs()
 	}
+	testhooks.BeforeReleaseSend(l.resource)
 	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		a := l.argsFor(args, i)
 		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
@@ -281,7 +345,9 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
 		if vote == quorum.No && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
+		done := c.releaseBegin(l.resource, i)
 		c.wg.Go(func() {
+			defer done()
 			if vote != quorum.Yes {
 				// A straggler: wait for its answer, at most until its
 				// deadline.
@@ -322,7 +388,9 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
+		done := c.releaseBegin(l.resource, i)
 		c.wg.Go(func() {
+			defer done()
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
 			defer cancel()
 			_, _ = l.releaseNode(rctx, i, args)

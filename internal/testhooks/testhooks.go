@@ -93,3 +93,15 @@ var YieldUnbounded atomic.Bool
 // those mutated it is the pairwise control of layered safeguards (issue
 // 33, internal/sim/mutate).
 var DeadlineUnwatched atomic.Bool
+
+// ReleasePause, when set, is called with the resource by every release of
+// a lock to one node, on its goroutine, before it is sent: a test holds it
+// there to play a release goroutine that runs late.
+var ReleasePause atomic.Pointer[func(resource string)]
+
+// BeforeReleaseSend runs ReleasePause, if set.
+func BeforeReleaseSend(resource string) {
+	if f := ReleasePause.Load(); f != nil {
+		(*f)(resource)
+	}
+}
