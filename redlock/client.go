@@ -102,7 +102,7 @@ type Client struct {
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
 
 	relMu     sync.Mutex         // protects releasing
-	releasing map[relKey]*flight // this Client's releases in flight, per resource and node (release.go)
+	releasing map[relKey]*flight // this Client's releases in flight, per resource and node (rounds.go)
 
 	mu      sync.Mutex // protects closed, locks, maxWait
 	closed  bool

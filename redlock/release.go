@@ -109,63 +109,6 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	})
 }
 
-// relKey names a resource on one node; flight counts this Client's
-// releases of it in flight there, and done is closed when the last ends.
-type relKey struct {
-	resource string
-	node     int
-}
-
-type flight struct {
-	n    int
-	done chan struct{}
-}
-
-// releaseBegin registers a release of resource on node i, before it is
-// handed to a goroutine; done ends it. This Client's next acquire of
-// resource sends to node i only once every release there has ended
-// (afterRelease), so that its own leftovers (an Unlock that returned at a
-// majority, a refused call's cleanup in the background) never refuse it:
-// a TryLock right after a refused one found the first one's grant still
-// there (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (c *Client) releaseBegin(resource string, i int) (done func()) {
-	k := relKey{resource, i}
-	c.relMu.Lock()
-	f := c.releasing[k]
-	if f == nil {
-		if c.releasing == nil {
-			c.releasing = make(map[relKey]*flight)
-		}
-		f = &flight{done: make(chan struct{})}
-		c.releasing[k] = f
-	}
-	f.n++
-	c.relMu.Unlock()
-	return func() {
-		c.relMu.Lock()
-		defer c.relMu.Unlock()
-		if f.n--; f.n == 0 {
-			close(f.done)
-			delete(c.releasing, k)
-		}
-	}
-}
-
-// afterRelease waits until no release of resource by this Client is in
-// flight on node i (each ends within its node timeout), or ctx ends.
-func (c *Client) afterRelease(ctx context.Context, resource string, i int) {
-	c.relMu.Lock()
-	f := c.releasing[relKey{resource, i}]
-	c.relMu.Unlock()
-	if f == nil {
-		return
-	}
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-	}
-}
-
 func voteReleased(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 	switch {
 	case rep.Err != nil:
