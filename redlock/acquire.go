@@ -168,10 +168,15 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			}
 			return nil, err
 		}
-		// Between attempts: grants of a failed attempt, those that answered
-		// after its decision too (final), go to waiters before us (or
-		// back, without a queue), so that split votes settle.
-		t = c.final(l, t)
+		// Between attempts: grants of a failed attempt go to waiters
+		// before us (or back, without a queue), so that split votes
+		// settle. Without the queue, those that answered after its
+		// decision too (final); a queued call does not wait for them (a
+		// paused node would hold up its wake-up by a node timeout: a
+		// handover took 2s) and yields them at its next attempt.
+		if !cfg.wakeUp {
+			t = c.final(l, t)
+		}
 		if !c.settle(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
 			if l, err = q.renew(l, err); l == nil {
