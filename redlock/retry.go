@@ -80,6 +80,7 @@ func (c *Client) final(l *Lock, t quorum.Tally) quorum.Tally {
 	tm := time.NewTimer(time.Until(r.Started().Add(l.cfg.timeout())))
 	defer tm.Stop()
 	votes := slices.Clone(t.Votes)
+wait:
 	for i, v := range votes {
 		if v != quorum.Pending {
 			continue
@@ -87,9 +88,9 @@ func (c *Client) final(l *Lock, t quorum.Tally) quorum.Tally {
 		select {
 		case <-r.Done(i):
 		case <-tm.C:
-			return t // the rest are late: the next attempt carries the same token
+			break wait // the rest are late: the next attempt carries the same token
 		case <-c.closing:
-			return t
+			break wait
 		}
 		rep, ok := r.Reply(i)
 		if !ok {
