@@ -339,6 +339,47 @@ func (t *Tally) cut(i int) {
 	t.Cut[i] = true
 }
 
+// Record counts node i's vote v in t, with err for a Failed one, in place
+// of what t held for it (Pending, as a rule): every tally's counts are
+// made here. A vote other than Yes or No counts as Failed.
+func (t *Tally) Record(i int, v Vote, err error) {
+	switch t.Votes[i] {
+	case Pending:
+		t.Pending--
+	case Yes:
+		t.Yes--
+	case No:
+		t.No--
+	default:
+		t.Failed--
+	}
+	t.count(i, v, err)
+}
+
+// Counted returns the tally of votes (one per node) and their errors.
+func Counted(votes []Vote, errs []error) Tally {
+	t := Tally{Votes: votes, Errs: errs}
+	for i, v := range votes {
+		t.count(i, v, errs[i])
+	}
+	return t
+}
+
+func (t *Tally) count(i int, v Vote, err error) {
+	switch v {
+	case Pending:
+		t.Pending++
+	case Yes:
+		t.Yes++
+	case No:
+		t.No++
+	default:
+		v = Failed
+		t.Failed++
+	}
+	t.Votes[i], t.Errs[i] = v, err
+}
+
 // Quorum reports whether a majority voted yes.
 func (t Tally) Quorum() bool { return t.Yes >= Size(len(t.Votes)) }
 
@@ -376,19 +417,9 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 	}
 	take := func(i int) {
 		v, err := classify(i, r.slots[i].rep)
-		t.Votes[i], t.Errs[i] = v, err
-		t.Pending--
-		switch v {
-		case Yes:
-			t.Yes++
-		case No:
-			t.No++
-		default:
-			t.Votes[i] = Failed
-			t.Failed++
-			if ended(ctx) && !r.timedOut() {
-				t.cut(i)
-			}
+		t.Record(i, v, err)
+		if t.Votes[i] == Failed && ended(ctx) && !r.timedOut() {
+			t.cut(i)
 		}
 	}
 	// The round's ctx ends at the node timeout (when it, not the caller's
@@ -465,12 +496,10 @@ func (r *Round[T]) timedOut() bool {
 func (t *Tally) failPending(err error, cut bool) {
 	for i, v := range t.Votes {
 		if v == Pending {
-			t.Votes[i], t.Errs[i] = Failed, err
-			t.Failed++
+			t.Record(i, Failed, err)
 			if cut {
 				t.cut(i)
 			}
 		}
 	}
-	t.Pending = 0
 }

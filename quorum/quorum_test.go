@@ -146,3 +146,24 @@ func TestCollect_all(t *testing.T) {
 		}
 	})
 }
+
+// Record recounts a node whose vote it replaces, and Counted counts a
+// filled-in tally the same way: the counts always match the votes.
+func TestTally_recordAndCounted(t *testing.T) {
+	errDown := errors.New("down")
+	tl := Tally{Votes: make([]Vote, 3), Errs: make([]error, 3), Pending: 3}
+	tl.Record(0, Yes, nil)
+	tl.Record(1, Vote(9), errDown) // not a vote: counts as Failed
+	if tl.Yes != 1 || tl.Failed != 1 || tl.Pending != 1 || tl.Votes[1] != Failed || tl.Errs[1] != errDown {
+		t.Fatalf("after two votes: %+v", tl)
+	}
+	tl.Record(1, No, nil) // a late answer replaces the failure
+	tl.Record(2, Yes, nil)
+	want := Counted([]Vote{Yes, No, Yes}, []error{nil, nil, nil})
+	if tl.Yes != want.Yes || tl.No != want.No || tl.Failed != want.Failed || tl.Pending != want.Pending || tl.Yes != 2 || tl.No != 1 || tl.Pending != 0 {
+		t.Fatalf("recorded %+v, counted %+v", tl, want)
+	}
+	if !tl.Quorum() {
+		t.Fatal("2 of 3 yes is a quorum")
+	}
+}

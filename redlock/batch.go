@@ -138,24 +138,20 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	t := r.Collect(ctx, classify, func(t quorum.Tally) bool { return undecided == 0 || t.Pending == 0 })
 
 	for kk, j := range live {
-		lt := quorum.Tally{Votes: votes[kk*n : (kk+1)*n], Errs: verrs[kk*n : (kk+1)*n], Elapsed: t.Elapsed}
+		lv, le := votes[kk*n:(kk+1)*n], verrs[kk*n:(kk+1)*n]
 		healed := 0
 		for i := range n {
 			if !seen[i] { // timed out, or ctx ended: failed for every lock
-				lt.Votes[i], lt.Errs[i] = quorum.Failed, t.Errs[i]
+				lv[i], le[i] = quorum.Failed, t.Errs[i]
 			}
-			switch lt.Votes[i] {
-			case quorum.Yes:
-				lt.Yes++
+			if lv[i] == quorum.Yes {
 				if rep, _ := r.Reply(i); rep.Val.res[kk].healed {
 					healed++
 				}
-			case quorum.No:
-				lt.No++
-			default:
-				lt.Failed++
 			}
 		}
+		lt := quorum.Counted(lv, le)
+		lt.Elapsed = t.Elapsed
 		errs[j] = locks[j].settle(ctx, r.Started(), lt, healed, dues[j])
 	}
 	return errs

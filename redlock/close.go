@@ -145,7 +145,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 	ctx := context.Background()
 	var errs []error
 	for j, l := range locks {
-		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Elapsed: elapsed}
+		lt := quorum.Tally{Votes: make([]quorum.Vote, n), Errs: make([]error, n), Pending: n, Elapsed: elapsed}
 		for i := range n {
 			o := &outs[i]
 			var err error
@@ -153,15 +153,8 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 			if err = o.err(j); err == nil {
 				ok = o.res[j] == scripts.Deleted || o.res[j] == scripts.HandedOver
 			}
-			lt.Votes[i], lt.Errs[i] = voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
-			switch lt.Votes[i] {
-			case quorum.Yes:
-				lt.Yes++
-			case quorum.No:
-				lt.No++
-			default:
-				lt.Failed++
-			}
+			vote, verr := voteReleased(i, quorum.Reply[bool]{Val: ok, Err: err})
+			lt.Record(i, vote, verr)
 		}
 		err := l.releaseError(lt)
 		if obs := l.cfg.obs; obs != nil {

@@ -328,8 +328,12 @@ func TestNodes_aclMissingRights(t *testing.T) {
 		// Acquiring and releasing need no channel; waiting does. A waiter
 		// whose subscription is refused is never queued: it polls, and
 		// still acquires once the holder releases.
-		a := dialT(t, urlsOf("redis", "nochannel:pw", addrs...), WithTTL(2*time.Second))
-		b := dialT(t, urlsOf("redis", "nochannel:pw", addrs...), WithTTL(2*time.Second))
+		// A 2s node timeout: a fresh Client's first TryLock (dial, AUTH,
+		// clock probe, script load) missed a 200ms one (the 2s TTL's
+		// derived timeout) beside stress-ng --cpu 2 (issue 31).
+		opts := []Option{WithTTL(10 * time.Second), WithNodeTimeout(2 * time.Second)}
+		a := dialT(t, urlsOf("redis", "nochannel:pw", addrs...), opts...)
+		b := dialT(t, urlsOf("redis", "nochannel:pw", addrs...), opts...)
 		l, err := a.TryLock(ctx, "r2")
 		if err != nil {
 			t.Fatalf("TryLock = %v", err)

@@ -79,9 +79,9 @@ func (c *Client) final(l *Lock, t quorum.Tally) quorum.Tally {
 	}
 	tm := time.NewTimer(time.Until(r.Started().Add(l.cfg.timeout())))
 	defer tm.Stop()
-	votes := slices.Clone(t.Votes)
+	t.Votes, t.Errs = slices.Clone(t.Votes), slices.Clone(t.Errs) // the round's arrays are its own
 wait:
-	for i, v := range votes {
+	for i, v := range t.Votes {
 		if v != quorum.Pending {
 			continue
 		}
@@ -97,24 +97,8 @@ wait:
 			continue
 		}
 		vote, err := classify(i, rep)
-		votes[i] = vote
-		if err != nil {
-			errs := make([]error, len(votes))
-			copy(errs, t.Errs)
-			errs[i] = err
-			t.Errs = errs
-		}
-		t.Pending--
-		switch vote {
-		case quorum.Yes:
-			t.Yes++
-		case quorum.No:
-			t.No++
-		default:
-			t.Failed++
-		}
+		t.Record(i, vote, err)
 	}
-	t.Votes = votes
 	return t
 }
 
