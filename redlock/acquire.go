@@ -252,7 +252,7 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node, registered first (rounds.go).
 	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		c.afterRelease(ctx, l.resource, i) // our own releases there land first (rounds.go)
+		c.afterRelease(ctx, l.keys[i].Lock, i) // our own releases there land first (rounds.go)
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {

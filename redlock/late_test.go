@@ -990,8 +990,8 @@ func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
 	ctx := t.Context()
 	rc.Kill(0)
 	rc.Kill(1)
-	pause := func(resource string) {
-		if resource == "own-release" {
+	pause := func(key string, _ int) {
+		if key == "lock:own-release" {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
@@ -1006,4 +1006,49 @@ func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
 		t.Fatalf("TryLock with 3 of 4 up, right after the refused one = %v; want success (its own cleanup first)", err)
 	}
 	l.Unlock(ctx)
+}
+
+// A release that the node's retry loop sends again (the node did not
+// answer Unlock's) is ordered before this Client's next acquire of the
+// key there, like every other release of ours: 3 nodes, node 0 down, the
+// lock on 1 and 2; node 2 cut during Unlock keeps the key, and the retry
+// loop's release reaches it after Heal, held 150ms on its way (the acquire waits for it within its 1s node timeout); a TryLock
+// made meanwhile needs node 2 and must not find our old token there. The
+// mutant retry-release-unordered (the retry loop's releases not
+// registered) fails it.
+func TestLate_retriedReleaseLandsBeforeNextAcquire(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients(), WithNodeTimeout(time.Second))
+	ctx := t.Context()
+	rc.Kill(0)
+	l, err := c.TryLock(ctx, "retried")
+	if err != nil {
+		t.Fatalf("TryLock with 2 of 3 up = %v", err)
+	}
+	rc.Cut(2)
+	_ = l.Unlock(ctx) // node 2 does not confirm: its retry loop has it
+	if v, err := rc.Admin(2).Get(ctx, "lock:retried").Result(); err != nil || v != l.Token() {
+		t.Fatalf("after Unlock with node 2 cut: node 2 holds %q (%v); want our token", v, err)
+	}
+	sending := make(chan struct{})
+	var once sync.Once
+	pause := func(key string, node int) {
+		if key == "lock:retried" && node == 2 {
+			once.Do(func() { close(sending) })
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	testhooks.ReleasePause.Store(&pause)
+	defer testhooks.ReleasePause.Store(nil)
+	rc.Heal(2)
+	select {
+	case <-sending:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retry loop sent no release to node 2 within 20s of Heal")
+	}
+	l2, err := c.TryLock(ctx, "retried")
+	if err != nil {
+		t.Fatalf("TryLock while the retry loop's release is on its way = %v; want success (our own release lands first)", err)
+	}
+	l2.Unlock(ctx)
 }

@@ -93,7 +93,7 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	q := l.c.quorum
 	dones := make([]func(), len(l.c.nodes))
 	for i := range dones {
-		dones[i] = l.c.releaseBegin(l.resource, i)
+		dones[i] = l.c.releaseBegin(l.keys[i].Lock, i)
 	}
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
 		defer dones[i]()
@@ -143,7 +143,7 @@ func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, err
 	if args == nil {
 		args = l.releaseArgs()
 	}
-	testhooks.BeforeReleaseSend(l.resource)
+	testhooks.BeforeReleaseSend(l.keys[i].Lock, i)
 	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		a := l.argsFor(args, i)
 		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
@@ -288,7 +288,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
 		if vote == quorum.No && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.resource, i)
+		done := c.releaseBegin(l.keys[i].Lock, i)
 		c.wg.Go(func() {
 			defer done()
 			if vote != quorum.Yes {
@@ -331,7 +331,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.resource, i)
+		done := c.releaseBegin(l.keys[i].Lock, i)
 		c.wg.Go(func() {
 			defer done()
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // The Client's background releases (DESIGN step 4). A call returns once its
@@ -250,6 +251,10 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 	c := r.c
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
+	for _, e := range es {
+		defer c.releaseBegin(e.keys.Lock, i)() // registered like every release (rounds.go)
+		testhooks.BeforeReleaseSend(e.keys.Lock, i)
+	}
 	cmds, err := call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
 		return pipelined(ctx, c.nodes[i].C, len(es), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
 			return scripts.ReleaseCmd(ctx, p, es[j].keys, es[j].args)

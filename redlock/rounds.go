@@ -142,11 +142,11 @@ func scriptRefused(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "can't run this command")
 }
 
-// relKey names a resource on one node; flight counts this Client's
+// relKey names a lock key on one node; flight counts this Client's
 // releases of it in flight there, and done is closed when the last ends.
 type relKey struct {
-	resource string
-	node     int
+	key  string // the lock key on the node
+	node int
 }
 
 type flight struct {
@@ -154,15 +154,17 @@ type flight struct {
 	done chan struct{}
 }
 
-// releaseBegin registers a release of resource on node i, before it is
-// handed to a goroutine; done ends it. This Client's next acquire of
-// resource sends to node i only once every release there has ended
-// (afterRelease), so that its own leftovers (an Unlock that returned at a
-// majority, a refused call's cleanup in the background) never refuse it:
-// a TryLock right after a refused one found the first one's grant still
-// there (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (c *Client) releaseBegin(resource string, i int) (done func()) {
-	k := relKey{resource, i}
+// releaseBegin registers a release of lock key on node i, before it is
+// handed to a goroutine or sent; done ends it. Every sender of a release
+// registers it: Unlock's round, a refused call's cleanup and a lost
+// call's abandon (release.go), and the retry loop's pipelines
+// (releaser.go). This Client's next acquire of the key sends to node i
+// only once every release there has ended (afterRelease), so that its own
+// leftovers never refuse it: a TryLock right after a refused one found
+// the first one's grant still there (TestReal_evenNNeedsThreeOfFour, once
+// beside stress-ng).
+func (c *Client) releaseBegin(key string, i int) (done func()) {
+	k := relKey{key, i}
 	c.relMu.Lock()
 	f := c.releasing[k]
 	if f == nil {
@@ -184,11 +186,11 @@ func (c *Client) releaseBegin(resource string, i int) (done func()) {
 	}
 }
 
-// afterRelease waits until no release of resource by this Client is in
+// afterRelease waits until no release of lock key by this Client is in
 // flight on node i (each ends within its node timeout), or ctx ends.
-func (c *Client) afterRelease(ctx context.Context, resource string, i int) {
+func (c *Client) afterRelease(ctx context.Context, key string, i int) {
 	c.relMu.Lock()
-	f := c.releasing[relKey{resource, i}]
+	f := c.releasing[relKey{key, i}]
 	c.relMu.Unlock()
 	if f == nil {
 		return

@@ -94,14 +94,15 @@ var YieldUnbounded atomic.Bool
 // 33, internal/sim/mutate).
 var DeadlineUnwatched atomic.Bool
 
-// ReleasePause, when set, is called with the resource by every release of
-// a lock to one node, on its goroutine, before it is sent: a test holds it
-// there to play a release goroutine that runs late.
-var ReleasePause atomic.Pointer[func(resource string)]
+// ReleasePause, when set, is called with the lock key and the node by
+// every release of a lock to one node (the retry loop's too), on its
+// goroutine, before it is sent: a test holds it there to play a release
+// that runs late.
+var ReleasePause atomic.Pointer[func(key string, node int)]
 
 // BeforeReleaseSend runs ReleasePause, if set.
-func BeforeReleaseSend(resource string) {
+func BeforeReleaseSend(key string, node int) {
 	if f := ReleasePause.Load(); f != nil {
-		(*f)(resource)
+		(*f)(key, node)
 	}
 }
