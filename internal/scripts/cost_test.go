@@ -64,6 +64,8 @@ func TestCycleCost(t *testing.T) {
 	la, lr := lib(acquire.Script, release.Script, "1w:")
 	na, nr := lib(acquire.Script, release.Script, "0nobody:") // as for Cluster nodes: handed without counting
 	fa, fr := lib(floorAcq, floorRel, "1w:")
+	lessAcq, lessRel := floorLess(t)
+	la3, lr3 := lib(redis.NewScript(lessAcq), redis.NewScript(lessRel), "1w:")
 	steps := []step{
 		{name: "redsync: SET NX + check-and-delete", acq: func(tok, _ string, _, _ int64, _ string) error {
 			return c.SetNX(ctx, "k", tok, 30*time.Second).Err()
@@ -73,6 +75,7 @@ func TestCycleCost(t *testing.T) {
 		{name: "quorumlock: queueing attempt + handing release", acq: la, rel: lr, handoff: true},
 		{name: "the same, the message reaches nobody (no delivery)", acq: na, rel: nr, handoff: true},
 		{name: "floor: the same commands, the steady state's Lua only", acq: fa, rel: fr, handoff: true},
+		{name: "floor less the release's TIME, the attempt's PTTLs", acq: la3, rel: lr3, handoff: true},
 	}
 	type cost struct{ cpu, acq, rel []float64 }
 	costs := make([]cost, len(steps))
@@ -237,3 +240,26 @@ if head then
 end
 redis.call('DEL', KEYS[1])
 return 1`
+
+// floorLess returns the floor without three of its commands (the queueing
+// attempt's two PTTL, the handing release's TIME: the lapse compared with
+// a time the client would send): what the remaining proposals to cut
+// commands would save.
+func floorLess(t *testing.T) (acq, rel string) {
+	cut := func(s string, pairs ...string) string {
+		for i := 0; i < len(pairs); i += 2 {
+			if !strings.Contains(s, pairs[i]) {
+				t.Fatalf("floorLess: %q is not in the floor", pairs[i])
+			}
+			s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+		}
+		return s
+	}
+	acq = cut(floorAcquire,
+		"  if redis.call('PTTL', KEYS[4]) == -2 then\n", "",
+		"  end\n  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[3], 2 * ARGV[5]) end\n", "")
+	rel = cut(floorRelease,
+		"  local t = redis.call('TIME')\n  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n", "",
+		"tonumber(dl) > now", "tonumber(dl) > 0")
+	return acq, rel
+}
