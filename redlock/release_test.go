@@ -158,7 +158,9 @@ func TestReal_releasesWithAKilledNodeStayBounded(t *testing.T) {
 	direct := oneDialClients(t, rc)
 	var sent atomic.Int64
 	direct[2].AddHook(countingHook{&sent})
-	c := newClient(t, direct, WithTTL(time.Second))
+	// TTL 10s for the derived 1s node timeout: 300 Unlocks must each hear
+	// both live nodes, and 100ms (TTL 1s) is no slack under load (issue 31).
+	c := newClient(t, direct, WithTTL(10*time.Second))
 	// Warm up: the workers and connections a Lock+Unlock needs.
 	l, err := c.Lock(t.Context(), "k")
 	if err != nil {

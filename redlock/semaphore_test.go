@@ -603,7 +603,10 @@ func TestReal_semaphoreCrashedHolderReturnsWithinTTL(t *testing.T) {
 	ttl := time.Second
 	rc := redistest.Start(t, 3)
 	a, g := gatedClient(t, rc, WithTTL(ttl))
-	b := newClient(t, rc.Clients(), WithTTL(ttl))
+	// The waiter's own TTL is not what is measured: 10s gives its fresh
+	// Client a 1s node timeout (at 100ms its first requests, after the
+	// crash, can miss it under load; issue 31).
+	b := newClient(t, rc.Clients(), WithTTL(10*time.Second))
 	sa, sb := newSemaphore(t, a, "crash", 2), newSemaphore(t, b, "crash", 2)
 	for range 2 {
 		// Acquire, not TryAcquire: a first request on a loaded machine
