@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -245,12 +246,27 @@ func (st *identity) verify() {
 	}
 }
 
+// waitTurn waits until no identify runs on the node (taking the turn and
+// giving it back), the node is verified (identify sends nothing more), or
+// ctx ends.
+func (st *identity) waitTurn(ctx context.Context) {
+	select {
+	case st.idTurn <- struct{}{}:
+		<-st.idTurn
+	case <-st.idReady:
+	case <-ctx.Done():
+	}
+}
+
 // idKeys are a Set's identity keys, and what identify found.
 type idKeys struct {
 	once sync.Once
 	keys []string
 	dup  atomic.Pointer[error] // set once two nodes were found to reach one server
 }
+
+// errClosing is identify's answer once the Client's Close has begun.
+var errClosing = errors.New("the Client is closing: no identity check starts")
 
 // IdentifyTTL is how long a node's identity key lives (see identify).
 const IdentifyTTL = time.Hour
@@ -297,6 +313,13 @@ func (s *Set) identify(ctx context.Context, i int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	select {
+	case <-s.cfg.Closing:
+		// Close has begun: its ForgetIdentity takes the turn after us and
+		// reads idSent then, so nothing is written that it could miss.
+		return errClosing
+	default:
+	}
 	if dup := s.Duplicate(); dup != nil {
 		return dup
 	}
@@ -340,27 +363,36 @@ func (s *Set) Duplicate() error {
 }
 
 // ForgetIdentity deletes this Client's identity keys (identify) from the
-// nodes that may have one (the script was sent, whether or not its reply
-// came), for Close: one DEL per node, in parallel, on the Client's
-// goroutines (Close waits for them with its bound). Only nodes known down
-// (their dials fail) are skipped, and their keys expire with IdentifyTTL:
-// a node that merely looks stuck gets the DEL too, since on a loaded
-// machine a late reply is no proof of a pause (an identity key was left
-// for its hour at load 6 under -race).
+// nodes that may have one, for Close, which calls it after Config.Closing
+// is closed: per node, on the Client's goroutines (Close waits for them
+// with its bound), it waits for an identify in progress there to end (it
+// holds the node's turn; one that takes the turn later finds Closing
+// closed and writes nothing), then sends one DEL if the script was sent,
+// whether or not its reply came. Before, a Lock call's straggler that had
+// not yet sent its identify when Close looked was skipped, and wrote its
+// key after (kept for IdentifyTTL: TestClient_Close beside stress-ng).
+// Only nodes known down (their dials fail) are skipped, and their keys
+// expire with IdentifyTTL: a node that merely looks stuck gets the DEL too,
+// since on a loaded machine a late reply is no proof of a pause (an
+// identity key was left for its hour at load 6 under -race). One bound,
+// timeout, covers the wait and the DEL.
 func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 	if len(s.Nodes) == 1 {
 		return
 	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		if n.Cluster || !n.id.idSent.Load() || n.Health.Down() != nil {
+		if n.Cluster || n.Health.Down() != nil {
 			continue
 		}
 		key := s.idKeys()[i]
 		spawn(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			_ = n.C.Del(ctx, key).Err()
+			n.id.waitTurn(ctx) // an identify in progress has ended; none starts after
+			if n.id.idSent.Load() {
+				_ = n.C.Del(ctx, key).Err()
+			}
 		})
 	}
 }
