@@ -250,9 +250,12 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 	}
 	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
 	bounds := make([]int64, n)
-	// Step 1: one parallel round on every node, registered first (rounds.go).
+	// Step 1: one parallel round on every node, registered first (rounds.go),
+	// after our own releases of the key in flight as it is (releasesBefore).
+	before := c.releasesBefore(l.keys)
 	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		c.afterRelease(ctx, l.keys[i].Lock, i) // our own releases there land first (rounds.go)
+		testhooks.BeforeAcquireSend(l.keys[i].Lock, i)
+		awaitReleases(ctx, before, i) // our own releases there land first (rounds.go)
 		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
 			if err != nil {

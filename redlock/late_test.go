@@ -1052,3 +1052,53 @@ func TestLate_retriedReleaseLandsBeforeNextAcquire(t *testing.T) {
 	}
 	l2.Unlock(ctx)
 }
+
+// A request of a refused TryLock that starts late on its node (its
+// goroutine descheduled on a busy machine) never waits for its own call's
+// cleanup there: the cleanup waits for that request's answer, so the two
+// waited for each other until the node timeout, and every acquire of the
+// key by this Client on that node behind them (lockbench's semaphore
+// scenario: waits in steps of one node timeout, 0.8s at an 8s TTL, up to
+// 7s). 3 nodes, the key held by another Client; the first TryLock's
+// request to node 2 starts 100ms late, after nodes 0 and 1 refused. The
+// holder then unlocks and node 1 is cut: a second TryLock needs node 2,
+// where it waits for the first one's cleanup, which must end once that
+// request answers, not at the 2s node timeout.
+func TestLate_lateRequestDoesNotWaitForItsOwnCleanup(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	holder := newClient(t, rc.Clients())
+	ctx := t.Context()
+	l, err := holder.TryLock(ctx, "cycle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, rc.Clients(), WithTTL(20*time.Second), WithNodeTimeout(2*time.Second))
+	if _, err := c.TryLock(ctx, "warm"); err != nil { // dial, identity, clock: not timed below
+		t.Fatal(err)
+	}
+	var once sync.Once
+	pause := func(key string, node int) {
+		if key == "lock:cycle" && node == 2 {
+			once.Do(func() { time.Sleep(100 * time.Millisecond) })
+		}
+	}
+	testhooks.AcquirePause.Store(&pause)
+	defer testhooks.AcquirePause.Store(nil)
+	if _, err := c.TryLock(ctx, "cycle"); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("first TryLock = %v; want ErrNotObtained", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc.Cut(1)
+	start := time.Now()
+	l2, err := c.TryLock(ctx, "cycle")
+	d := time.Since(start)
+	if err != nil {
+		t.Fatalf("second TryLock (nodes 0 and 2) = %v after %v; want the lock", err, d)
+	}
+	defer l2.Unlock(ctx)
+	if d > time.Second {
+		t.Errorf("second TryLock took %v; want well under the 2s node timeout (the first one's late request and its cleanup waited for each other)", d)
+	}
+}

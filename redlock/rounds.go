@@ -3,10 +3,12 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
@@ -150,53 +152,81 @@ type relKey struct {
 }
 
 type flight struct {
-	n    int
-	done chan struct{}
+	done chan struct{} // closed when the release has ended
 }
 
 // releaseBegin registers a release of lock key on node i, before it is
 // handed to a goroutine or sent; done ends it. Every sender of a release
 // registers it: Unlock's round, a refused call's cleanup and a lost
 // call's abandon (release.go), and the retry loop's pipelines
-// (releaser.go). This Client's next acquire of the key sends to node i
-// only once every release there has ended (afterRelease), so that its own
-// leftovers never refuse it: a TryLock right after a refused one found
-// the first one's grant still there (TestReal_evenNNeedsThreeOfFour, once
-// beside stress-ng).
+// (releaser.go). This Client's next acquire of the key waits on each node
+// for the releases registered there before its round was (releasesBefore),
+// so that its own leftovers never refuse it: a TryLock right after a
+// refused one found the first one's grant still there
+// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
 func (c *Client) releaseBegin(key string, i int) (done func()) {
 	k := relKey{key, i}
+	f := &flight{done: make(chan struct{})}
 	c.relMu.Lock()
-	f := c.releasing[k]
-	if f == nil {
-		if c.releasing == nil {
-			c.releasing = make(map[relKey]*flight)
-		}
-		f = &flight{done: make(chan struct{})}
-		c.releasing[k] = f
+	if c.releasing == nil {
+		c.releasing = make(map[relKey][]*flight)
 	}
-	f.n++
+	c.releasing[k] = append(c.releasing[k], f)
 	c.relMu.Unlock()
 	return func() {
 		c.relMu.Lock()
-		defer c.relMu.Unlock()
-		if f.n--; f.n == 0 {
-			close(f.done)
-			delete(c.releasing, k)
+		fs := c.releasing[k]
+		if j := slices.Index(fs, f); j >= 0 {
+			fs = slices.Delete(fs, j, j+1)
 		}
+		if len(fs) == 0 {
+			delete(c.releasing, k)
+		} else {
+			c.releasing[k] = fs
+		}
+		c.relMu.Unlock()
+		close(f.done)
 	}
 }
 
-// afterRelease waits until no release of lock key by this Client is in
-// flight on node i (each ends within its node timeout), or ctx ends.
-func (c *Client) afterRelease(ctx context.Context, key string, i int) {
+// releasesBefore returns, per node, this Client's releases of keys in
+// flight now (nil: none anywhere). An acquire round takes it when it is
+// registered, and each of its requests waits for those only
+// (awaitReleases): a release registered later is never one it must
+// follow, and may be its own call's cleanup, which waits for the
+// request's answer — a request that started late waited for it, the two
+// until the node timeout, and every acquire of the key on that node
+// behind them (lockbench's semaphore: waits in steps of one node timeout;
+// TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
+func (c *Client) releasesBefore(keys []scripts.Keys) [][]*flight {
 	c.relMu.Lock()
-	f := c.releasing[relKey{key, i}]
-	c.relMu.Unlock()
-	if f == nil {
+	defer c.relMu.Unlock()
+	if len(c.releasing) == 0 {
+		return nil
+	}
+	var out [][]*flight
+	for i, k := range keys {
+		if fs := c.releasing[relKey{k.Lock, i}]; len(fs) > 0 {
+			if out == nil {
+				out = make([][]*flight, len(keys))
+			}
+			out[i] = slices.Clone(fs)
+		}
+	}
+	return out
+}
+
+// awaitReleases waits until the releases fs took for node i have ended
+// (each within its node timeout), or ctx ends.
+func awaitReleases(ctx context.Context, fs [][]*flight, i int) {
+	if fs == nil {
 		return
 	}
-	select {
-	case <-f.done:
-	case <-ctx.Done():
+	for _, f := range fs[i] {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
