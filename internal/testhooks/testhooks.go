@@ -110,12 +110,7 @@ func BeforeReleaseSend(key string, node int) {
 // AcquirePause, when set, is called with the lock key and the node by
 // every acquire request of a lock to one node, on its goroutine, before
 // it does anything: a test holds it there to play a request goroutine
-// that starts late (descheduled on a busy machine).
+// that starts late (descheduled on a busy machine). Read in place
+// (redlock/acquire.go), so that the TryLock path does not pass through
+// this file.
 var AcquirePause atomic.Pointer[func(key string, node int)]
-
-// BeforeAcquireSend runs AcquirePause, if set.
-func BeforeAcquireSend(key string, node int) {
-	if f := AcquirePause.Load(); f != nil {
-		(*f)(key, node)
-	}
-}
