@@ -596,10 +596,11 @@ func (d *refusingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // Item 6: a request that may have reached its node counts as "may have
 // landed", not "never sent", also when the node's dials fail: its release
 // there gets the guard and is retried until the node answers. Node 2 lost
-// the lock's key (restarted empty, say), its link has 600ms of latency and
+// the lock's key (restarted empty, say), its link has 1.2s of latency (600ms
+// in the retries case) and
 // its dialer refuses new connections; an Extend, sent on the connection the
 // node client had, sets the key there again; then
-//   - "timeout while a dial is refused": it misses the 1s node timeout
+//   - "timeout while a dial is refused": it misses the 2s node timeout
 //     while another call's dial to node 2 is refused (the node client's
 //     idle connections are taken, and the next call dials);
 //   - "go-redis retries" (MaxRetries 2, go-redis's default is 3): its
@@ -615,24 +616,27 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 		name        string
 		maxRetries  int
 		nodeTimeout time.Duration
+		latency     time.Duration // node 2's, each way
 		refuse      bool
 		reset       bool // reset node 2's connections once the Extend landed
 	}{
-		{"timeout while a dial is refused", -1, time.Second, true, false},
-		{"go-redis retries", 2, 2 * time.Second, true, true},
-		{"control: dials succeed", -1, time.Second, false, false},
+		{"timeout while a dial is refused", -1, 2 * time.Second, 1200 * time.Millisecond, true, false},
+		{"go-redis retries", 2, 2 * time.Second, 600 * time.Millisecond, true, true},
+		{"control: dials succeed", -1, 2 * time.Second, 1200 * time.Millisecond, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rc := redistest.Start(t, 3)
 			// The Extend's request must land within its not-after bound
-			// (about its node timeout after its send) and its reply come
-			// after that timeout: 600ms each way against 1s leaves 400ms
-			// for the landing. With 300ms against 500ms the request once
-			// landed past its bound in the full suite beside stress-ng
-			// (load 5), was refused as late, and the setup failed.
-			const latency = 600 * time.Millisecond
+			// (about its node timeout after its send) and, in the timeout
+			// cases, its reply come after that timeout: 1.2s each way
+			// against 2s leaves 800ms for the landing and 400ms for the
+			// reply. With 300ms against 500ms, then 600ms against 1s, the
+			// request landed past its bound in the full suite beside
+			// stress-ng (load 3-5, 2 of 7 runs), was refused as late, and
+			// the setup failed.
+			latency := tc.latency
 			d := &refusingDialer{}
 			node2 := redis.NewClient(&redis.Options{
 				Addr:                     rc.Addr(2),
@@ -719,9 +723,9 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 			if tc.refuse && d.refused.Load() == 0 {
 				t.Fatal("setup: no dial to node 2 was refused")
 			}
-			// The request reaches node 2 through the proxy's 600ms of
-			// latency, which under load (the full suite beside stress-ng,
-			// load 8-12) outlasted the Extend's error: it is waited for.
+			// The request reaches node 2 through the proxy's latency,
+			// which under load (the full suite beside stress-ng, load
+			// 8-12) outlasted the Extend's error: it is waited for.
 			if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 2, key) == l.Token() }) {
 				t.Fatalf("setup: node 2's key = %q 5s after the Extend; want our token (the Extend set it again)", keyOn(t, rc, 2, key))
 			}
