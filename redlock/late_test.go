@@ -1012,6 +1012,35 @@ func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
 	l.Unlock(ctx)
 }
 
+// The same for a multi-lock, whose releases and acquires cover several
+// keys: the refused TryLockAll's cleanup of (a, b) is ordered before the
+// same Client's TryLockAll of (c, b), although their first keys differ.
+// Before, the registry knew a multi-lock by its first key only, and the
+// second call, refused on b by the first call's grants, failed.
+func TestLate_ownMultiReleaseLandsBeforeNextAcquire(t *testing.T) {
+	rc := redistest.Start(t, 4)
+	c := newClient(t, rc.Clients())
+	ctx := t.Context()
+	rc.Kill(0)
+	rc.Kill(1)
+	pause := func(key string, _ int) {
+		if key == "lock:own-multi-a" {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	testhooks.ReleasePause.Store(&pause)
+	defer testhooks.ReleasePause.Store(nil)
+	if _, err := c.TryLockAll(ctx, []string{"own-multi-a", "own-multi-b"}); !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("TryLockAll with 2 of 4 up = %v; want ErrNoQuorum", err)
+	}
+	rc.Restart(1)
+	l, err := c.TryLockAll(ctx, []string{"own-multi-c", "own-multi-b"})
+	if err != nil {
+		t.Fatalf("TryLockAll of (c, b) with 3 of 4 up, right after the refused (a, b) = %v; want success (its own cleanup first)", err)
+	}
+	l.Unlock(ctx)
+}
+
 // A release that the node's retry loop sends again (the node did not
 // answer Unlock's) is ordered before this Client's next acquire of the
 // key there, like every other release of ours: 3 nodes, node 0 down, the

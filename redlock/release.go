@@ -93,7 +93,7 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	q := l.c.quorum
 	dones := make([]func(), len(l.c.nodes))
 	for i := range dones {
-		dones[i] = l.c.releaseBegin(l.keys[i].Lock, i)
+		dones[i] = l.c.releaseBegin(l.keys[i], i)
 	}
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
 		defer dones[i]()
@@ -288,7 +288,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
 		if vote == quorum.No && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.keys[i].Lock, i)
+		done := c.releaseBegin(l.keys[i], i)
 		c.wg.Go(func() {
 			defer done()
 			if vote != quorum.Yes {
@@ -331,7 +331,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.keys[i].Lock, i)
+		done := c.releaseBegin(l.keys[i], i)
 		c.wg.Go(func() {
 			defer done()
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())

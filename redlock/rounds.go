@@ -155,34 +155,41 @@ type flight struct {
 	done chan struct{} // closed when the release has ended
 }
 
-// releaseBegin registers a release of lock key on node i, before it is
-// handed to a goroutine or sent; done ends it. Every sender of a release
-// registers it: Unlock's round, a refused call's cleanup and a lost
-// call's abandon (release.go), and the retry loop's pipelines
-// (releaser.go). This Client's next acquire of the key waits on each node
-// for the releases registered there before its round was (releasesBefore),
-// so that its own leftovers never refuse it: a TryLock right after a
-// refused one found the first one's grant still there
+// releaseBegin registers a release of keys on node i (under each of its
+// lock keys: a multi-lock's every resource), before it is handed to a
+// goroutine or sent; done ends it. Every sender of a release registers
+// it: Unlock's round, a refused call's cleanup and a lost call's abandon
+// (release.go), and the retry loop's pipelines (releaser.go). This
+// Client's next acquire of any of those keys waits on each node for the
+// releases registered there before its round was (releasesBefore), so
+// that its own leftovers never refuse it: a TryLock right after a refused
+// one found the first one's grant still there
 // (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (c *Client) releaseBegin(key string, i int) (done func()) {
-	k := relKey{key, i}
+func (c *Client) releaseBegin(keys scripts.Keys, i int) (done func()) {
+	locks := keys.LockKeys()
 	f := &flight{done: make(chan struct{})}
 	c.relMu.Lock()
 	if c.releasing == nil {
 		c.releasing = make(map[relKey][]*flight)
 	}
-	c.releasing[k] = append(c.releasing[k], f)
+	for _, key := range locks {
+		k := relKey{key, i}
+		c.releasing[k] = append(c.releasing[k], f)
+	}
 	c.relMu.Unlock()
 	return func() {
 		c.relMu.Lock()
-		fs := c.releasing[k]
-		if j := slices.Index(fs, f); j >= 0 {
-			fs = slices.Delete(fs, j, j+1)
-		}
-		if len(fs) == 0 {
-			delete(c.releasing, k)
-		} else {
-			c.releasing[k] = fs
+		for _, key := range locks {
+			k := relKey{key, i}
+			fs := c.releasing[k]
+			if j := slices.Index(fs, f); j >= 0 {
+				fs = slices.Delete(fs, j, j+1)
+			}
+			if len(fs) == 0 {
+				delete(c.releasing, k)
+			} else {
+				c.releasing[k] = fs
+			}
 		}
 		c.relMu.Unlock()
 		close(f.done)
@@ -206,11 +213,13 @@ func (c *Client) releasesBefore(keys []scripts.Keys) [][]*flight {
 	}
 	var out [][]*flight
 	for i, k := range keys {
-		if fs := c.releasing[relKey{k.Lock, i}]; len(fs) > 0 {
-			if out == nil {
-				out = make([][]*flight, len(keys))
+		for _, key := range k.LockKeys() {
+			if fs := c.releasing[relKey{key, i}]; len(fs) > 0 {
+				if out == nil {
+					out = make([][]*flight, len(keys))
+				}
+				out[i] = append(out[i], fs...)
 			}
-			out[i] = slices.Clone(fs)
 		}
 	}
 	return out

@@ -127,6 +127,15 @@ func boxKeysAny(keys []string) []any {
 	return b
 }
 
+// LockKeys returns the lock keys k covers: Lock, or every resource's of a
+// multi-lock.
+func (k Keys) LockKeys() []string {
+	if k.set == multiSet {
+		return k.acq[:len(k.acq)-1]
+	}
+	return []string{k.Lock}
+}
+
 // Resources returns how many lock keys k covers: 1, or the resources of a
 // multi-lock.
 func (k Keys) Resources() int {
