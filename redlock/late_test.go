@@ -985,60 +985,55 @@ func TestLate_lateGrantGivenBackBetweenAttempts(t *testing.T) {
 // background, and a release goroutine that ran late (held here by
 // testhooks.ReleasePause, 300ms) left the refused call's grant on the node
 // when the next TryLock's request came, which that grant then refused
-// (TestReal_evenNNeedsThreeOfFour failed so beside stress-ng). Not
-// parallel: the seam is process-wide. The mutant acquire-before-own-release
-// (internal/sim/mutate) takes the order out.
+// (TestReal_evenNNeedsThreeOfFour failed so beside stress-ng). The same
+// for a multi-lock, whose releases and acquires cover several keys: the
+// cleanup of (a, b) comes before the TryLockAll of (c, b), although their
+// first keys differ (the registry once knew a multi-lock by its first key
+// only). Not parallel: the seam is process-wide. The mutants
+// acquire-before-own-release and multi-release-first-key
+// (internal/sim/mutate) take the order out.
 func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
-	rc := redistest.Start(t, 4)
-	c := newClient(t, rc.Clients())
-	ctx := t.Context()
-	rc.Kill(0)
-	rc.Kill(1)
-	pause := func(key string, _ int) {
-		if key == "lock:own-release" {
-			time.Sleep(300 * time.Millisecond)
-		}
+	cases := []struct {
+		name         string
+		pausedKey    string
+		first, again func(c *Client, ctx context.Context) (*Lock, error)
+	}{
+		{"lock", "lock:own-release",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryLock(ctx, "own-release") },
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryLock(ctx, "own-release") }},
+		{"multi-lock", "lock:own-multi-a",
+			func(c *Client, ctx context.Context) (*Lock, error) {
+				return c.TryLockAll(ctx, []string{"own-multi-a", "own-multi-b"})
+			},
+			func(c *Client, ctx context.Context) (*Lock, error) {
+				return c.TryLockAll(ctx, []string{"own-multi-c", "own-multi-b"})
+			}},
 	}
-	testhooks.ReleasePause.Store(&pause)
-	defer testhooks.ReleasePause.Store(nil)
-	if _, err := c.TryLock(ctx, "own-release"); !errors.Is(err, ErrNoQuorum) {
-		t.Fatalf("TryLock with 2 of 4 up = %v; want ErrNoQuorum", err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := redistest.Start(t, 4)
+			c := newClient(t, rc.Clients())
+			ctx := t.Context()
+			rc.Kill(0)
+			rc.Kill(1)
+			pause := func(key string, _ int) {
+				if key == tc.pausedKey {
+					time.Sleep(300 * time.Millisecond)
+				}
+			}
+			testhooks.ReleasePause.Store(&pause)
+			defer testhooks.ReleasePause.Store(nil)
+			if _, err := tc.first(c, ctx); !errors.Is(err, ErrNoQuorum) {
+				t.Fatalf("with 2 of 4 up = %v; want ErrNoQuorum", err)
+			}
+			rc.Restart(1)
+			l, err := tc.again(c, ctx)
+			if err != nil {
+				t.Fatalf("with 3 of 4 up, right after the refused one = %v; want success (its own cleanup first)", err)
+			}
+			l.Unlock(ctx)
+		})
 	}
-	rc.Restart(1)
-	l, err := c.TryLock(ctx, "own-release")
-	if err != nil {
-		t.Fatalf("TryLock with 3 of 4 up, right after the refused one = %v; want success (its own cleanup first)", err)
-	}
-	l.Unlock(ctx)
-}
-
-// The same for a multi-lock, whose releases and acquires cover several
-// keys: the refused TryLockAll's cleanup of (a, b) is ordered before the
-// same Client's TryLockAll of (c, b), although their first keys differ.
-// Before, the registry knew a multi-lock by its first key only, and the
-// second call, refused on b by the first call's grants, failed.
-func TestLate_ownMultiReleaseLandsBeforeNextAcquire(t *testing.T) {
-	rc := redistest.Start(t, 4)
-	c := newClient(t, rc.Clients())
-	ctx := t.Context()
-	rc.Kill(0)
-	rc.Kill(1)
-	pause := func(key string, _ int) {
-		if key == "lock:own-multi-a" {
-			time.Sleep(300 * time.Millisecond)
-		}
-	}
-	testhooks.ReleasePause.Store(&pause)
-	defer testhooks.ReleasePause.Store(nil)
-	if _, err := c.TryLockAll(ctx, []string{"own-multi-a", "own-multi-b"}); !errors.Is(err, ErrNoQuorum) {
-		t.Fatalf("TryLockAll with 2 of 4 up = %v; want ErrNoQuorum", err)
-	}
-	rc.Restart(1)
-	l, err := c.TryLockAll(ctx, []string{"own-multi-c", "own-multi-b"})
-	if err != nil {
-		t.Fatalf("TryLockAll of (c, b) with 3 of 4 up, right after the refused (a, b) = %v; want success (its own cleanup first)", err)
-	}
-	l.Unlock(ctx)
 }
 
 // A release that the node's retry loop sends again (the node did not
