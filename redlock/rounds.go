@@ -144,15 +144,12 @@ func scriptRefused(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "can't run this command")
 }
 
-// relKey names a lock key on one node; flight counts this Client's
-// releases of it in flight there, and done is closed when the last ends.
+// relKey names a lock key on one node; Client.releasing holds, per
+// relKey, one channel per release of it in flight there, closed when that
+// release ends.
 type relKey struct {
 	key  string // the lock key on the node
 	node int
-}
-
-type flight struct {
-	done chan struct{} // closed when the release has ended
 }
 
 // releaseBegin registers a release of keys on node i (under each of its
@@ -167,10 +164,10 @@ type flight struct {
 // (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
 func (c *Client) releaseBegin(keys scripts.Keys, i int) (done func()) {
 	locks := keys.LockKeys()
-	f := &flight{done: make(chan struct{})}
+	f := make(chan struct{}) // closed when the release has ended
 	c.relMu.Lock()
 	if c.releasing == nil {
-		c.releasing = make(map[relKey][]*flight)
+		c.releasing = make(map[relKey][]chan struct{})
 	}
 	for _, key := range locks {
 		k := relKey{key, i}
@@ -192,7 +189,7 @@ func (c *Client) releaseBegin(keys scripts.Keys, i int) (done func()) {
 			}
 		}
 		c.relMu.Unlock()
-		close(f.done)
+		close(f)
 	}
 }
 
@@ -205,18 +202,18 @@ func (c *Client) releaseBegin(keys scripts.Keys, i int) (done func()) {
 // until the node timeout, and every acquire of the key on that node
 // behind them (lockbench's semaphore: waits in steps of one node timeout;
 // TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
-func (c *Client) releasesBefore(keys []scripts.Keys) [][]*flight {
+func (c *Client) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
 	if len(c.releasing) == 0 {
 		return nil
 	}
-	var out [][]*flight
+	var out [][]chan struct{}
 	for i, k := range keys {
 		for _, key := range k.LockKeys() {
 			if fs := c.releasing[relKey{key, i}]; len(fs) > 0 {
 				if out == nil {
-					out = make([][]*flight, len(keys))
+					out = make([][]chan struct{}, len(keys))
 				}
 				out[i] = append(out[i], fs...)
 			}
@@ -227,13 +224,13 @@ func (c *Client) releasesBefore(keys []scripts.Keys) [][]*flight {
 
 // awaitReleases waits until the releases fs took for node i have ended
 // (each within its node timeout), or ctx ends.
-func awaitReleases(ctx context.Context, fs [][]*flight, i int) {
+func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
 	if fs == nil {
 		return
 	}
 	for _, f := range fs[i] {
 		select {
-		case <-f.done:
+		case <-f:
 		case <-ctx.Done():
 			return
 		}
