@@ -989,7 +989,9 @@ func TestLate_lateGrantGivenBackBetweenAttempts(t *testing.T) {
 // for a multi-lock, whose releases and acquires cover several keys: the
 // cleanup of (a, b) comes before the TryLockAll of (c, b), although their
 // first keys differ (the registry once knew a multi-lock by its first key
-// only). Not parallel: the seam is process-wide. The mutants
+// only). And for the read-write lock, whose scripts differ but whose
+// releases register under the same lock key: a writer's cleanup comes
+// before the same Client's next writer or reader. Not parallel: the seam is process-wide. The mutants
 // acquire-before-own-release and multi-release-first-key
 // (internal/sim/mutate) take the order out.
 func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
@@ -1008,6 +1010,12 @@ func TestLate_ownReleaseLandsBeforeNextAcquire(t *testing.T) {
 			func(c *Client, ctx context.Context) (*Lock, error) {
 				return c.TryLockAll(ctx, []string{"own-multi-c", "own-multi-b"})
 			}},
+		{"write-lock", "lock:own-rw",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryWLock(ctx, "own-rw") },
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryWLock(ctx, "own-rw") }},
+		{"read-after-write", "lock:own-rw2",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryWLock(ctx, "own-rw2") },
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryRLock(ctx, "own-rw2") }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
