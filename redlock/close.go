@@ -72,8 +72,11 @@ func (c *Client) Close() error {
 	// deadline (node timeout and grace), sees them end unless starting
 	// them took longer than the grace (sent after the releases, on a
 	// loaded machine they were cut off by the deadline and Close returned
-	// with them in flight).
-	c.set.ForgetIdentity(wait, c.wg.Go)
+	// with them in flight). They get half the grace more: a DEL that
+	// first waits for a check in flight, whose reply was lost, to pass its
+	// bound (a few ms past that check's node timeout) still has time to
+	// go out and come back within the deadline.
+	c.set.ForgetIdentity(wait+closeGrace/2, c.wg.Go)
 	errs := c.releaseMany(ls, wait+closeGrace)
 	// No loss starts after this: the scheduler is closed and every lock
 	// still held is closed.

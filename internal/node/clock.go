@@ -320,6 +320,18 @@ func (p clockProbe) read(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
+// untilPassed returns how long until plain node i's clock has surely
+// passed b (its ms): 0 if it has, the node timeout if its clock is not
+// known (the bound of a request is at most a node timeout ahead).
+func (s *Set) untilPassed(i int, b int64) time.Duration {
+	e := s.Nodes[i].clock.est.Load()
+	if e == nil {
+		return s.cfg.Timeout
+	}
+	d := time.Duration(b*1000-e.lower(time.Now(), s.cfg.Drift)+1000) * time.Microsecond
+	return max(d, 0)
+}
+
 // ceilMS converts µs to ms, rounding up.
 func ceilMS(us int64) int64 {
 	if us <= 0 {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -231,6 +233,7 @@ func (s *Set) Probe(i int) {
 type identity struct {
 	verified atomic.Bool   // identify found the node distinct from the others
 	idSent   atomic.Bool   // identify sent its script: the node may hold our identity key
+	idLost   atomic.Int64  // the latest not-after bound (node ms) of a script whose reply did not come; 0: none
 	idTurn   chan struct{} // buffered 1: one identify at a time on the node
 	idReady  chan struct{} // closed once verified: wakes every call waiting for the turn
 }
@@ -273,10 +276,19 @@ const IdentifyTTL = time.Hour
 
 // identifyScript sets this Client's identity key of one node (KEYS[ARGV[1]])
 // and returns the 1-based index of another node's key found there, or 0:
-// both names reach one server.
+// both names reach one server. Past its not-after bound (ARGV[3], the
+// node's TIME in ms, as the lock scripts: DESIGN step 4) it writes nothing
+// and returns -1: a script whose caller stopped waiting lands after
+// Close's DEL harmlessly, where it once left the key for IdentifyTTL.
 // It is sent with EVAL: it runs once per node and Client, and EVALSHA would
 // cost a NOSCRIPT round trip first.
 const identifyScript = `
+if tonumber(ARGV[3]) > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[3]) then
+    return -1
+  end
+end
 local own = tonumber(ARGV[1])
 redis.call('SET', KEYS[own], '1', 'PX', ARGV[2])
 for k = 1, #KEYS do
@@ -327,10 +339,25 @@ func (s *Set) identify(ctx context.Context, i int) error {
 		return nil
 	}
 	keys := s.idKeys()
-	n.id.idSent.Store(true) // the key may be there from now on, even if the reply is lost
-	j, err := n.C.Eval(ctx, identifyScript, keys, i+1, IdentifyTTL.Milliseconds()).Int()
+	if _, ok := ctx.Deadline(); !ok { // bounded always: an unbounded request would lengthen every guard
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	b, err := s.NotAfter(ctx, i, keys[i])
 	if err != nil {
 		return err
+	}
+	n.id.idSent.Store(true) // the key may be there from now on, even if the reply is lost
+	j, err := n.C.Eval(ctx, identifyScript, keys, i+1, IdentifyTTL.Milliseconds(), b).Int()
+	if err != nil {
+		// It may still land, until b: ForgetIdentity deletes after that.
+		// (Stored before the turn is given back, which it waits for.)
+		n.id.idLost.Store(max(n.id.idLost.Load(), b))
+		return err
+	}
+	if j < 0 {
+		return fmt.Errorf("identity check of nodes[%d] (%s): %w", i, n.Addr, scripts.ErrLate)
 	}
 	if j > 0 {
 		dup := s.cfg.Invalid("nodes[%d] (%s) and nodes[%d] (%s) reach one server: one server counted twice is not a majority",
@@ -362,13 +389,29 @@ func (s *Set) Duplicate() error {
 	return nil
 }
 
+// sleepCtx sleeps for d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // ForgetIdentity deletes this Client's identity keys (identify) from the
 // nodes that may have one, for Close, which calls it after Config.Closing
 // is closed: per node, on the Client's goroutines (Close waits for them
 // with its bound), it waits for an identify in progress there to end (it
 // holds the node's turn; one that takes the turn later finds Closing
 // closed and writes nothing), then sends one DEL if the script was sent,
-// whether or not its reply came. Before, a Lock call's straggler that had
+// whether or not its reply came (if not, once the script's bound has
+// surely passed on the node's clock). Before, a Lock call's straggler that had
 // not yet sent its identify when Close looked was skipped, and wrote its
 // key after (kept for IdentifyTTL: TestClient_Close beside stress-ng).
 // Only nodes known down (their dials fail) are skipped, and their keys
@@ -390,9 +433,18 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			n.id.waitTurn(ctx) // an identify in progress has ended; none starts after
-			if n.id.idSent.Load() {
-				_ = n.C.Del(ctx, key).Err()
+			if !n.id.idSent.Load() {
+				return
 			}
+			// A script whose reply did not come may still land: it writes
+			// nothing once the node's clock passed its bound, so the DEL
+			// goes after that (a node timeout at most from its sending).
+			if b := n.id.idLost.Load(); b > 0 {
+				if !sleepCtx(ctx, s.untilPassed(i, b)) {
+					return
+				}
+			}
+			_ = n.C.Del(ctx, key).Err()
 		})
 	}
 }
