@@ -79,7 +79,9 @@
 // majority of nodes still hold that token, so it can never revive a lock
 // that expired or was released (a node that lost the key is healed only
 // then, as a renewal heals it). Between Detach and Resume the lock is
-// renewed by nobody: Resume must come within the TTL. [Client.Held] lists
+// renewed by nobody: Resume must come within the TTL. Only plain locks
+// change hands: Detach refuses a reader, a writer and a multi-lock, which
+// Resume could not take. [Client.Held] lists
 // the locks a Client holds now. [WithMaxHold] caps how long a lock is held:
 // after it, renewal stops and the lock is lost with a cause matching
 // [ErrMaxHold].

@@ -38,11 +38,22 @@ var ErrDetached = errors.New("redlock: detached (handed over)")
 // node, each bounded by the node timeout (a node that does not answer
 // drops the entry when it lapses).
 //
+// Only a plain lock (Lock, TryLock, a Semaphore's permit) is handed over:
+// Resume takes a resource and a token, and knows nothing of a read-write
+// lock's reader or writer or a multi-lock's resources, so it could never
+// take those over, and their keys would stay for a TTL with nobody
+// holding them. Detach refuses them with ErrInvalidArgument and changes
+// nothing: the lock stays held and renewed.
+//
 // Detach returns ErrNotHeld when the lock is not held (unlocked, lost,
-// detached, or nil), ErrClosed after Close.
+// detached, or nil), ErrInvalidArgument for a kind Resume cannot take,
+// ErrClosed after Close.
 func (l *Lock) Detach() error {
 	if l == nil {
 		return ErrNotHeld
+	}
+	if m := l.cfg.mode; m != ModeMutex {
+		return invalid("Detach: a %s lock cannot be handed over: Resume takes plain locks only", m)
 	}
 	c := l.c
 	if err := c.begin(); err != nil {

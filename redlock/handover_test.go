@@ -69,6 +69,40 @@ func TestResume_handover(t *testing.T) {
 	}
 }
 
+// Detach refuses the kinds of lock Resume cannot take over (a reader, a
+// writer, a multi-lock), before it changes anything: the lock stays held
+// and valid, and its own Unlock releases it. Before, Detach handed them
+// over, no Resume could take them (it builds a plain lock's keys), and
+// their keys stayed for a TTL with nobody holding them.
+func TestDetach_refusesWhatResumeCannotTake(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithNodeTimeout(3*time.Second))
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		lock func() (*Lock, error)
+	}{
+		{"reader", func() (*Lock, error) { return c.TryRLock(ctx, "detach-r") }},
+		{"writer", func() (*Lock, error) { return c.TryWLock(ctx, "detach-w") }},
+		{"multi-lock", func() (*Lock, error) { return c.TryLockAll(ctx, []string{"detach-a", "detach-b"}) }},
+	} {
+		l, err := tc.lock()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := l.Detach(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: Detach = %v; want ErrInvalidArgument", tc.name, err)
+		}
+		if !l.Valid() || context.Cause(l.Context()) != nil {
+			t.Errorf("%s: after the refused Detach: Valid %v, Cause %v; want held", tc.name, l.Valid(), context.Cause(l.Context()))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%s: Unlock after the refused Detach = %v; want nil", tc.name, err)
+		}
+	}
+}
+
 func TestResume_refused(t *testing.T) {
 	t.Parallel()
 	ms, nodes := miniNodes(t, 3)
