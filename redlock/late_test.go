@@ -656,6 +656,17 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				WithTTL(30*time.Second), WithNodeTimeout(tc.nodeTimeout), WithAutoRenew(false), WithHooks(h))
 			const res, key = "late-dial", "lock:late-dial"
 			l := lockedEverywhere(t, rc, a, res)
+			// Idle connections for the Extend and a clock probe the
+			// Extend may start beside it (its node's estimate older than
+			// a second): with one, the probe took it once beside
+			// stress-ng, the Extend dialed, was refused, and never
+			// reached node 2 (the setup check below failed).
+			var warm sync.WaitGroup
+			for range 4 {
+				warm.Go(func() { _ = node2.Ping(t.Context()).Err() })
+			}
+			warm.Wait()
+			idle := node2.PoolStats().IdleConns
 			// Node 2 loses the key: only the Extend can set it there again.
 			if err := rc.Admin(2).Del(t.Context(), key).Err(); err != nil {
 				t.Fatal(err)
@@ -686,6 +697,10 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				// taken first), right after the Extend was sent, so the
 				// refusal comes well inside the Extend's node timeout.
 				// The control sends as many, and its dials succeed.
+				// The Extend's hook ran before it took a connection:
+				// first let it take one, or a ping could take the last
+				// idle one and leave the Extend waiting for a dial.
+				eventually(time.Second, func() bool { return node2.PoolStats().IdleConns < idle })
 				pings := 64
 				if !tc.refuse {
 					pings = 8
