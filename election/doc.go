@@ -32,7 +32,9 @@
 // validity on (it looks every quarter of the lock's node timeout), before
 // the TTL it copied runs out, so the identity does not lapse while the
 // term lasts; Resign deletes it (only where it is still ours) before the
-// release.
+// release, and marks the term withdrawn on each node, so that a write of
+// the term still in flight (left running by a step decided at a majority)
+// writes nothing when it lands after that.
 // [Election.Leader] reads it on every node and answers with what a majority
 // holds. Candidates PUBLISH on [Election.Channel] when they take or leave
 // office, which is what drives Observe; a slow poll covers a leader that
@@ -66,8 +68,10 @@
 //
 // With the default prefix "lock:", election NAME uses the lock's keys
 // (lock:NAME, lock:NAME:fence with fencing, the waiter queue
-// lock:NAME:queue) and its own: the identity key lock:NAME:leader and the
-// announcement channel of the same name (covered by an ACL's &lock:*). The
+// lock:NAME:queue) and its own: the identity key lock:NAME:leader, the
+// announcement channel of the same name (covered by an ACL's &lock:*), and
+// per ended term lock:NAME:leader:withdrawn:TERM, which expires after about
+// a TTL. The
 // prefix must be the redlock Client's (see [WithKeyPrefix]). On Cluster
 // nodes the name is a hash tag, as redlock makes it. Leader and Observe
 // read the identity key with a plain GET.

@@ -195,6 +195,14 @@ func (e *Election) lockKey(i int) string {
 // identityKey is the key holding the leader's identity on node i.
 func (e *Election) identityKey(i int) string { return e.lockKey(i) + LeaderSuffix }
 
+// withdrawnKey is the key on node i that marks term withdrawn there
+// (withdraw.lua): proclaim.lua writes nothing for the term once it holds
+// the term's identity value. One per term, so that no later term's
+// withdraw can overwrite it.
+func (e *Election) withdrawnKey(i int, term string) string {
+	return e.identityKey(i) + ":withdrawn:" + term
+}
+
 // Channel is the Pub/Sub channel on which candidates announce that they took
 // office or left it, and to which Observe subscribes. It is the election's
 // own: the lock's wake-ups go to each redlock Client's channel.
@@ -301,16 +309,19 @@ func (e *Election) announce(ctx context.Context, what string) {
 	}
 }
 
-// proclaim writes value as the leader's identity on every node where the
-// lock key holds token, and returns, as soon as a majority took it or can
-// no longer take it, how many nodes took it and the node errors.
-func (e *Election) proclaim(ctx context.Context, token, value string) (int, []error) {
+// proclaim writes value, the identity of term, as the leader's identity on
+// every node where the lock key holds token and term was not withdrawn,
+// and returns, as soon as a majority took it or can no longer take it, how
+// many nodes took it and the node errors. The writes it stops waiting for
+// run on, and may land at any time after: the marker withdraw leaves makes
+// them write nothing once the term was withdrawn from that node.
+func (e *Election) proclaim(ctx context.Context, token, value, term string) (int, []error) {
 	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (int64, error) {
 		// EVAL, not EVALSHA: one round trip always. A NOSCRIPT fallback
 		// takes two, which at a round trip past half the node timeout
 		// fails every first write on a fresh node (and with
 		// ContextTimeoutEnabled costs the pooled connection).
-		return proclaimScript.Eval(ctx, n, []string{e.lockKey(i), e.identityKey(i)}, token, value).Int64()
+		return proclaimScript.Eval(ctx, n, []string{e.lockKey(i), e.identityKey(i), e.withdrawnKey(i, term)}, token, value).Int64()
 	})
 	t := r.Collect(ctx, func(_ int, rep quorum.Reply[int64]) (quorum.Vote, error) {
 		switch {
@@ -324,16 +335,27 @@ func (e *Election) proclaim(ctx context.Context, token, value string) (int, []er
 	return t.Yes, e.nodeErrors(t)
 }
 
-// withdraw deletes the identity key on every node where it still holds
-// value, on a detached ctx bounded by the node timeout. It returns once a
-// majority has answered (or cannot): then no majority read can return
-// value any more. A node that answers later is left to finish in the
-// background; where the delete does not land, the identity expires with
-// the lease.
-func (e *Election) withdraw(ctx context.Context, value string) {
+// withdraw ends term on every node: it marks the term withdrawn, so that
+// none of its identity writes (proclaim) still in flight — a round's
+// stragglers, which may land at any time — can write value again there,
+// and deletes the identity key where it still holds value, on a detached
+// ctx bounded by the node timeout. It returns once a majority has answered
+// (or cannot): then no majority read can return value any more, nor ever
+// will. A node that answers later is left to finish in the background;
+// where the delete does not land, the identity expires with the lease.
+//
+// The mark lasts the lock key's remaining TTL there, and at least lease
+// (the term's validity when it took office: about the lock's TTL) plus
+// twice both node timeouts: a renewal of the lock already sent may land
+// after the withdraw and arm the lock key with the lock's TTL again, until
+// the release deletes it. Past the mark's TTL a proclaim can land only
+// where the lock key no longer holds the term's token, and writes nothing.
+func (e *Election) withdraw(ctx context.Context, value, term string, lease time.Duration) {
 	ctx = context.WithoutCancel(ctx)
+	floor := (lease + 2*(e.nodeTimeout+e.lockTimeout)).Milliseconds()
 	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (any, error) {
-		return withdrawScript.Eval(ctx, n, []string{e.identityKey(i)}, value).Result()
+		keys := []string{e.identityKey(i), e.withdrawnKey(i, term), e.lockKey(i)}
+		return withdrawScript.Eval(ctx, n, keys, value, floor).Result()
 	})
 	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
 		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))
@@ -369,17 +391,18 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	// The identity written now lasts at least until the lease's current
 	// validity: the lock key's TTL, which it copies, is longer there.
 	written := l.ValidUntil()
+	lease := time.Until(written)
 	// The lock is ours: finish taking office even if ctx ends now (each
 	// write is bounded by the node timeout), rather than give it up.
-	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value)
+	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value, me.Term)
 	if ok < e.quorum {
-		e.withdraw(ctx, value)
+		e.withdraw(ctx, value, me.Term, lease)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.nodeTimeout)
 		_ = l.Unlock(uctx)
 		cancel()
 		return nil, noQuorum(fmt.Sprintf("leader identity written on %d of %d nodes, %d needed", ok, len(e.nodes), e.quorum), errs)
 	}
-	t := newTerm(e, l, me, value, written)
+	t := newTerm(e, l, me, value, written, lease)
 	e.announce(ctx, "elected")
 	e.report(ctx, LeadershipInfo{Election: e.name, Identity: me.Identity, Event: EventAcquired, Fence: me.Fence, Wait: time.Since(start)})
 	go t.watch()

@@ -1,8 +1,14 @@
--- proclaim.lua: KEYS => [lock key, identity key]; ARGV => [lock token, identity value]
+-- proclaim.lua: KEYS => [lock key, identity key, withdrawn key]; ARGV => [lock token, identity value]
 -- Writes the leader's identity beside its lock key, only while the lock key
 -- holds the leader's token, with the lock key's remaining TTL: the identity
--- can never outlive the lease it describes on this node. Returns 1 when
--- written, 0 when the lock key is not ours (or has no TTL left).
+-- can never outlive the lease it describes on this node. Nothing once the
+-- term's withdraw (withdraw.lua) has run here: a write of the term that
+-- lands after its withdraw, still in flight when the round was decided,
+-- cannot set the identity again. Returns 1 when written, 0 when the lock
+-- key is not ours (or has no TTL left) or the term was withdrawn.
+if redis.call('GET', KEYS[3]) == ARGV[2] then
+  return 0
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

@@ -22,6 +22,9 @@ type Term struct {
 	lock  *redlock.Lock
 	me    Leader // write-once
 	value string // write-once: the identity value on the nodes
+	// lease is the lease's validity when the term began (write-once): about
+	// the lock's TTL, for withdraw's mark.
+	lease time.Duration
 	// written is the lease's ValidUntil as of the last identity write that
 	// a majority took: the identity lasts at least until then. Only watch
 	// uses it after newTerm.
@@ -39,8 +42,8 @@ type Term struct {
 	unlost context.Context
 }
 
-func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time) *Term {
-	t := &Term{e: e, lock: l, me: me, value: value, written: written,
+func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time, lease time.Duration) *Term {
+	t := &Term{e: e, lock: l, me: me, value: value, written: written, lease: lease,
 		stopRefresh: make(chan struct{}), refreshed: make(chan struct{}), done: make(chan struct{})}
 	if testhooks.TermIgnoresLoss.Load() {
 		t.unlost = ignoreLoss(l.Context())
@@ -143,8 +146,9 @@ func (t *Term) resign(ctx context.Context) error {
 		return errors.Join(ErrNotLeader, context.Cause(t.lock.Context()))
 	}
 	// Withdraw first, so that no observer sees this candidate as leader
-	// after its successor took office.
-	t.e.withdraw(ctx, t.value)
+	// after its successor took office. The refresh's writes still in
+	// flight are made harmless by withdraw itself (see there).
+	t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
 	err := t.lock.Unlock(ctx)
 	<-t.done
 	if cause := context.Cause(t.lock.Context()); !errors.Is(cause, redlock.ErrUnlocked) {
@@ -205,7 +209,7 @@ func (t *Term) watch() {
 			}
 			// Waits until the term ends at the latest; the writes go on
 			// to the node timeout (see start).
-			ok, errs := t.e.proclaim(lctx, t.lock.Token(), t.value)
+			ok, errs := t.e.proclaim(lctx, t.lock.Token(), t.value, t.me.Term)
 			switch {
 			case ok >= t.e.quorum:
 				t.written = vu
@@ -227,12 +231,12 @@ func (t *Term) finish(lctx context.Context) {
 		info.Event = EventResigned
 	case errors.Is(cause, redlock.ErrClosed):
 		info.Event, info.Err = EventResigned, cause
-		t.e.withdraw(ctx, t.value)
+		t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
 	default:
 		info.Event, info.Err = EventLost, cause
 		// The identity expires with the lease anyway; withdrawing it
 		// (only where it is still ours) lets observers see the loss now.
-		t.e.withdraw(ctx, t.value)
+		t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
 		// Release what is left on the nodes (a minority may still hold
 		// our key), bounded by the lock's node timeout.
 		_ = t.lock.Unlock(ctx)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestIdentity_lateWriteAfterStop checks the permit identity's two bounds
+// on real nodes: it never outlives the permit key (its TTL is the key's
+// remaining TTL, not a full TTL of its own), and a write that lands after
+// stop — a refresh whose reply was lost to its timeout, still in flight —
+// writes nothing, though the permit key is still ours (stop comes before
+// the release). The late write is played by running the refresh's own
+// write again after stop: it is the request such a write would run.
+// Before, it set the identity again for a full TTL, so that status named a
+// holder that had left.
+func TestIdentity_lateWriteAfterStop(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	ctx := context.Background()
+	const ttl = 6 * time.Second
+	client, err := redlock.New(rc.Clients(), redlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("redlock.New: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sem, err := client.Semaphore("late-identity", 1, redlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	defer l.Unlock(ctx)
+	key := redlock.DefaultKeyPrefix + l.Resource()
+	idKey := key + election.LeaderSuffix
+
+	id := startIdentity(client, &common{ttl: ttl, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
+	for i := range rc.N() {
+		a := rc.Admin(i)
+		// The key first: read later, the identity's TTL can only be less
+		// than the key's was, never more.
+		keyTTL, err2 := a.PTTL(ctx, key).Result()
+		idTTL, err1 := a.PTTL(ctx, idKey).Result()
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("node %d: PTTL: %v", i, err)
+		}
+		if idTTL <= 0 || idTTL > keyTTL {
+			t.Errorf("node %d: identity PTTL %v, permit key PTTL %v; want the identity's in (0, the key's]", i, idTTL, keyTTL)
+		}
+	}
+
+	id.stop()
+	id.write() // a write of the refresh landing now
+	for i := range rc.N() {
+		a := rc.Admin(i)
+		if got, err := a.Get(ctx, key).Result(); err != nil || got != l.Token() {
+			t.Fatalf("node %d: GET %s = %q, %v; want our token (the permit is held)", i, key, got, err)
+		}
+		if v, err := a.Get(ctx, idKey).Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("node %d: GET %s = %q, %v after stop and a late write; want no identity", i, idKey, v, err)
+		}
+	}
+}
