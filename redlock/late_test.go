@@ -1141,6 +1141,13 @@ func TestLate_lateRequestDoesNotWaitForItsOwnCleanup(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Unlock returns at a majority: the holder's release on the third
+	// node may land a moment later (beside stress-ng the second TryLock
+	// found the holder's key on node 0 or 2 once). It is another
+	// Client's, so no ordering of c's covers it: wait for it here.
+	if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 0, "lock:cycle") == "" && keyOn(t, rc, 2, "lock:cycle") == "" }) {
+		t.Fatal("the holder's key is still on node 0 or 2 5s after its Unlock")
+	}
 	rc.Cut(1)
 	start := time.Now()
 	l2, err := c.TryLock(ctx, "cycle")
