@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,18 +15,9 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
-)
-
-var (
-	//go:embed proclaim.lua
-	proclaimSrc string
-	//go:embed withdraw.lua
-	withdrawSrc string
-
-	proclaimScript = redis.NewScript(proclaimSrc)
-	withdrawScript = redis.NewScript(withdrawSrc)
 )
 
 // LeaderSuffix is appended to an election's lock key to name the key that
@@ -195,14 +185,6 @@ func (e *Election) lockKey(i int) string {
 // identityKey is the key holding the leader's identity on node i.
 func (e *Election) identityKey(i int) string { return e.lockKey(i) + LeaderSuffix }
 
-// withdrawnKey is the key on node i that marks term withdrawn there
-// (withdraw.lua): proclaim.lua writes nothing for the term once it holds
-// the term's identity value. One per term, so that no later term's
-// withdraw can overwrite it.
-func (e *Election) withdrawnKey(i int, term string) string {
-	return e.identityKey(i) + ":withdrawn:" + term
-}
-
 // Channel is the Pub/Sub channel on which candidates announce that they took
 // office or left it, and to which Observe subscribes. It is the election's
 // own: the lock's wake-ups go to each redlock Client's channel.
@@ -316,18 +298,14 @@ func (e *Election) announce(ctx context.Context, what string) {
 // run on, and may land at any time after: the marker withdraw leaves makes
 // them write nothing once the term was withdrawn from that node.
 func (e *Election) proclaim(ctx context.Context, token, value, term string) (int, []error) {
-	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (int64, error) {
-		// EVAL, not EVALSHA: one round trip always. A NOSCRIPT fallback
-		// takes two, which at a round trip past half the node timeout
-		// fails every first write on a fresh node (and with
-		// ContextTimeoutEnabled costs the pooled connection).
-		return proclaimScript.Eval(ctx, n, []string{e.lockKey(i), e.identityKey(i), e.withdrawnKey(i, term)}, token, value).Int64()
+	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (bool, error) {
+		return scripts.Proclaim(ctx, n, e.lockKey(i), e.identityKey(i), term, token, value)
 	})
-	t := r.Collect(ctx, func(_ int, rep quorum.Reply[int64]) (quorum.Vote, error) {
+	t := r.Collect(ctx, func(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
 		case rep.Err != nil:
 			return quorum.Failed, rep.Err
-		case rep.Val == 1:
+		case rep.Val:
 			return quorum.Yes, nil
 		}
 		return quorum.No, nil
@@ -352,10 +330,9 @@ func (e *Election) proclaim(ctx context.Context, token, value, term string) (int
 // where the lock key no longer holds the term's token, and writes nothing.
 func (e *Election) withdraw(ctx context.Context, value, term string, lease time.Duration) {
 	ctx = context.WithoutCancel(ctx)
-	floor := (lease + 2*(e.nodeTimeout+e.lockTimeout)).Milliseconds()
+	floor := lease + 2*(e.nodeTimeout+e.lockTimeout)
 	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (any, error) {
-		keys := []string{e.identityKey(i), e.withdrawnKey(i, term), e.lockKey(i)}
-		return withdrawScript.Eval(ctx, n, keys, value, floor).Result()
+		return nil, scripts.Withdraw(ctx, n, e.lockKey(i), e.identityKey(i), term, value, floor)
 	})
 	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
 		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))

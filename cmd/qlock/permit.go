@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -88,37 +89,11 @@ type permitLease struct {
 
 func (p permitLease) Leader() election.Leader { return election.Leader{Identity: p.identity} }
 
-// identityScript writes the holder's identity beside a permit's key, only
-// while the key holds the permit's token and the holding was not withdrawn
-// there (withdrawScript), with the key's remaining TTL, as an election
-// writes a leader's (election/proclaim.lua): the identity never outlives
-// the permit, and a write that lands late — after stop's withdraw, its
-// reply lost to a timeout — writes nothing (KEYS: lock key, identity key,
-// withdrawn key; ARGV: token, identity).
-var identityScript = redis.NewScript(`
-if redis.call('GET', KEYS[3]) == ARGV[2] then return 0 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl <= 0 then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
-return 1
-`)
-
-// withdrawScript marks the holding withdrawn — the withdrawn key holds the
-// identity, for the lock key's remaining TTL and at least the floor — and
-// deletes the identity key while it holds ours (KEYS: identity key,
-// withdrawn key, lock key; ARGV: identity, floor in ms).
-var withdrawScript = redis.NewScript(`
-local px = math.max(redis.call('PTTL', KEYS[3]), tonumber(ARGV[2]))
-redis.call('SET', KEYS[2], ARGV[1], 'PX', px)
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
 // identity keeps the permit holder's identity on the nodes while the
-// command runs: written at once and every TTL/3, with the permit key's
-// remaining TTL, so that status can name the holder and a crashed holder's
-// name goes with its permit.
+// command runs: written at once and every TTL/3, as an election writes a
+// leader's (scripts.Proclaim: only while the permit key holds the permit's
+// token, with its remaining TTL), so that status can name the holder and a
+// crashed holder's name goes with its permit.
 type identity struct {
 	stopOnce sync.Once
 	quit     chan struct{}
@@ -130,7 +105,7 @@ type identity struct {
 func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity {
 	var term [12]byte
 	_, _ = rand.Read(term[:])
-	// The term makes the value unique to this holding, for withdrawScript.
+	// The term makes the value unique to this holding, for scripts.Withdraw.
 	me := election.Leader{Identity: c.identity, Term: hex.EncodeToString(term[:]), Fence: l.Fence(), Since: time.Now()}
 	val, _ := json.Marshal(me)
 	nodes := clientsOf(client)
@@ -145,20 +120,19 @@ func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity
 		}
 		wg.Wait()
 	}
-	withdrawn := func(key string) string { return key + election.LeaderSuffix + ":withdrawn:" + me.Term }
 	write := func() {
 		each(func(ctx context.Context, n redis.UniversalClient, key string) {
-			identityScript.Run(ctx, n, []string{key, key + election.LeaderSuffix, withdrawn(key)}, l.Token(), string(val))
+			_, _ = scripts.Proclaim(ctx, n, key, key+election.LeaderSuffix, me.Term, l.Token(), string(val))
 		})
 	}
 	// The mark outlasts any write of ours: a write lands only while the
 	// permit key holds our token, which a renewal landing after the
 	// withdraw can re-arm to the TTL (the release follows within a
 	// request's timeout).
-	floor := (c.ttl + 2*statusTimeout).Milliseconds()
+	floor := c.ttl + 2*statusTimeout
 	withdraw := func() {
 		each(func(ctx context.Context, n redis.UniversalClient, key string) {
-			withdrawScript.Run(ctx, n, []string{key + election.LeaderSuffix, withdrawn(key), key}, string(val), floor)
+			_ = scripts.Withdraw(ctx, n, key, key+election.LeaderSuffix, me.Term, string(val), floor)
 		})
 	}
 	id := &identity{quit: make(chan struct{}), done: make(chan struct{}), write: write, withdraw: withdraw}

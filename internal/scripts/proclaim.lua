@@ -1,6 +1,7 @@
 -- proclaim.lua: KEYS => [lock key, identity key, withdrawn key]; ARGV => [lock token, identity value]
--- Writes the leader's identity beside its lock key, only while the lock key
--- holds the leader's token, with the lock key's remaining TTL: the identity
+-- Writes a holder's identity (an election's leader, a qlock permit's
+-- holder: identity.go) beside its lock key, only while the lock key holds
+-- the holder's token, with the lock key's remaining TTL: the identity
 -- can never outlive the lease it describes on this node. Nothing once the
 -- term's withdraw (withdraw.lua) has run here: a write of the term that
 -- lands after its withdraw, still in flight when the round was decided,

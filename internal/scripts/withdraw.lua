@@ -3,7 +3,7 @@
 -- identity value, for the lock key's remaining TTL and at least the floor,
 -- so that proclaim.lua writes nothing for it any more — then deletes the
 -- identity key only while it still holds our value (a term is unique to one
--- campaign), so that a deposed leader can never erase its successor.
+-- holding), so that a deposed holder can never erase its successor.
 -- Returns 1 when deleted, 0 otherwise.
 local px = math.max(redis.call('PTTL', KEYS[3]), tonumber(ARGV[2]))
 redis.call('SET', KEYS[2], ARGV[1], 'PX', px)
