@@ -65,57 +65,76 @@ func TestIdentity_closeLeavesNoKey(t *testing.T) {
 }
 
 // An identity check whose caller stopped waiting (its script delayed on
-// the way, here by 1s of proxy latency against a 300ms bound) and that
-// lands after Close's DEL writes nothing: it carries a not-after bound,
-// as the lock scripts do. Before, it wrote the key after the DEL, kept
-// for IdentifyTTL (an hour). The mutant identify-unbounded fails it.
+// the way by proxy latency, against a 300ms deadline) leaves no key once
+// Close's ForgetIdentity has run, wherever it lands:
+//   - past its not-after bound (1s of latency): it writes nothing, as the
+//     lock scripts do. Before, it wrote the key after the DEL, kept for
+//     IdentifyTTL (an hour). The mutant identify-unbounded fails it.
+//   - after its caller's deadline but before its bound (600ms of latency,
+//     the clock estimate's error widened to 500ms, so the bound is about
+//     800ms): it writes the key, and the DEL must come after it.
+//     ForgetIdentity waits for the bound to pass first; the mutant
+//     forget-before-bound (no wait) fails it.
 func TestIdentity_lateCheckLeavesNoKey(t *testing.T) {
-	rc := redistest.Start(t, 3)
-	closing := make(chan struct{})
-	var wg sync.WaitGroup
-	s := NewSet(rc.Clients(), Config{Timeout: 2 * time.Second, Drift: 0.01, KeyPrefix: "lock:", ID: "late",
-		Closing: closing, Go: func(f func()) error { wg.Go(f); return nil },
-		Invalid: func(format string, args ...any) error { return fmt.Errorf(format, args...) }})
-	defer wg.Wait()
-	ctx := t.Context()
-	key := s.idKeys()[1]
-	// Node 1's clock known and a connection pooled before the latency,
-	// without the background probes NotAfter starts (they would take the
-	// pooled connection, and the check would wait for a dial instead).
-	if err := s.Nodes[1].C.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	send := time.Now()
-	now, err := rc.Admin(1).Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := time.Since(send) / 2
-	s.Nodes[1].clock.est.Store(&clockEstimate{at: send.Add(half), nodeUS: now.UnixMicro(), err: half + time.Millisecond})
-	rc.SetLatency(1, time.Second)
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = s.identify(short, 1)
-	cancel()
-	if err == nil {
-		t.Fatal("identify through 1s of latency with 300ms = nil; want a timeout")
-	}
-	// A PING read by the proxy now lands after the script (each chunk
-	// keeps the delay it was read with): its reply says the script ran.
-	landed := make(chan error, 1)
-	go func() { landed <- rc.Client(1).Ping(ctx).Err() }()
-	// Read by the proxy before the latency goes, on a machine not too
-	// busy: if not, the PING comes back early and the check below may
-	// miss a late key (a pass, never a false failure).
-	time.Sleep(50 * time.Millisecond)
-	rc.SetLatency(1, 0)
-	close(closing)
-	s.ForgetIdentity(5*time.Second, wg.Go)
-	wg.Wait()
-	if err := <-landed; err != nil {
-		t.Fatal(err)
-	}
-	if n, err := rc.Admin(1).Exists(ctx, key).Result(); err != nil || n != 0 {
-		t.Errorf("node 1 keeps the identity key after the late check landed (exists %d, %v); want none", n, err)
+	for _, tc := range []struct {
+		name     string
+		latency  time.Duration // node 1's, each way
+		estimate time.Duration // the clock estimate's error beyond half the round trip
+	}{
+		{"lands past its bound", time.Second, time.Millisecond},
+		{"lands before its bound", 600 * time.Millisecond, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := redistest.Start(t, 3)
+			closing := make(chan struct{})
+			var wg sync.WaitGroup
+			s := NewSet(rc.Clients(), Config{Timeout: 2 * time.Second, Drift: 0.01, KeyPrefix: "lock:", ID: "late",
+				Closing: closing, Go: func(f func()) error { wg.Go(f); return nil },
+				Invalid: func(format string, args ...any) error { return fmt.Errorf(format, args...) }})
+			defer wg.Wait()
+			ctx := t.Context()
+			key := s.idKeys()[1]
+			// Node 1's clock known and a connection pooled before the
+			// latency, without the background probes NotAfter starts (they
+			// would take the pooled connection, and the check would wait for
+			// a dial instead).
+			if err := s.Nodes[1].C.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			send := time.Now()
+			now, err := rc.Admin(1).Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			half := time.Since(send) / 2
+			s.Nodes[1].clock.est.Store(&clockEstimate{at: send.Add(half), nodeUS: now.UnixMicro(), err: half + tc.estimate})
+			rc.SetLatency(1, tc.latency)
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			err = s.identify(short, 1)
+			cancel()
+			if err == nil {
+				t.Fatalf("identify through %v of latency with 300ms = nil; want a timeout", tc.latency)
+			}
+			// A PING read by the proxy now lands after the script (each
+			// chunk keeps the delay it was read with): its reply says the
+			// script ran.
+			landed := make(chan error, 1)
+			go func() { landed <- rc.Client(1).Ping(ctx).Err() }()
+			// Read by the proxy before the latency goes, on a machine not
+			// too busy: if not, the PING comes back early and the check
+			// below may miss a late key (a pass, never a false failure).
+			time.Sleep(50 * time.Millisecond)
+			rc.SetLatency(1, 0)
+			close(closing)
+			s.ForgetIdentity(5*time.Second, wg.Go)
+			wg.Wait()
+			if err := <-landed; err != nil {
+				t.Fatal(err)
+			}
+			if n, err := rc.Admin(1).Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Errorf("node 1 keeps the identity key after the late check landed (exists %d, %v); want none", n, err)
+			}
+		})
 	}
 }
 
