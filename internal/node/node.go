@@ -389,21 +389,6 @@ func (s *Set) Duplicate() error {
 	return nil
 }
 
-// sleepCtx sleeps for d, or until ctx ends (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // ForgetIdentity deletes this Client's identity keys (identify) from the
 // nodes that may have one, for Close, which calls it after Config.Closing
 // is closed: per node, on the Client's goroutines (Close waits for them
@@ -440,7 +425,9 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 			// nothing once the node's clock passed its bound, so the DEL
 			// goes after that (a node timeout at most from its sending).
 			if b := n.id.idLost.Load(); b > 0 {
-				if !sleepCtx(ctx, s.untilPassed(i, b)) {
+				select {
+				case <-time.After(s.untilPassed(i, b)):
+				case <-ctx.Done():
 					return
 				}
 			}
