@@ -91,3 +91,43 @@ func TestIdentity_lateWriteAfterStop(t *testing.T) {
 		}
 	}
 }
+
+// stop's wait is bounded with a node paused: a refresh write there in
+// progress ends at statusTimeout, and so does the withdraw's request, so
+// stop takes at most two of them (4s); the identity goes from the nodes
+// that answer.
+func TestIdentity_stopWithAPausedNode(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	ctx := context.Background()
+	const ttl = 6 * time.Second
+	client, err := redlock.New(rc.Clients(), redlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("redlock.New: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sem, err := client.Semaphore("paused-identity", 1, redlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	defer l.Unlock(ctx)
+	idKey := redlock.DefaultKeyPrefix + l.Resource() + election.LeaderSuffix
+	id := startIdentity(client, &common{ttl: ttl, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
+	rc.Pause(2)
+	defer rc.Resume(2)
+	start := time.Now()
+	id.stop()
+	took := time.Since(start)
+	t.Logf("stop with node 2 paused took %v", took)
+	if bound := 2*statusTimeout + 2*time.Second; took > bound {
+		t.Errorf("stop with node 2 paused took %v; want at most %v (two requests of statusTimeout, and slack)", took, bound)
+	}
+	for i := range 2 {
+		if v, err := rc.Admin(i).Get(ctx, idKey).Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("node %d: GET %s = %q, %v after stop; want no identity", i, idKey, v, err)
+		}
+	}
+}
