@@ -25,25 +25,12 @@ import (
 func TestIdentity_lateWriteAfterStop(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	ctx := context.Background()
-	const ttl = 6 * time.Second
-	client, err := redlock.New(rc.Clients(), redlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatalf("redlock.New: %v", err)
-	}
-	t.Cleanup(func() { client.Close() })
-	sem, err := client.Semaphore("late-identity", 1, redlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	client, l := heldPermit(t, rc, "late-identity")
 	defer l.Unlock(ctx)
 	key := redlock.DefaultKeyPrefix + l.Resource()
 	idKey := key + election.LeaderSuffix
 
-	id := startIdentity(client, &common{ttl: ttl, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
+	id := startIdentity(client, &common{ttl: permitTTL, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
 	// TryAcquire and the identity's write return at a majority: a node's
 	// request may land a moment later (beside stress-ng the first read
 	// found no identity, or no key, on one node). Each node is read until
@@ -99,23 +86,10 @@ func TestIdentity_lateWriteAfterStop(t *testing.T) {
 func TestIdentity_stopWithAPausedNode(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	ctx := context.Background()
-	const ttl = 6 * time.Second
-	client, err := redlock.New(rc.Clients(), redlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatalf("redlock.New: %v", err)
-	}
-	t.Cleanup(func() { client.Close() })
-	sem, err := client.Semaphore("paused-identity", 1, redlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	client, l := heldPermit(t, rc, "paused-identity")
 	defer l.Unlock(ctx)
 	idKey := redlock.DefaultKeyPrefix + l.Resource() + election.LeaderSuffix
-	id := startIdentity(client, &common{ttl: ttl, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
+	id := startIdentity(client, &common{ttl: permitTTL, prefix: redlock.DefaultKeyPrefix, identity: "host-a"}, l)
 	rc.Pause(2)
 	defer rc.Resume(2)
 	start := time.Now()
@@ -130,4 +104,27 @@ func TestIdentity_stopWithAPausedNode(t *testing.T) {
 			t.Errorf("node %d: GET %s = %q, %v after stop; want no identity", i, idKey, v, err)
 		}
 	}
+}
+
+// permitTTL is the lease of heldPermit's permits.
+const permitTTL = 6 * time.Second
+
+// heldPermit returns a Client on rc's nodes and the permit of a one-permit
+// semaphore name it holds (the caller unlocks it).
+func heldPermit(t *testing.T, rc *redistest.Cluster, name string) (*redlock.Client, *redlock.Lock) {
+	t.Helper()
+	client, err := redlock.New(rc.Clients(), redlock.WithTTL(permitTTL))
+	if err != nil {
+		t.Fatalf("redlock.New: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sem, err := client.Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	return client, l
 }
