@@ -1160,3 +1160,40 @@ func TestLate_lateRequestDoesNotWaitForItsOwnCleanup(t *testing.T) {
 		t.Errorf("second TryLock took %v; want well under the 2s node timeout (the first one's late request and its cleanup waited for each other)", d)
 	}
 }
+
+// An Unlock right after an Unlock that returned at a majority reports
+// ErrNotHeld without I/O, even while the first release is still on its
+// way to the last node: sending again could delete our key there before
+// the first release lands and report nil for a lock already unlocked
+// (examples/from-redsync failed so in CI). Node 2's first release is held
+// until the second Unlock returned; it then lands and leaves no key.
+func TestUnlock_twiceWhileTheFirstIsInFlight(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients())
+	ctx := t.Context()
+	l, err := c.Lock(ctx, "twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	var held atomic.Bool
+	pause := func(key string, i int) {
+		if key == "lock:twice" && i == 2 && held.CompareAndSwap(false, true) {
+			<-hold
+		}
+	}
+	testhooks.ReleasePause.Store(&pause)
+	defer testhooks.ReleasePause.Store(nil)
+	if err := l.Unlock(ctx); err != nil {
+		close(hold)
+		t.Fatalf("Unlock = %v", err)
+	}
+	err = l.Unlock(ctx)
+	close(hold)
+	if !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Unlock while the first's release to node 2 is in flight = %v; want ErrNotHeld", err)
+	}
+	if !eventually(5*time.Second, func() bool { return rc.Client(2).Exists(ctx, "lock:twice").Val() == 0 }) {
+		t.Errorf("node 2 still holds the key 5s after the held release went out")
+	}
+}

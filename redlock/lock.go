@@ -88,6 +88,11 @@ type Lock struct {
 	// detached is set by Detach (handover.go): Unlock must not release a
 	// lock handed to another process.
 	detached atomic.Bool
+	// relMu serialises Unlock's releases; released is set under it once a
+	// release reached a majority: the Client finishes the others in the
+	// background, so a later Unlock has nothing to send (ErrNotHeld).
+	relMu    sync.Mutex
+	released bool
 	// round is the lock's latest acquire round (set by try, on the call's
 	// goroutine): a refused TryLock waits for its stragglers (abandonLate).
 	round *quorum.Round[reply]

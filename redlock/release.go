@@ -37,7 +37,9 @@ import (
 // a majority could not confirm within the node timeout (keys left there
 // are released in the background, or expire with their TTL); ErrClosed
 // after Close. Nodes that had not answered when Unlock returned are
-// released in the background either way.
+// released in the background either way. Unlock after an Unlock that
+// returned nil or ErrNotHeld returns ErrNotHeld without I/O; after one
+// that returned ErrNoQuorum it sends the release again.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil || l.detached.Load() {
 		return ErrNotHeld // handed over by Detach: not ours to release
@@ -58,7 +60,20 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	c.mu.Lock()
 	c.forget(l)
 	c.mu.Unlock()
-	return l.release(ctx)
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if l.released {
+		// An earlier Unlock reached a majority; the Client finishes the
+		// rest. Sending again could find our key on a node the first
+		// release has not reached yet and report nil for a lock that was
+		// already unlocked.
+		return ErrNotHeld
+	}
+	err := l.release(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		l.released = true
+	}
+	return err
 }
 
 // release runs check-and-delete on every node (step 6) and waits until a
