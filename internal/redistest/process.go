@@ -28,6 +28,11 @@ const (
 	// our server exit with "Address already in use" sooner.
 	probeTimeout = 100 * time.Millisecond
 
+	// reserveWait bounds how long Kill tries to reserve the dead server's
+	// port while someone else holds it (reserveWithin): a freePort probe
+	// holds a port for microseconds, so this is ample under load.
+	reserveWait = 250 * time.Millisecond
+
 	// logTail is how much of a server log goes into a start error.
 	logTail = 2 << 10
 )

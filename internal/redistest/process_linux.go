@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -39,4 +40,31 @@ func waitStopped(pid int) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// tcpStates names the states of the IPv4 TCP sockets whose local port is
+// port, from /proc/net/tcp ("TIME_WAIT ×2, FIN_WAIT2"), for Kill's message
+// when the port cannot be reserved: it tells a lingering connection of the
+// dead server from another process's socket. Empty when none, or unreadable.
+func tcpStates(port int) string {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return ""
+	}
+	names := map[string]string{"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
+		"05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+	suffix := fmt.Sprintf(":%04X", port)
+	var states []string
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasSuffix(f[1], suffix) {
+			continue
+		}
+		name := names[f[3]]
+		if name == "" {
+			name = f[3]
+		}
+		states = append(states, name)
+	}
+	return strings.Join(states, ", ")
 }

@@ -437,8 +437,10 @@ func (c *Cluster) Kill(i int) {
 		// unless the kernel keeps a connection of the dead server on the
 		// port (TIME_WAIT or FIN_WAIT2 after a direct client's connection)
 		// and refuses the bind.
-		if nd.hold = reserve(int(nd.port.Load())); nd.hold == nil {
-			c.cfg.logf("redistest: Kill(%d): port %d could not be reserved (a connection of the dead server lingers on it); another server may take it", i, nd.port.Load())
+		var err error
+		if nd.hold, err = reserveWithin(int(nd.port.Load()), reserveWait); err != nil {
+			port := int(nd.port.Load())
+			c.cfg.logf("redistest: Kill(%d): port %d could not be reserved within %v (%v: a connection of the dead server lingers on it, or another process holds it; sockets on it: [%s]); another server may take it", i, port, reserveWait, err, tcpStates(port))
 		}
 	}
 }
