@@ -448,3 +448,36 @@ func TestResourceAttribute(t *testing.T) {
 		})
 	}
 }
+
+// An attempt's span is its call's child however late either hook runs:
+// attempts are paired with their call by its ID, not by instants read
+// when the hooks ran (an attempt hook 50ms before the call's Acquire,
+// which reports a 1ms wait, was dropped with a 10ms slack: Example failed
+// so once in ten runs under load). Two calls on one resource with one ctx
+// at once each get their own attempts.
+func TestHooks_attemptsPairedByCall(t *testing.T) {
+	t.Parallel()
+	tel := newTelemetry(t)
+	h, err := redlockotel.New(redlockotel.WithTracerProvider(tel.tp), redlockotel.WithMeterProvider(tel.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h.Attempt(ctx, redlock.AttemptInfo{Call: 1, Resource: "r", Latency: time.Millisecond, Granted: 1, Quorum: 2, Nodes: 3, Outcome: redlock.OutcomeNotObtained})
+	h.Attempt(ctx, redlock.AttemptInfo{Call: 2, Resource: "r", Latency: time.Millisecond, Granted: 3, Quorum: 2, Nodes: 3, Outcome: redlock.OutcomeAcquired})
+	time.Sleep(50 * time.Millisecond)
+	h.Acquire(ctx, redlock.AcquireInfo{Call: 2, Resource: "r", Wait: time.Millisecond, Attempts: 1, Outcome: redlock.OutcomeAcquired})
+	h.Acquire(ctx, redlock.AcquireInfo{Call: 1, Resource: "r", Wait: time.Millisecond, Attempts: 1, Outcome: redlock.OutcomeNotObtained})
+	got := map[string]string{}      // the call's outcome → its attempt's
+	acquires := map[string]string{} // span ID → outcome
+	for _, s := range spansNamed(tel.spans, "redlock.acquire", "r") {
+		acquires[s.SpanContext().SpanID().String()] = attr(s, redlockotel.KeyOutcome).AsString()
+	}
+	for _, s := range spansNamed(tel.spans, "redlock.attempt", "r") {
+		got[acquires[s.Parent().SpanID().String()]] = attr(s, redlockotel.KeyOutcome).AsString()
+	}
+	acq, ref := string(redlock.OutcomeAcquired), string(redlock.OutcomeNotObtained)
+	if len(acquires) != 2 || len(got) != 2 || got[acq] != acq || got[ref] != ref {
+		t.Errorf("calls' outcome → their attempt's = %v (%d calls); want each its own", got, len(acquires))
+	}
+}

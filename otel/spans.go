@@ -23,10 +23,6 @@ const (
 	// older than staleAttempt are dropped.
 	maxCalls     = 1024
 	staleAttempt = 10 * time.Minute
-	// clockSlack absorbs the error of instants estimated as (hook time −
-	// duration): the hook reads the clock a little after the duration was
-	// measured, so a call's first attempt may seem to start before the call.
-	clockSlack = 10 * time.Millisecond
 )
 
 // Span attribute keys, besides the metric ones.
@@ -53,17 +49,20 @@ const (
 // the Acquire of its call, so the call's span, parent of the attempts',
 // does not exist yet when an attempt ends.
 //
-// Attempt and Acquire of one call get the same ctx and resource: attempts
-// are filed under both, and Acquire takes the AcquireInfo.Attempts latest
-// ones that started after the call did. Two calls on one resource with one
-// ctx at once (e.g. context.Background() on several goroutines) may swap
-// attempts; the counts stay right.
+// Attempts are filed under their call's ID (AttemptInfo.Call), ctx and
+// resource, and Acquire takes the AcquireInfo.Attempts latest ones filed
+// under its own. The ID alone is unique only within a Client; with ctx
+// and resource beside it, calls of two Clients sharing these Hooks are
+// told apart too. (Matching by the instants the hooks were called at
+// instead missed an attempt whose hook ran more than a slack late on a
+// busy machine.)
 type attempts struct {
 	mu sync.Mutex // protects m
 	m  map[callKey][]attemptRec
 }
 
 type callKey struct {
+	call     uint64 // AttemptInfo.Call, AcquireInfo.Call
 	resource string
 	ctx      uintptr // the address of the call's ctx if it is a pointer; 0 otherwise
 }
@@ -75,8 +74,8 @@ type attemptRec struct {
 
 func newAttempts() *attempts { return &attempts{m: make(map[callKey][]attemptRec)} }
 
-func keyOf(ctx context.Context, resource string) callKey {
-	k := callKey{resource: resource}
+func keyOf(ctx context.Context, call uint64, resource string) callKey {
+	k := callKey{call: call, resource: resource}
 	// Compare addresses, never ctx values: a ctx of a struct type with a
 	// slice inside would panic as a map key.
 	if v := reflect.ValueOf(ctx); v.Kind() == reflect.Pointer {
@@ -98,16 +97,15 @@ func (a *attempts) add(k callKey, r attemptRec) {
 	a.m[k] = append(recs, r)
 }
 
-// take removes and returns the latest n attempts under k that started at
-// or after since, oldest first.
-func (a *attempts) take(k callKey, since time.Time, n int) []attemptRec {
+// take removes and returns the latest n attempts under k, oldest first.
+func (a *attempts) take(k callKey, n int) []attemptRec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	recs := a.m[k]
 	var out []attemptRec
 	keep := recs[:0:0]
 	for i := len(recs) - 1; i >= 0; i-- {
-		if len(out) < n && !recs[i].start.Before(since) {
+		if len(out) < n {
 			out = append(out, recs[i])
 		} else {
 			keep = append(keep, recs[i])
@@ -142,7 +140,7 @@ func reverse(rs []attemptRec) {
 // attemptSpan keeps the attempt until its call's Acquire.
 func (h *Hooks) attemptSpan(ctx context.Context, i redlock.AttemptInfo) {
 	end := time.Now()
-	h.attempts.add(keyOf(ctx, i.Resource), attemptRec{start: end.Add(-i.Latency), end: end, info: i})
+	h.attempts.add(keyOf(ctx, i.Call, i.Resource), attemptRec{start: end.Add(-i.Latency), end: end, info: i})
 }
 
 // acquireSpan makes the span of a Lock or TryLock call, parented on the
@@ -150,7 +148,7 @@ func (h *Hooks) attemptSpan(ctx context.Context, i redlock.AttemptInfo) {
 func (h *Hooks) acquireSpan(ctx context.Context, i redlock.AcquireInfo) {
 	end := time.Now()
 	start := end.Add(-i.Wait)
-	recs := h.attempts.take(keyOf(ctx, i.Resource), start.Add(-clockSlack), i.Attempts)
+	recs := h.attempts.take(keyOf(ctx, i.Call, i.Resource), i.Attempts)
 	attrs := []attribute.KeyValue{KeyResource.String(i.Resource), KeyOutcome.String(string(i.Outcome)), keyAttempts.Int(i.Attempts)}
 	if i.Fence != 0 {
 		attrs = append(attrs, keyFence.Int64(i.Fence))
