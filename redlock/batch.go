@@ -13,19 +13,6 @@ import (
 	"github.com/quorumlock/quorumlock/renew"
 )
 
-// DefaultRenewBatch is how many renewals due together go to a node in one
-// pipeline, by default.
-const DefaultRenewBatch = 256
-
-// WithRenewBatch sets how many renewals that fall due together are sent to
-// each node in one pipeline (one round trip per node for all of them);
-// quorum decisions and loss stay per lock. The default is 256
-// ([DefaultRenewBatch]); 0 or 1 renews each lock with its own round. Valid
-// for New only.
-func WithRenewBatch(n int) Option {
-	return optionFunc(func(c *config) { c.renewBatch, c.renewBatchSet = n, true })
-}
-
 // batcher renews the Client's locks in batches (issue: one process holding
 // many locks). It is the renew.Batcher of the Client's scheduler.
 type batcher struct{ c *Client }

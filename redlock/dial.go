@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // Dial builds one node client per URL and returns a Client over them, as New
@@ -125,15 +126,6 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
-
-// WithTLSConfig sets the TLS configuration of the clients Dial builds for
-// TLS URLs (rediss, rediss+sentinel, rediss+cluster): the roots to trust
-// (RootCAs) and a client certificate for mutual TLS (Certificates). Dial uses
-// a clone, with ServerName set to the URL's host when empty, and
-// InsecureSkipVerify when the URL says skip_verify=true. URLs without TLS
-// ignore it. It has no effect on New or on a single call, which build no
-// clients. By default TLS URLs trust the system's roots.
-func WithTLSConfig(cfg *tls.Config) Option { return tlsOption{cfg} }
 
 // tlsConfig returns the TLS configuration of the last WithTLSConfig in
 // opts, or nil.

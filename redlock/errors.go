@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 var (
@@ -164,3 +165,43 @@ func cancelled(t quorum.Tally) bool {
 func ctxCancelled(detail string) error {
 	return &classed{msg: "redlock: ctx cancelled before the nodes answered: " + detail, class: []error{context.Canceled}}
 }
+
+// ErrNodeRestarted means a node has been up for less than the restart guard
+// (WithRestartGuard), so its grant does not count. It is the Err of a
+// *NodeError, which says the node's uptime; when that node was needed for a
+// majority, the call's error matches ErrNoQuorum.
+var ErrNodeRestarted = errors.New("redlock: node restarted recently")
+
+// ErrMaxHold is the cause of a lock's loss when it reached its WithMaxHold
+// cap: the error matches both ErrMaxHold and ErrLockLost.
+var ErrMaxHold = errors.New("redlock: max hold reached")
+
+// ErrStaleFence is returned by FencedSet when the write carries a fencing
+// token lower than one the resource has already seen: the writer's lock was
+// lost and another holder has written since.
+var ErrStaleFence = errors.New("redlock: stale fencing token")
+
+// ErrDetached is the cause of a Lock's Context after Detach: the lock was
+// handed over, not released.
+var ErrDetached = errors.New("redlock: detached (handed over)")
+
+// ErrCrossSlot means a multi-resource lock was asked for on Redis Cluster
+// nodes with resources whose keys live on different hash slots: one
+// script cannot touch them together. It is the Err of a *CrossSlotError
+// and matches ErrInvalidArgument.
+var ErrCrossSlot = errors.New("redlock: resources on different cluster slots")
+
+// CrossSlotError names two resources of a multi-resource lock whose keys
+// are on different slots of a Redis Cluster node.
+type CrossSlotError struct {
+	A, B         string // the resources
+	SlotA, SlotB int    // their keys' slots
+}
+
+func (e *CrossSlotError) Error() string {
+	return fmt.Sprintf("%v: %q is on slot %d, %q on slot %d (on Cluster each resource's key carries its own hash tag; lock them separately, or use independent masters)",
+		ErrCrossSlot, e.A, e.SlotA, e.B, e.SlotB)
+}
+
+// Unwrap makes the error match ErrCrossSlot and ErrInvalidArgument.
+func (e *CrossSlotError) Unwrap() []error { return []error{ErrCrossSlot, ErrInvalidArgument} }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -42,11 +41,6 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 	})
 	return r2.Collect(ctx, classify, quorum.Majority)
 }
-
-// ErrStaleFence is returned by FencedSet when the write carries a fencing
-// token lower than one the resource has already seen: the writer's lock was
-// lost and another holder has written since.
-var ErrStaleFence = errors.New("redlock: stale fencing token")
 
 // FencedSet is a write to a resource kept in Redis, protected by fencing
 // tokens: it sets the field "value" of the hash key to value, atomically and

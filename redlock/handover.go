@@ -15,10 +15,6 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// ErrDetached is the cause of a Lock's Context after Detach: the lock was
-// handed over, not released.
-var ErrDetached = errors.New("redlock: detached (handed over)")
-
 // Detach hands the lock over without releasing it: renewal stops, the
 // Client forgets the lock (Close will not release it), Context is cancelled
 // with cause ErrDetached, and Lost is not closed. The keys stay on the nodes

@@ -217,18 +217,6 @@ func errorKind(err error) string {
 	return "connection"
 }
 
-// WithHooks sets the hooks that observe locks. None by default.
-func WithHooks(h Hooks) Option {
-	return optionFunc(func(c *config) { c.hooks = h })
-}
-
-// WithLogger logs what locks do to l: acquisitions and releases at Debug,
-// failed renewals and node errors at Warn, lost locks at Error. Tokens are
-// never logged. None by default.
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = l })
-}
-
 type multiHooks []Hooks
 
 func (m multiHooks) Attempt(ctx context.Context, i AttemptInfo) {

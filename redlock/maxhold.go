@@ -1,27 +1,9 @@
 package redlock
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
-
-// ErrMaxHold is the cause of a lock's loss when it reached its WithMaxHold
-// cap: the error matches both ErrMaxHold and ErrLockLost.
-var ErrMaxHold = errors.New("redlock: max hold reached")
-
-// WithMaxHold caps how long a lock is held: d after Lock returned it (or
-// Resume took it over), auto-renewal stops and the lock is lost at once —
-// Lost() closed, Context() cancelled and OnLost called with an error that
-// matches ErrMaxHold and ErrLockLost — so that a holder that forgot its
-// lock (a hung worker, a leaked goroutine) cannot keep it renewed forever.
-// The keys are not deleted then: they expire within a TTL of the last
-// renewal (Unlock deletes them at once), so no other client can take the
-// lock before the holder was told. Extend after the cap returns the loss.
-// The default is 0: no cap. A negative d is invalid.
-func WithMaxHold(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxHold = d })
-}
 
 // armMaxHold starts the timer of the WithMaxHold cap (l.cfg.maxHold > 0),
 // counted from the hold's start. It runs in watch, once the lock is sure to

@@ -2,32 +2,9 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 )
-
-// ErrCrossSlot means a multi-resource lock was asked for on Redis Cluster
-// nodes with resources whose keys live on different hash slots: one
-// script cannot touch them together. It is the Err of a *CrossSlotError
-// and matches ErrInvalidArgument.
-var ErrCrossSlot = errors.New("redlock: resources on different cluster slots")
-
-// CrossSlotError names two resources of a multi-resource lock whose keys
-// are on different slots of a Redis Cluster node.
-type CrossSlotError struct {
-	A, B         string // the resources
-	SlotA, SlotB int    // their keys' slots
-}
-
-func (e *CrossSlotError) Error() string {
-	return fmt.Sprintf("%v: %q is on slot %d, %q on slot %d (on Cluster each resource's key carries its own hash tag; lock them separately, or use independent masters)",
-		ErrCrossSlot, e.A, e.SlotA, e.B, e.SlotB)
-}
-
-// Unwrap makes the error match ErrCrossSlot and ErrInvalidArgument.
-func (e *CrossSlotError) Unwrap() []error { return []error{ErrCrossSlot, ErrInvalidArgument} }
 
 // LockAll acquires a lock on every one of resources at once (issue 24
 // item 3): on each node one script sets every resource's lock key to our

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -285,4 +286,80 @@ func WithWakeUp(on bool) Option {
 // already happened, and so calls it.
 func WithOnLost(fn func(l *Lock, err error)) Option {
 	return optionFunc(func(c *config) { c.onLost = fn })
+}
+
+// DefaultRenewBatch is how many renewals due together go to a node in one
+// pipeline, by default.
+const DefaultRenewBatch = 256
+
+// WithRenewBatch sets how many renewals that fall due together are sent to
+// each node in one pipeline (one round trip per node for all of them);
+// quorum decisions and loss stay per lock. The default is 256
+// ([DefaultRenewBatch]); 0 or 1 renews each lock with its own round. Valid
+// for New only.
+func WithRenewBatch(n int) Option {
+	return optionFunc(func(c *config) { c.renewBatch, c.renewBatchSet = n, true })
+}
+
+// WithTLSConfig sets the TLS configuration of the clients Dial builds for
+// TLS URLs (rediss, rediss+sentinel, rediss+cluster): the roots to trust
+// (RootCAs) and a client certificate for mutual TLS (Certificates). Dial uses
+// a clone, with ServerName set to the URL's host when empty, and
+// InsecureSkipVerify when the URL says skip_verify=true. URLs without TLS
+// ignore it. It has no effect on New or on a single call, which build no
+// clients. By default TLS URLs trust the system's roots.
+func WithTLSConfig(cfg *tls.Config) Option { return tlsOption{cfg} }
+
+// WithRestartGuard protects locks held by others from a node that restarted
+// and lost its keys: while a node may have been up for less than maxTTL it
+// grants nothing, and its refusal is a *NodeError matching ErrNodeRestarted
+// (so a majority that needs it fails with ErrNoQuorum, and Lock retries).
+// Without it, a lock held on exactly a majority can be granted again to a
+// second client through the restarted node while the first still holds it:
+// the hazard the Redlock specification answers with "delayed restarts",
+// which this enforces from the client side. Off (0) by default.
+//
+// maxTTL must be at least the longest TTL that any client uses on the
+// resources locked through this Client (the guard cannot know other
+// processes' TTLs), and at least this lock's TTL. Nodes report their uptime
+// in whole seconds, which may exceed the real uptime by up to a second, so
+// maxTTL is rounded up to whole seconds and the reported uptime must exceed
+// it. Given per call, it applies to that call only.
+//
+// Only acquisitions are guarded. Extend and the watchdog still set our key
+// again on a restarted node (heal it): our lease was held without a break,
+// and the guard kept others from taking that node meanwhile. The uptime is
+// read with INFO inside the acquire script, in the same atomic step as the
+// grant, so the node's ACL needs +info, and the node must be Redis ≥ 5
+// (miniredis has no INFO). A Sentinel failover does not reset uptime: a
+// promoted replica that missed the key has been up for long. Nodes that keep
+// their data across restarts (appendonly with appendfsync always) need no
+// guard. See docs/nodes.md.
+func WithRestartGuard(maxTTL time.Duration) Option {
+	return optionFunc(func(c *config) { c.restartGuard = maxTTL })
+}
+
+// WithHooks sets the hooks that observe locks. None by default.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) { c.hooks = h })
+}
+
+// WithLogger logs what locks do to l: acquisitions and releases at Debug,
+// failed renewals and node errors at Warn, lost locks at Error. Tokens are
+// never logged. None by default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithMaxHold caps how long a lock is held: d after Lock returned it (or
+// Resume took it over), auto-renewal stops and the lock is lost at once —
+// Lost() closed, Context() cancelled and OnLost called with an error that
+// matches ErrMaxHold and ErrLockLost — so that a holder that forgot its
+// lock (a hung worker, a leaked goroutine) cannot keep it renewed forever.
+// The keys are not deleted then: they expire within a TTL of the last
+// renewal (Unlock deletes them at once), so no other client can take the
+// lock before the holder was told. Extend after the cap returns the loss.
+// The default is 0: no cap. A negative d is invalid.
+func WithMaxHold(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxHold = d })
 }
