@@ -312,66 +312,6 @@ func classify(_ int, rep quorum.Reply[reply]) (quorum.Vote, error) {
 	return quorum.No, nil
 }
 
-// attemptError tells contention from failure: ErrNotObtained when the
-// refusals alone made a majority impossible (or a majority granted too late
-// to leave any validity), ErrNoQuorum when nodes failed — errors, or no
-// answer within the node timeout — where they could have made the
-// difference. Nodes cut short because ctx ended before their node timeout
-// are neither: the caller gave up on them. An attempt decided only by such
-// nodes settles nothing (settled is false); it is ErrNoQuorum, as too few
-// nodes answered, and the caller may prefer an earlier attempt's verdict.
-// Node errors are joined either way.
-func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
-	if dup := c.set.Duplicate(); dup != nil {
-		return &permanentError{dup}, true // two nodes reach one server: no call may count them
-	}
-	err, settled = c.attemptVerdict(t, cfg, resource)
-	// Replies no retry can change (WRONGTYPE, READONLY, NOPERM, …) on so
-	// many nodes that a majority is impossible: Lock ends at once.
-	if settled && permanentFailures(t) > len(c.nodes)-c.quorum {
-		err = &permanentError{err}
-	}
-	return err, settled
-}
-
-// attemptVerdict is attemptError for a Client whose nodes are distinct.
-func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
-	holder := ""
-	if t.No > 0 && c.holds(resource) {
-		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
-	}
-	n := len(c.nodes)
-	if t.Quorum() {
-		return grantExpired(fmt.Sprintf("a majority granted after %v, which left no validity of the TTL %v", t.Elapsed.Round(time.Millisecond), cfg.ttl)), true
-	}
-	cut := t.CutShort()
-	var head error
-	switch {
-	case t.No > n-c.quorum && holder != "":
-		head = fmt.Errorf("%w: %d of %d nodes hold another key: %s", ErrNotObtained, t.No, n, holder)
-	case t.No > n-c.quorum:
-		head = fmt.Errorf("%w: %d of %d nodes hold another owner's key", ErrNotObtained, t.No, n)
-	case t.Failed > cut:
-		head = fmt.Errorf("%w: %d of %d nodes granted, %d needed (%d failed, %d refused)", ErrNoQuorum, t.Yes, n, c.quorum, t.Failed-cut, t.No)
-	case cancelled(t):
-		// The caller cancelled its ctx before any node answered: that is
-		// the caller's doing, not an outage (issue 21).
-		return c.joinNodeErrors(ctxCancelled(fmt.Sprintf("0 of %d nodes answered", n)), t), false
-	default:
-		// Some nodes answered and the others were still silent when ctx
-		// ended: too few nodes answered, which may be an outage.
-		return c.joinNodeErrors(fmt.Errorf("%w: %d of %d nodes granted, %d needed; %d refused, %d did not answer before ctx ended",
-			ErrNoQuorum, t.Yes, n, c.quorum, t.No, cut), t), false
-	}
-	return c.joinNodeErrors(head, t), true
-}
-
-// grantExpired is the error of a grant that came too late to use: it
-// matches ErrGrantExpired and ErrNotObtained.
-func grantExpired(detail string) error {
-	return &classed{msg: "redlock: not obtained: " + detail, class: []error{ErrNotObtained, ErrGrantExpired}}
-}
-
 // hold turns a granted attempt into a held Lock, registered with the Client
 // (so Close releases it). The renewal scheduler watches it only from Lock's
 // last check on (handOut): a lock whose validity runs out before that check

@@ -1,0 +1,77 @@
+package scripts
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Extended is the outcome of Extend on one node.
+type Extended int8
+
+// The outcomes of Extend.
+const (
+	Refused Extended = iota // another token holds the key, or our release guards it
+	Rearmed                 // the key held our token; its TTL was reset
+	Healed                  // the key was absent; it was set again with our token
+)
+
+// Extend re-arms the lock key for ttl where it holds token, and sets it
+// where it is absent (unless token was released there); with a fence key it
+// also raises the counter to t there. It sends no not-after bound.
+func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl time.Duration, t int64) (Extended, error) {
+	return PrepareExtend(k, token, ttl, t).Extend(ctx, c, nil)
+}
+
+// Prepared is one script call on one node, built once — keys and the
+// arguments that stay the same — for a lock that sends it again and again
+// (Extend, on every renewal). It is safe for concurrent use.
+type Prepared struct {
+	s    script
+	keys []string
+	cmd  []any // the whole EVALSHA command but the not-after bound
+}
+
+// PrepareExtend prepares Extend(k, token, ttl, t); run it with
+// Prepared.Extend.
+func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
+	s := k.kind().extend
+	return Prepared{s: s, keys: k.ext, cmd: s.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
+}
+
+// Extend runs a call prepared by PrepareExtend on c, as Extend does, with
+// a not-after bound (see AcquireWith; nil or 0: none).
+func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64) (Extended, error) {
+	cmd := make([]any, len(p.cmd)+1)
+	copy(cmd, p.cmd)
+	cmd[len(p.cmd)] = notAfter
+	return parseExtended(p.s.runCmd(ctx, c, p.keys, cmd).Int64())
+}
+
+// ExtendCmd queues Extend on a pipeline, as EVALSHA, with a not-after
+// bound (see AcquireWith; nil or 0: none): load the script on the node
+// first (Load), or redo the commands that fail with NOSCRIPT after loading
+// it. Read the outcome with ExtendResult after Exec.
+func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64, notAfter *int64) *redis.Cmd {
+	return k.kind().extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
+}
+
+// ExtendResult reads the outcome of a command queued by ExtendCmd.
+func ExtendResult(cmd *redis.Cmd) (Extended, error) {
+	return parseExtended(cmd.Int64())
+}
+
+func parseExtended(n int64, err error) (Extended, error) {
+	if err != nil {
+		return Refused, err
+	}
+	switch n {
+	case 0, 1, 2:
+		return Extended(n), nil
+	case -1: // past the not-after bound (extend.lua)
+		return Refused, ErrLate
+	}
+	return Refused, fmt.Errorf("scripts: extend returned %d", n)
+}
