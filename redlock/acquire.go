@@ -78,8 +78,8 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 		return nil, err
 	}
 	*attempts = 1
-	t, err, _ := c.attempt(ctx, callID, l)
-	if err == nil {
+	o := c.attempt(ctx, callID, l, scripts.Waiter{})
+	if err := o.err; err == nil {
 		if l.handOut() {
 			return l, nil
 		}
@@ -88,11 +88,11 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 		c.drop(ctx, l)
 		return nil, grantExpired("granted, but its validity ran out before it could be returned")
 	}
-	c.abandonLate(ctx, l, t)
+	c.abandonLate(ctx, l, o)
 	if ctx.Err() != nil {
-		return nil, errors.Join(err, ctx.Err())
+		return nil, errors.Join(o.err, ctx.Err())
 	}
-	return nil, err
+	return nil, o.err
 }
 
 // lockUntil is Lock's body: in this Client's line for resource (but
@@ -111,12 +111,12 @@ func lockUntil(c *Client, ctx context.Context, resource string, cfg config, call
 	return c.acquire(ctx, callID, resource, cfg, attempts)
 }
 
-// acquire is Lock's attempt loop: attempt, settle
+// acquire is Lock's attempt loop: attempt, give back
 // what a failed attempt left, wait (waiting.go). One token serves the whole
 // call, so that the waiter queued on the nodes (step 9) is the one a
 // release hands the key to; a token is replaced only when an attempt ended
 // with a request of ours unanswered that could still change the key (see
-// settle).
+// giveBack).
 //
 // Nothing slow runs between a grant and the return (step 6): leaving the
 // wake-up registry and this Client's line only unregisters, and the lock's
@@ -134,7 +134,8 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 	var verdict error // the error of the last attempt that settled anything
 	for attempt := 1; ; attempt++ {
 		*attempts = attempt
-		t, err, settled := q.step(ctx, callID, l, attempt)
+		o := q.step(ctx, callID, l, attempt)
+		t, err, settled := o.t, o.err, o.settled
 		if err == nil {
 			q.noteDequeued(l)
 			if l.handOut() {
@@ -175,9 +176,9 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		// paused node would hold up its wake-up by a node timeout: a
 		// handover took 2s) and yields them at its next attempt.
 		if !cfg.wakeUp {
-			t = c.final(l, t)
+			t = c.final(l, o.r, t)
 		}
-		if !c.settle(ctx, l, t) {
+		if !q.giveBack(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
 			if l, err = q.renew(l, err); l == nil {
 				return nil, err
@@ -224,30 +225,35 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	return l
 }
 
+// outcome is what one attempt came to: the tally of its round (phase 1),
+// the round (nil when none was sent: a handoff), its error, and whether it
+// settled anything: false when ctx ended before the nodes that could have
+// made the difference answered.
+type outcome struct {
+	t       quorum.Tally
+	r       *quorum.Round[reply]
+	err     error
+	settled bool
+}
+
 // attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
-// fencing): on success l is held. It returns the tally of phase 1 and the
-// error, and whether the attempt settled anything: false when ctx ended
-// before the nodes that could have made the difference answered.
-func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Tally, error, bool) {
+// fencing), queued as w says (its zero value: not queued): on success l is
+// held.
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.Waiter) outcome {
 	start := time.Now()
-	t, err, settled := c.try(ctx, l)
+	o := c.try(ctx, l, w)
 	if obs := l.cfg.obs; obs != nil {
-		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes,
-			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes,
+			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(o.err), Err: o.err, NodeErrors: c.nodeErrors(o.t)})
 	}
-	return t, err, settled
+	return o
 }
 
 // try is attempt without the hook.
-func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
+func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter) outcome {
 	cfg, n := l.cfg, len(c.nodes)
 	// The arguments are boxed once for every node; each node's not-after
 	// bound (step 4, internal/node/clock.go) has its slot in one slice, sent by pointer.
-	w := l.waiter
-	if w.Member != "" {
-		w.Fresh = !l.queueSent
-		l.queueSent = true
-	}
 	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
 	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node, registered first (rounds.go),
@@ -272,27 +278,23 @@ func (c *Client) try(ctx context.Context, l *Lock) (quorum.Tally, error, bool) {
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
-	if w.Member != "" { // a Lock call in the queue (waiting.go)
-		l.noteStart(r.Started())
-	}
-	l.round = r
 	// Step 2: decide as soon as a majority granted or became impossible.
 	t := r.Collect(ctx, classify, quorum.Majority)
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
 	// Step 3: validity, from before the first request was sent.
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
 		if !cfg.fencing {
-			return t, c.hold(ctx, l, deadline, 0), true
+			return outcome{t, r, c.hold(ctx, l, deadline, 0), true}
 		}
 		t2 := c.commitFence(ctx, l, r)
 		if t2.Quorum() && time.Now().Before(deadline) {
-			return t, c.hold(ctx, l, deadline, 0), true
+			return outcome{t, r, c.hold(ctx, l, deadline, 0), true}
 		}
 		err, settled := c.attemptError(t2, cfg, l.resource)
-		return t, err, settled
+		return outcome{t, r, err, settled}
 	}
 	err, settled := c.attemptError(t, cfg, l.resource)
-	return t, err, settled
+	return outcome{t, r, err, settled}
 }
 
 // reply is one node's answer to a lock script.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
 
@@ -74,14 +73,6 @@ type Lock struct {
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter
-	// queuedAt is when the first attempt that queued this token started
-	// (zero: none yet): a key handed to the token was set after it, for
-	// the reservation. Set by the call's goroutine.
-	queuedAt time.Time
-	// yielded is set once settle yielded a node of this token: a handoff
-	// message from before the yield may then name a node that is no
-	// longer ours, so the call confirms with an attempt instead.
-	yielded bool
 	// capTimer ends the lock at its WithMaxHold cap (nil: none); set by
 	// watch, stopped when the lock ends.
 	capTimer *time.Timer
@@ -93,29 +84,11 @@ type Lock struct {
 	// background, so a later Unlock has nothing to send (ErrNotHeld).
 	relMu    sync.Mutex
 	released bool
-	// round is the lock's latest acquire round (set by try, on the call's
-	// goroutine): a refused TryLock waits for its stragglers (abandonLate).
-	round *quorum.Round[reply]
-	// queueSent is set once an acquire carrying waiter.Member was sent:
-	// until then no entry of it can be queued on any node, and the
-	// acquire script does not look for one (scripts.Waiter.Fresh). Set by
-	// the call's goroutine.
-	queueSent bool
 	// dequeued marks the nodes whose handoff took our entry out, named by
 	// our latest attempt (so no later request of ours could queue it
 	// again): a release sends no member there (release.go). Set by the
 	// call's goroutine before the lock is handed out; nil: none.
 	dequeued []bool
-	// starts are when this token's latest attempts began, by attempt
-	// number (a ring): a handoff that names an attempt was set after it
-	// began (see handedUntil). Set by the call's goroutine.
-	starts [8]attemptStart
-}
-
-// attemptStart is when attempt n of a Lock call began.
-type attemptStart struct {
-	n  int64
-	at time.Time
 }
 
 // Resource returns the name of the locked resource.

@@ -379,6 +379,7 @@ func heldOnEvery(t *testing.T, rc *redistest.Cluster, l *Lock) {
 type roundCounter struct {
 	NoHooks
 	rounds, handoffs atomic.Int64
+	lastRound        atomic.Int64 // when the latest round's hook ran (UnixNano)
 }
 
 func (h *roundCounter) Attempt(_ context.Context, i AttemptInfo) {
@@ -386,6 +387,7 @@ func (h *roundCounter) Attempt(_ context.Context, i AttemptInfo) {
 		h.handoffs.Add(1)
 	} else {
 		h.rounds.Add(1)
+		h.lastRound.Store(time.Now().UnixNano())
 	}
 }
 
@@ -444,6 +446,7 @@ func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 					t.Fatal("the waiter never queued on a majority")
 				}
 				time.Sleep(tc.wait)
+				queued := time.Unix(0, rounds.lastRound.Load()) // the queued attempt had ended by then
 				if err := held.Unlock(t.Context()); errors.Is(err, ErrNoQuorum) {
 					// At load 15 under -race two nodes missed the 300ms
 					// node timeout: the handoffs come late, from the
@@ -481,7 +484,7 @@ func TestReal_handedLockValidityCountsFromTheReservation(t *testing.T) {
 					// Never beyond its queued attempt + the reservation (the
 					// attempt may come a little after the call began: its
 					// first attempt queues only once the Client listens).
-					if q, res := r.l.queuedAt, r.l.cfg.reservation(); q.IsZero() || !until.Before(q.Add(res)) {
+					if q, res := queued, r.l.cfg.reservation(); rounds.rounds.Load() == 0 || !until.Before(q.Add(res)) {
 						t.Errorf("ValidUntil %v after the queued attempt (%v after the call began); want before it + the reservation %v", until.Sub(q), q.Sub(r.start), res)
 					}
 					return

@@ -286,8 +286,8 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 // answers are mostly grants: waiting for them would keep the key there one
 // round trip after the call returned, so that a TryLock right after finds it
 // held (TestReal_evenNNeedsThreeOfFour); those get abandon's release at once.
-func (c *Client) abandonLate(ctx context.Context, l *Lock, t quorum.Tally) {
-	r := l.round
+func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
+	t, r := o.t, o.r
 	if r == nil || t.Votes == nil || l.waiter.Member != "" || t.No <= len(c.nodes)-c.quorum {
 		c.abandon(ctx, l, t)
 		return

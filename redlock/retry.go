@@ -65,15 +65,14 @@ func (c *Client) line(ctx context.Context, resource string) (leave func(), err e
 // votes of the nodes that had not answered then: it waits for them, each
 // until the attempt's node timeout at most (its round's deadline), or
 // Close. An attempt decided early by refusals (a majority impossible)
-// leaves grants that answer after the decision; settle gives those back
+// leaves grants that answer after the decision; giveBack gives those back
 // too. Without it they stayed until the next attempt of the call (a retry
 // delay later) or, if it never came, the TTL: with 8 instances polling one
 // resource, the keys of such late grants on two nodes kept every other
 // caller from a majority for up to 0.5s at a time, about a third of the
 // run (redsync waits for every node before it decides, and has no such
 // gap).
-func (c *Client) final(l *Lock, t quorum.Tally) quorum.Tally {
-	r := l.round
+func (c *Client) final(l *Lock, r *quorum.Round[reply], t quorum.Tally) quorum.Tally {
 	if r == nil || t.Votes == nil || t.Pending == 0 || len(t.Votes) != r.N() {
 		return t
 	}
@@ -102,23 +101,24 @@ wait:
 	return t
 }
 
-// settle is what a failed attempt leaves between two attempts of a Lock
+// giveBack is what a failed attempt leaves between two attempts of a Lock
 // call. The nodes that granted keep our key or pass it on: a queued call
 // yields each to a waiter queued there before it (who is told), so that split
 // votes settle toward the first in the order (ticket, member); a call not
 // queued gives them back.
 // Requests of ours still unanswered may grant later; that is harmless, as
-// the next attempt carries the same token. settle waits for its requests,
+// the next attempt carries the same token. giveBack waits for its requests,
 // each bounded by the node timeout, and reports whether every one
 // answered: if not, a late one could still hand over a key that our next
 // attempt counts, so the caller must go on with a fresh token.
-func (c *Client) settle(ctx context.Context, l *Lock, t quorum.Tally) bool {
+func (q *waiting) giveBack(ctx context.Context, l *Lock, t quorum.Tally) bool {
+	c := q.c
 	if t.Yes == 0 {
 		return true // granted nowhere: nothing to give back
 	}
 	yield := l.waiter.Member != ""
 	if yield {
-		l.yielded = true
+		q.yielded = true
 	}
 	// One registered round (rounds.go), like every request of the lock: a
 	// later release leaves the guard where a yield is unanswered, and a

@@ -14,11 +14,14 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// waiting is how one Lock call waits between its attempts (DESIGN step 9):
-// its place in the queue on the nodes (the ticket, and this Client's
+// waiting is the acquisition of one Lock call, apart from the lease it
+// may produce (the Lock): how it waits between its attempts (DESIGN step
+// 9): its place in the queue on the nodes (the ticket, and this Client's
 // wake-up registration), the retry delay, and what the last wait brought —
 // a key handed over by a majority of releases, which makes the lock ours
-// without a round.
+// without a round; and what its attempts with the current token did
+// (queuedAt, yielded, queueSent, starts: reset with the token, renew).
+// Only the call's goroutine touches it.
 type waiting struct {
 	c      *Client
 	cfg    config
@@ -29,6 +32,28 @@ type waiting struct {
 	// handedUntil is set when the last wait ended with the key handed to
 	// us on a majority: how long that majority's reservations last.
 	handedUntil time.Time
+	// queuedAt is when the first attempt that queued this token started
+	// (zero: none yet): a key handed to the token was set after it, for
+	// the reservation.
+	queuedAt time.Time
+	// yielded is set once giveBack yielded a node of this token: a handoff
+	// message from before the yield may then name a node that is no
+	// longer ours, so the call confirms with an attempt instead.
+	yielded bool
+	// queueSent is set once an acquire carrying the token's member was
+	// sent: until then no entry of it can be queued on any node, and the
+	// acquire script does not look for one (scripts.Waiter.Fresh).
+	queueSent bool
+	// starts are when this token's latest attempts began, by attempt
+	// number (a ring): a handoff that names an attempt was set after it
+	// began (see handoffValidity).
+	starts [8]attemptStart
+}
+
+// attemptStart is when attempt n of a Lock call began.
+type attemptStart struct {
+	n  int64
+	at time.Time
 }
 
 // testTicket, set by tests only, replaces the clock as the source of
@@ -87,8 +112,8 @@ func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
 
 // step is the call's next attempt: a round on the nodes, or, when the last
 // wait ended with the key handed to us on a majority, holding it from the
-// handoffs (validity: their reservations, see handedUntil).
-func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int) (quorum.Tally, error, bool) {
+// handoffs (validity: their reservations, see handoffValidity).
+func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int) outcome {
 	c := q.c
 	if until := q.handedUntil; !until.IsZero() {
 		q.handedUntil = time.Time{}
@@ -97,15 +122,24 @@ func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int)
 			obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: q.w.handed(l.token), Quorum: c.quorum,
 				Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, Handoff: true})
 		}
-		return quorum.Tally{}, err, true
+		return outcome{err: err, settled: true}
 	}
-	if l.waiter.Member != "" {
-		l.waiter.Attempt = int64(attempt)
-		if l.queuedAt.IsZero() {
-			l.queuedAt = time.Now() // before the round starts: a lower bound
-		}
+	w := l.waiter
+	if w.Member == "" {
+		return c.attempt(ctx, callID, l, w)
 	}
-	return c.attempt(ctx, callID, l)
+	l.waiter.Attempt = int64(attempt)
+	w.Attempt = l.waiter.Attempt
+	if q.queuedAt.IsZero() {
+		q.queuedAt = time.Now() // before the round starts: a lower bound
+	}
+	w.Fresh = !q.queueSent
+	q.queueSent = true
+	o := c.attempt(ctx, callID, l, w)
+	if o.r != nil {
+		q.noteStart(w.Attempt, o.r.Started())
+	}
+	return o
 }
 
 // noteDequeued records the nodes whose handoff to l took its entry out
@@ -145,6 +179,8 @@ func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
 	if old.waiter.Member != "" {
 		l.waiter = q.c.queued(l, q.ticket)
 	}
+	// What the attempts did was the old token's.
+	q.queuedAt, q.yielded, q.queueSent, q.starts = time.Time{}, false, false, [8]attemptStart{}
 	if q.w != nil {
 		q.w.retoken(l.token)
 	}
@@ -208,7 +244,7 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 			// Releases handed us the key: on a majority of nodes, it is
 			// ours (step 9); on fewer, wait for the rest, unless only an
 			// attempt can tell.
-			switch verdict, until := c.handedTo(l, q.w); verdict {
+			switch verdict, until := q.handedTo(l); verdict {
 			case handedMajority:
 				q.handedUntil = until
 				return nil
@@ -243,15 +279,16 @@ const (
 )
 
 // handedTo says what the releases that handed l's token the key add up to,
-// and, for a majority, until when the lock may be trusted (handedUntil). A
+// and, for a majority, until when the lock may be trusted (handoffValidity). A
 // confirming attempt (which re-arms a key that holds our token to the
 // TTL) is needed instead with fencing (its counters come with an attempt),
 // for a fixed lease (no renewal would extend the reservations), once the
 // token yielded a node (a message from before the yield may name a node
 // no longer ours), or when too little validity is left for the first
 // renewal (handoffMin): a waiter frozen past its reservation, say.
-func (c *Client) handedTo(l *Lock, w *waiter) (int, time.Time) {
-	att := w.handedAttempts(l.token)
+func (q *waiting) handedTo(l *Lock) (int, time.Time) {
+	c := q.c
+	att := q.w.handedAttempts(l.token)
 	n := 0
 	for _, a := range att {
 		if a >= 0 {
@@ -261,19 +298,19 @@ func (c *Client) handedTo(l *Lock, w *waiter) (int, time.Time) {
 	switch {
 	case n == 0:
 		return handedNone, time.Time{}
-	case l.cfg.fencing || !l.cfg.autoRenew || l.yielded || l.queuedAt.IsZero():
+	case l.cfg.fencing || !l.cfg.autoRenew || q.yielded || q.queuedAt.IsZero():
 		return handedConfirm, time.Time{}
 	case n < c.quorum:
 		return handedFew, time.Time{}
 	}
-	until := l.handedUntil(att, c.quorum)
+	until := q.handoffValidity(l, att)
 	if time.Until(until) < l.cfg.handoffMin() {
 		return handedConfirm, time.Time{}
 	}
 	return handedMajority, until
 }
 
-// handedUntil is the validity that the handoffs att (per node, the attempt
+// handoffValidity is the validity that the handoffs att (per node, the attempt
 // a message named; -1 none) give l's token: the q-th latest of their
 // nodes' deadlines. Node i set the key, for the reservation on its own
 // clock, after the request of the attempt its message names was sent (the
@@ -284,33 +321,32 @@ func (c *Client) handedTo(l *Lock, w *waiter) (int, time.Time) {
 // queued again after a lapse carries a later attempt. An attempt not
 // recorded any more counts from the first attempt that queued the token,
 // which every entry of the token followed.
-func (l *Lock) handedUntil(att []int64, q int) time.Time {
+func (q *waiting) handoffValidity(l *Lock, att []int64) time.Time {
 	var ds []time.Time
 	for _, a := range att {
 		if a >= 0 {
-			ds = append(ds, quorum.Deadline(l.startOf(a), l.cfg.reservation(), l.cfg.drift))
+			ds = append(ds, quorum.Deadline(q.startOf(a), l.cfg.reservation(), l.cfg.drift))
 		}
 	}
 	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
-	return ds[q-1]
+	return ds[q.c.quorum-1]
 }
 
-// noteStart records when the attempt l.waiter.Attempt began (see
-// handedUntil).
-func (l *Lock) noteStart(at time.Time) {
-	if n := l.waiter.Attempt; n > 0 {
-		l.starts[n%int64(len(l.starts))] = attemptStart{n: n, at: at}
+// noteStart records when attempt n began (see handoffValidity).
+func (q *waiting) noteStart(n int64, at time.Time) {
+	if n > 0 {
+		q.starts[n%int64(len(q.starts))] = attemptStart{n: n, at: at}
 	}
 }
 
-// startOf is when attempt n of l began, or, when that is no longer
-// recorded, when the first attempt that queued l's token did: a lower
-// bound either way.
-func (l *Lock) startOf(n int64) time.Time {
+// startOf is when attempt n of the current token began, or, when that is
+// no longer recorded, when the first attempt that queued the token did: a
+// lower bound either way.
+func (q *waiting) startOf(n int64) time.Time {
 	if n > 0 {
-		if s := l.starts[n%int64(len(l.starts))]; s.n == n {
+		if s := q.starts[n%int64(len(q.starts))]; s.n == n {
 			return s.at
 		}
 	}
-	return l.queuedAt
+	return q.queuedAt
 }
