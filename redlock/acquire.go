@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -206,7 +205,6 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	l := &Lock{
 		c:        c,
 		resource: resource,
-		reg:      node.NewLedger(n),
 		keys:     make([]scripts.Keys, n),
 		token:    token,
 		cfg:      cfg,
@@ -222,6 +220,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
+	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout())
 	return l
 }
 

@@ -56,11 +56,10 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return err
 		}
 		testhooks.BeforeExtendSend()
-		late := node.NewLedger(len(c.nodes)) // the round registered nowhere until it is in
-		p := late.Register()
+		p := &node.Pending{Start: time.Now()} // the round registered nowhere until it is in
 		r := l.startExtend(ctx, p)
 		t := r.Collect(ctx, classify, quorum.Majority)
-		l.reg.Track(p)
+		l.tok.Track(p)
 		return l.settle(ctx, r.Started(), t, 0, due)
 	}
 	p, err := l.register(true)

@@ -71,7 +71,7 @@ func (l *Lock) Detach() error {
 	c.mu.Lock()
 	c.forget(l)
 	c.mu.Unlock()
-	l.waitOut()
+	l.tok.WaitOut()
 	l.leaveQueues()
 	return nil
 }

@@ -66,10 +66,10 @@ type Lock struct {
 	// reported, and no hook or OnLost called, for a lock Lock did not
 	// return.
 	returned bool
-	// reg registers every request of the lock that may still land on a
-	// node (the node layer's Ledger): rounds register under mu, in one
-	// step with the check of state (rounds.go).
-	reg *node.Ledger
+	// tok is the lock's token as the node layer sees it (node.Token):
+	// every round and release of the lock goes through it; rounds
+	// register under mu, in one step with the check of state (rounds.go).
+	tok *node.Token
 	// waiter is how the Lock call queues on the nodes (step 9); its zero
 	// value does not queue. Set by the call's goroutine between attempts.
 	waiter scripts.Waiter

@@ -186,14 +186,14 @@ func (l *Lock) needsRetry(i int, err error) bool {
 		// A request of the lock still in flight there may turn out to
 		// have never left the client either (a node that refuses every
 		// dial fails them all): the retry loop asks again (moot).
-		return l.guardFor(i) > 0
+		return l.tok.Guard(i) > 0
 	}
 	return true
 }
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
 // with the token's guard, for nodes where a request of the lock may still
-// be in flight (guardFor). Both carry our queue member, so that the script
+// be in flight (node.Token.Guard). Both carry our queue member, so that the script
 // takes out any entry of ours left there: a release must never leave one
 // for a later one to hand the key to a finished token. unqueued (non-nil
 // when some node handed us the key: l.dequeued) has no member: for a node
@@ -211,7 +211,7 @@ func (l *Lock) releaseArgs() *relArgs {
 		args.unqueued = scripts.Unqueued(args.plain)
 	}
 	for i := range l.keys {
-		if l.guardFor(i) > 0 {
+		if l.tok.Guard(i) > 0 {
 			args.guarded = l.guardArgs()
 			break
 		}
@@ -221,13 +221,13 @@ func (l *Lock) releaseArgs() *relArgs {
 
 // guardArgs are the release's arguments with the guard.
 func (l *Lock) guardArgs() []any {
-	return scripts.ReleaseArgs(l.token, l.guardTTL(), l.waiter, false, l.c.wakeArg())
+	return scripts.ReleaseArgs(l.token, l.tok.GuardTTL(), l.waiter, false, l.c.wakeArg())
 }
 
 // argsFor returns the arguments for node i: with the guard where a request of
 // the lock may still be in flight there.
 func (l *Lock) argsFor(args *relArgs, i int) []any {
-	if l.guardFor(i) == 0 {
+	if l.tok.Guard(i) == 0 {
 		if args.unqueued != nil && l.dequeued[i] {
 			return args.unqueued // no entry of ours can be left there
 		}
@@ -300,7 +300,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 	deadline := r.Started().Add(l.cfg.timeout())
 	for i := range c.nodes {
 		vote := t.Votes[i]
-		if vote == quorum.No && l.guardFor(i) == 0 {
+		if vote == quorum.No && l.tok.Guard(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
 		done := c.releaseBegin(l.keys[i], i)
@@ -316,7 +316,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 				case <-c.closing:
 				}
 				tm.Stop()
-				if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours && l.guardFor(i) == 0 {
+				if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours && l.tok.Guard(i) == 0 {
 					return // it refused: nothing of ours there
 				}
 			}
@@ -343,7 +343,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	dctx := context.WithoutCancel(ctx)
 	args := l.releaseArgs()
 	for i := range c.nodes {
-		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.guardFor(i) == 0 {
+		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.tok.Guard(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
 		done := c.releaseBegin(l.keys[i], i)

@@ -20,7 +20,7 @@ import (
 // node sends its pending releases, up to relChunk of them in one pipeline,
 // until the node answers each. A release that never left the client (the
 // dial was refused, the name did not resolve) cannot land, and one is queued
-// for it only where a request of the lock may still land (guardFor).
+// for it only where a request of the lock may still land (node.Token.Guard).
 //
 // Memory: a pending release is the lock's keys on that node (a
 // scripts.Keys value, 232 bytes, whose strings and slices it shares with
@@ -58,7 +58,7 @@ type pendingRelease struct {
 // moot reports whether e need not be sent to node i: it never left the
 // client, and no request of its lock can land there.
 func (e *pendingRelease) moot(i int) bool {
-	return e.unsent != nil && e.unsent.guardFor(i) == 0
+	return e.unsent != nil && e.unsent.tok.Guard(i) == 0
 }
 
 // releaser owns the per-node retry loops of a Client.

@@ -9,47 +9,43 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
 )
 
-// How a lock's rounds use the node layer's registry (node.Ledger, DESIGN
-// step 4): register registers a round under l.mu, in one step with the
-// check that the lock may send it, and fixes its start; startRound sends it
-// from that start. So a round registered before a release has its deadline
-// at most a node timeout after the release, whenever its goroutine gets to
-// send it, and the release's guard (guardFor) covers it; a round that would
-// come after the release is never registered, so never sent.
+// How a lock's rounds use the node layer's unit (node.Token, DESIGN step
+// 4): register registers a round in one step with the check that the lock
+// may send it (under l.mu, as Unlock's, Detach's and Close's finish change
+// the state), and fixes its start; startRound sends it from that start.
 
 // register registers a round of l before anything of it is sent, and fixes
-// its start. With held, it does so only in one step with the check that the
-// lock is held and valid (under l.mu, as Unlock's, Detach's and Close's
-// finish change the state): a release that comes later sees the round
-// pending — every node unanswered, so it leaves the guard — and a round
-// that would come after the release is never registered; it then returns
-// the error of usable. Without held (an acquire attempt, its fence commit
-// and yields, Resume's rounds, Detach's leaving the queues: the lock is not
+// its start (node.Token.Register). With held, it does so only in one step
+// with the check that the lock is held and valid; it then returns the
+// error of usable. Without held (an acquire attempt, its fence commit and
+// yields, Resume's rounds, Detach's leaving the queues: the lock is not
 // handed out, and its release comes from the same goroutine after the
 // round), it always registers.
 func (l *Lock) register(held bool) (*node.Pending, error) {
+	open := l.heldNow
+	if !held {
+		open = nil
+	}
 	for {
-		l.mu.Lock()
-		if !held || l.state == stateHeld && time.Now().Before(l.validUntil) {
-			p := l.reg.Register()
-			l.mu.Unlock()
+		if p, ok := l.tok.Register(&l.mu, open); ok {
 			return p, nil
 		}
-		l.mu.Unlock()
 		if err := l.usable(); err != nil {
 			return nil, err
 		}
 	}
 }
 
+// heldNow reports whether l is held and valid. l.mu is held.
+func (l *Lock) heldNow() bool { return l.state == stateHeld && time.Now().Before(l.validUntil) }
+
 // startRound sends the registered round p to every node (node.Send).
 func startRound[T any](ctx context.Context, l *Lock, p *node.Pending, timeout time.Duration, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
-	return node.Send(ctx, p, len(l.c.nodes), timeout, &l.c.wg, fn)
+	return node.Send(ctx, l.tok, p, timeout, &l.c.wg, fn)
 }
 
 // round registers a round of l and sends it (register, startRound).
@@ -59,52 +55,6 @@ func round[T any](ctx context.Context, l *Lock, held bool, timeout time.Duration
 		return nil, err
 	}
 	return startRound(ctx, l, p, timeout, fn), nil
-}
-
-// guardFor returns how long node i must refuse requests of this lock after
-// its release: 0 when every request of the lock there has been answered
-// (none can land later), else the guard's lifetime (see guardTTL).
-func (l *Lock) guardFor(i int) time.Duration {
-	if l.reg.Unanswered(i) {
-		return l.guardTTL()
-	}
-	return 0
-}
-
-// guardTTL is how long a release's guard stays: until no request of ours
-// can land on a node with its not-after bound still ahead of the node's
-// clock (node.Set.GuardLifetime: about a node timeout plus the clock
-// estimates' error; twice the TTL for a node that was sent a request
-// without a bound). A request that lands later is refused by its bound,
-// however late. The guard is a key of its own, so it keeps nobody else
-// waiting.
-func (l *Lock) guardTTL() time.Duration {
-	if testhooks.SkipReleaseGuard.Load() {
-		return 0 // a negative control of the chaos checker
-	}
-	return l.c.set.GuardLifetime(l.keys, l.cfg.ttl, l.cfg.timeout())
-}
-
-// waitOut waits until no request of l can land on any node any more:
-// every registered round has been sent and has settled, or passed its
-// deadline, and, where a request went unanswered, for as long as the
-// release's guard would stay (guardFor), by which time the node's clock has
-// passed its not-after bound. Detach calls it: the lock's next owner knows
-// nothing of our requests, so they must be over before it is handed on. It
-// takes at most about twice the node timeout plus the clock estimates'
-// error; nothing when every request was answered.
-func (l *Lock) waitOut() {
-	if testhooks.DetachSkipsWait.Load() {
-		return // a negative control: Detach before issue 30
-	}
-	l.reg.WaitSent(l.cfg.timeout())
-	var g time.Duration
-	for i := range l.keys {
-		g = max(g, l.guardFor(i))
-	}
-	if g > 0 {
-		time.Sleep(g)
-	}
 }
 
 // site says what a request is for, so that a failure can be reported.

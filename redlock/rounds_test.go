@@ -21,7 +21,7 @@ func (allAnswered) Settled() bool     { return true }
 // TestRounds_unansweredNodeOutlivesItsRound: once a round has settled with
 // a node unanswered and a later round drops it from the registry, the
 // lock's release still leaves the guard on that node, and only there (a
-// Lock's registry must know its nodes: before NewLedger, a Lock's registry
+// Lock's registry must know its nodes: before the registry knew its nodes, a Lock's registry
 // counted none and forgot such a node).
 func TestRounds_unansweredNodeOutlivesItsRound(t *testing.T) {
 	t.Parallel()
@@ -42,8 +42,8 @@ func TestRounds_unansweredNodeOutlivesItsRound(t *testing.T) {
 	}
 	q.Attach(allAnswered{})
 	for i, want := range []bool{false, true, false} {
-		if got := l.guardFor(i) > 0; got != want {
-			t.Errorf("guardFor(%d) > 0 = %v after the round was dropped; want %v", i, got, want)
+		if got := l.tok.Guard(i) > 0; got != want {
+			t.Errorf("Guard(%d) > 0 = %v after the round was dropped; want %v", i, got, want)
 		}
 	}
 }

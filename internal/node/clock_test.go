@@ -111,7 +111,7 @@ func TestClock_guardLifetime(t *testing.T) {
 		// Node i's clock runs 10s ahead of ours, known within ±1ms.
 		s.Nodes[i].clock.est.Store(&clockEstimate{at: now, nodeUS: now.Add(10 * time.Second).UnixMicro(), err: time.Millisecond})
 	}
-	g := s.GuardLifetime(nil, ttl, timeout)
+	g := s.guardLifetime(nil, ttl, timeout)
 	// A node timeout, four clock errors (each 1ms + 1% of ≤ 100ms), the
 	// margin, rounding.
 	if lo, hi := timeout+4*time.Millisecond, timeout+12*time.Millisecond; g < lo || g > hi {
@@ -120,16 +120,16 @@ func TestClock_guardLifetime(t *testing.T) {
 	// A bound already sent far ahead (a request from a stale estimate)
 	// keeps the guard until the node's clock has passed it.
 	s.Nodes[1].clock.maxBound.Store(now.Add(10*time.Second + 2*time.Second).UnixMilli())
-	if g := s.GuardLifetime(nil, ttl, timeout); g < 2*time.Second || g > 2*time.Second+20*time.Millisecond {
+	if g := s.guardLifetime(nil, ttl, timeout); g < 2*time.Second || g > 2*time.Second+20*time.Millisecond {
 		t.Errorf("GuardLifetime with a bound 2s ahead = %v; want about 2s", g)
 	}
 	s.Nodes[1].clock.maxBound.Store(0)
 	s.Nodes[2].clock.est.Store(nil)
-	if g, want := s.GuardLifetime(nil, ttl, timeout), 2*(timeout+timeout)+2*time.Millisecond; g != want {
+	if g, want := s.guardLifetime(nil, ttl, timeout), 2*(timeout+timeout)+2*time.Millisecond; g != want {
 		t.Errorf("GuardLifetime with a clock not known = %v; want %v", g, want)
 	}
 	s.Nodes[0].clock.unbounded.Store(true)
-	if g := s.GuardLifetime(nil, ttl, timeout); g != 2*ttl {
+	if g := s.guardLifetime(nil, ttl, timeout); g != 2*ttl {
 		t.Errorf("GuardLifetime after an unbounded request = %v; want %v", g, 2*ttl)
 	}
 }

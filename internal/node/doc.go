@@ -16,16 +16,17 @@
 //   - each server's clock (clock.go, guardclock.go): every request's
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for
-//     the bounds sent (Set.GuardLifetime);
+//     the bounds sent (Token.GuardTTL);
 //   - what a failed request may have done (Unsent, Answered, NeverWrote):
 //     it counts as never sent only when it provably wrote no byte;
-//   - the registry of every request in flight per lock token (Ledger),
-//     with each round's start — so its deadline and its requests' not-after
-//     bounds — fixed when it is registered, before any point where it can
-//     be delayed. A release reads it to know where a request of the token
-//     may still land, and for how long (DESIGN step 4).
+//   - the round as its unit (Token, token.go): per lock token, the
+//     registry of every request in flight, with each round's start — so
+//     its deadline and its requests' not-after bounds — fixed when it is
+//     registered, before any point where it can be delayed; and the size
+//     of a release's guard, from where a request of the token may still
+//     land, and for how long (DESIGN step 4).
 //
-// The package knows nothing of locks: a token's Ledger is kept by its
-// Lock, which registers under its own mutex in one step with the check
-// that it may still send.
+// The package knows nothing of locks: a Token is kept by its Lock, which
+// passes its own mutex and held check to Register, so that a round is
+// registered in one step with the check that it may still send.
 package node

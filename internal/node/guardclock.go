@@ -13,7 +13,7 @@ import (
 
 // What a Client knows of its servers' clocks (clock.go says how requests
 // use it), and how long a release's guard must stay for the bounds it sent
-// (GuardLifetime).
+// (guardLifetime).
 
 // masterClock is what a Client knows of one server's clock: a plain node,
 // or one master of a Cluster node.
@@ -73,7 +73,7 @@ type clockProbe struct {
 	fake func(ctx context.Context) (time.Time, error)
 }
 
-// GuardLifetime is how long a release's guard must stay on the nodes
+// guardLifetime is how long a release's guard must stay on the nodes
 // (DESIGN step 4), for a lock with these keys (one per node), TTL and node
 // timeout: until the clock of the server holding the key on each node (the
 // key's master on a Cluster node) has surely passed the bound of every
@@ -86,7 +86,7 @@ type clockProbe struct {
 // estimate whose error is at most half the probe's timeout). A node that
 // was ever sent a request without a bound keeps the guard of before, twice
 // the TTL.
-func (s *Set) GuardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) time.Duration {
+func (s *Set) guardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) time.Duration {
 	const margin = 2 * time.Millisecond
 	now := time.Now()
 	drift := s.cfg.Drift

@@ -43,7 +43,7 @@ var (
 // It is set for the whole package: the draws are shared by the bubbles
 // running at once, so their order follows scheduling (as the jitter of
 // the fault layer does). A round's not-after bound is fixed when it is
-// registered (internal/node's Ledger), before the delay. The default stays
+// registered (internal/node's Token), before the delay. The default stays
 // below the node timeout; a delay longer than the node timeout (say
 // -sim.send-delay=1s) makes renewals miss their deadlines, and a live Do
 // hold whose renewals do not leave looks like a token given up: the

@@ -3,27 +3,28 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// TestLedger_deadlineFixedAtRegistration is issue 30 item 1 at the layer
+// TestToken_deadlineFixedAtRegistration is issue 30 item 1 at the layer
 // that owns it: a round registered, then held before it is sent, keeps
 // the deadline its registration fixed, and counts as unanswered on every
 // node until its requests answer.
-func TestLedger_deadlineFixedAtRegistration(t *testing.T) {
+func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewLedger(3)
-		p := g.Register()
+		g := &Token{n: 3}
+		p, _ := g.Register(new(sync.Mutex), nil)
 		for i := range 3 {
-			if !g.Unanswered(i) {
+			if !g.unanswered(i) {
 				t.Errorf("Unanswered(%d) = false for a registered round not sent yet; want true", i)
 			}
 		}
 		time.Sleep(400 * time.Millisecond) // the sender is descheduled
 		var deadlines [3]time.Time
-		r := Send(context.Background(), p, 3, 500*time.Millisecond, nil, func(ctx context.Context, i int) (int, error) {
+		r := Send(context.Background(), g, p, 500*time.Millisecond, nil, func(ctx context.Context, i int) (int, error) {
 			deadlines[i], _ = ctx.Deadline()
 			if i == 2 {
 				<-ctx.Done() // a node that never answers
@@ -38,27 +39,28 @@ func TestLedger_deadlineFixedAtRegistration(t *testing.T) {
 			}
 		}
 		for i, want := range []bool{false, false, true} {
-			if got := g.Unanswered(i); got != want {
+			if got := g.unanswered(i); got != want {
 				t.Errorf("Unanswered(%d) = %v after the round; want %v", i, got, want)
 			}
 		}
 		// Settled rounds leave the list; the node that did not answer is
 		// remembered for good.
 		g.Track(RoundOf(r))
-		if !g.Unanswered(2) {
+		if !g.unanswered(2) {
 			t.Error("Unanswered(2) = false once the round was dropped; want true for good")
 		}
 	})
 }
 
-// TestLedger_callerCancelDoesNotCutRequests: a round's requests end at
+// TestToken_callerCancelDoesNotCutRequests: a round's requests end at
 // their deadline, not when the caller cancels (issue 30 item 8).
-func TestLedger_callerCancelDoesNotCutRequests(t *testing.T) {
+func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := NewLedger(1)
+		g := &Token{n: 1}
 		ctx, cancel := context.WithCancel(context.Background())
 		var got error
-		r := Send(ctx, g.Register(), 1, time.Second, nil, func(ctx context.Context, _ int) (int, error) {
+		p, _ := g.Register(new(sync.Mutex), nil)
+		r := Send(ctx, g, p, time.Second, nil, func(ctx context.Context, _ int) (int, error) {
 			select {
 			case <-ctx.Done():
 				got = ctx.Err()
