@@ -250,30 +250,24 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.
 
 // try is attempt without the hook.
 func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter) outcome {
-	cfg, n := l.cfg, len(c.nodes)
+	cfg := l.cfg
 	// The arguments are boxed once for every node; each node's not-after
-	// bound (step 4, internal/node/clock.go) has its slot in one slice, sent by pointer.
+	// bound (step 4) is the node layer's (node.Request).
 	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
-	bounds := make([]int64, n)
 	// Step 1: one parallel round on every node, registered first (rounds.go),
-	// after our own releases of the key in flight as it is (releasesBefore).
-	before := c.releasesBefore(l.keys)
-	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
+	// after our own releases of the key in flight as it is (node.Token.Follow).
+	p, _ := l.register(false)
+	l.tok.Follow(p)
+	r := startRound(ctx, l, p, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		if f := testhooks.AcquirePause.Load(); f != nil { // a test's late request
 			(*f)(l.keys[i].Lock, i)
 		}
-		awaitReleases(ctx, before, i) // our own releases there land first (rounds.go)
-		return call(c, ctx, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
-			if err != nil {
-				return reply{}, err
-			}
-			bounds[i] = b
+		return request(c, ctx, l, p, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter, notAfter *int64) (reply, error) {
 			if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
-				ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, &bounds[i], cfg.restartGuard)
+				ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, notAfter, cfg.restartGuard)
 				return reply{ours: ok, fence: fence}, restartGuardError(err)
 			}
-			ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, &bounds[i])
+			ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, notAfter)
 			return reply{ours: ok, fence: fence}, err
 		})
 	})

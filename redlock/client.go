@@ -101,9 +101,6 @@ type Client struct {
 	lineMu sync.Mutex                 // protects lines
 	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
 
-	relMu     sync.Mutex                 // protects releasing
-	releasing map[relKey][]chan struct{} // this Client's releases in flight, per lock key and node (rounds.go)
-
 	mu      sync.Mutex // protects closed, locks, maxWait
 	closed  bool
 	locks   map[*Lock]struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +57,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 			return err
 		}
 		testhooks.BeforeExtendSend()
-		p := &node.Pending{Start: time.Now()} // the round registered nowhere until it is in
+		p, _ := c.set.Token(l.keys, l.cfg.ttl, l.cfg.timeout()).Register(new(sync.Mutex), nil) // the round registered nowhere until it is in
 		r := l.startExtend(ctx, p)
 		t := r.Collect(ctx, classify, quorum.Majority)
 		l.tok.Track(p)
@@ -84,15 +85,9 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
 	c := l.c
 	ext := l.extendCalls()
-	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, internal/node/clock.go)
 	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
-			if err != nil {
-				return reply{}, err
-			}
-			bounds[i] = b
-			e, err := ext[i].Extend(ctx, s, &bounds[i])
+		return request(c, ctx, l, p, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter, notAfter *int64) (reply, error) {
+			e, err := ext[i].Extend(ctx, s, notAfter)
 			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 		})
 	})

@@ -108,7 +108,7 @@ func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	q := l.c.quorum
 	dones := make([]func(), len(l.c.nodes))
 	for i := range dones {
-		dones[i] = l.c.releaseBegin(l.keys[i], i)
+		dones[i] = l.tok.ReleaseBegin(i)
 	}
 	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
 		defer dones[i]()
@@ -303,7 +303,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 		if vote == quorum.No && l.tok.Guard(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.keys[i], i)
+		done := l.tok.ReleaseBegin(i)
 		c.wg.Go(func() {
 			defer done()
 			if vote != quorum.Yes {
@@ -346,7 +346,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.tok.Guard(i) == 0 {
 			continue // refused, and no request of ours unanswered: nothing of ours there
 		}
-		done := c.releaseBegin(l.keys[i], i)
+		done := l.tok.ReleaseBegin(i)
 		c.wg.Go(func() {
 			defer done()
 			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -139,6 +140,9 @@ type Set struct {
 	Nodes []Node
 	cfg   Config
 	ids   idKeys // this Client's identity keys, one per node
+
+	relMu     sync.Mutex                 // protects releasing
+	releasing map[relKey][]chan struct{} // this Client's releases in flight, per lock key and node (order.go)
 }
 
 // Config is what a Set needs of its Client.

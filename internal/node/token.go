@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -58,6 +60,14 @@ type Pending struct {
 	Start time.Time
 	r     Inflight    // written once by Attach, before attached is set
 	sent  atomic.Bool // r is set
+	// before are, per node, the Client's own releases of the token's keys
+	// in flight when the round was registered, which its requests follow
+	// (Token.Follow; nil: none).
+	before [][]chan struct{}
+	// bounds are, per node, the not-after bound its request carries
+	// (Request), in small when there are few nodes.
+	bounds []int64
+	small  [5]int64
 }
 
 // Register registers a round of the token that starts now, before
@@ -74,8 +84,44 @@ func (g *Token) Register(lk sync.Locker, open func() bool) (*Pending, bool) {
 		return nil, false
 	}
 	p := &Pending{Start: time.Now()}
+	if g.n <= len(p.small) {
+		p.bounds = p.small[:g.n]
+	} else {
+		p.bounds = make([]int64, g.n)
+	}
 	g.Track(p)
 	return p, true
+}
+
+// Follow makes the requests of the round p, just registered, go on each
+// node after the Client's own releases of the token's keys in flight there
+// now (Set.ReleaseBegin): an acquire's, so that its own leftovers never
+// refuse it. A release that begins later is never one it must follow, and
+// may be its own call's cleanup, which waits for the request's answer.
+func (g *Token) Follow(p *Pending) {
+	p.before = g.set.releasesBefore(g.keys)
+}
+
+// ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
+func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
+
+// Request runs fn on node i as the request there of the round p of token
+// g, through Call with the Set's gates for a lock request: after the
+// Client's own releases that p follows (Follow), and with node i's
+// not-after bound for the token's key (Set.NotAfter), which fn passes on
+// to its script. The bound is kept in p, and fn gets a pointer to it, so
+// that the script's arguments box it once.
+func Request[T any](ctx context.Context, g *Token, p *Pending, i int, fn func(ctx context.Context, s redis.Scripter, notAfter *int64) (T, error)) (T, error) {
+	awaitReleases(ctx, p.before, i) // our own releases there land first (Follow)
+	return Call(ctx, g.set, i, true, g.timeout, func(ctx context.Context, s redis.Scripter) (T, error) {
+		b, err := g.set.NotAfter(ctx, i, g.keys[i].Lock)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		p.bounds[i] = b
+		return fn(ctx, s, &p.bounds[i])
+	})
 }
 
 // Attach gives p its requests.
