@@ -18,7 +18,8 @@ import (
 //   - latency in the quiet phase (Plan.QuietLag): for 0.8–1.5 s of the
 //     quiet phase, one Client's links to one node, or every link to one
 //     node other than the last, add a quarter to 0.45 of a node timeout
-//     each way (a round trip of half a node timeout to nearly one). It is
+//     each way (a round trip of half a node timeout to nearly one), or
+//     every link of one Client does. It is
 //     not a fault: requests still answer within the node timeout, so
 //     spurious-loss, unlock-not-held and the liveness bounds hold through
 //     it, and a bound computed at the wrong instant (a not-after bound
@@ -58,8 +59,11 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 			Node:   r.IntN(p.Nodes - 1),
 			Client: -1,
 		}
-		if r.IntN(2) == 0 {
-			q.Client = r.IntN(p.Clients)
+		switch r.IntN(3) {
+		case 0:
+			q.Client = r.IntN(p.Clients) // one link
+		case 1:
+			q.Client, q.Node = r.IntN(p.Clients), -1 // every link of one Client
 		}
 		p.QuietLag = q
 	}
@@ -101,11 +105,14 @@ type QuietLag struct {
 
 // String is the latency in a plan's line.
 func (q *QuietLag) String() string {
-	who := "every link"
-	if q.Client >= 0 {
-		who = fmt.Sprintf("c%d's link", q.Client)
+	who := fmt.Sprintf("every link to n%d", q.Node)
+	switch {
+	case q.Node < 0:
+		who = fmt.Sprintf("every link of c%d", q.Client)
+	case q.Client >= 0:
+		who = fmt.Sprintf("c%d's link to n%d", q.Client, q.Node)
 	}
-	return fmt.Sprintf("quiet lag: %s to n%d +%v each way, @%v for %v after the settling", who, q.Node, q.Delay, q.At, q.For)
+	return fmt.Sprintf("quiet lag: %s +%v each way, @%v for %v after the settling", who, q.Delay, q.At, q.For)
 }
 
 // quietLag applies the plan's QuietLag (not a fault: see drawIssue42).
@@ -116,11 +123,16 @@ func (e *Env) quietLag(q *QuietLag) {
 	}
 	n := e.cl.net
 	set := func(d time.Duration) {
-		if q.Client < 0 {
+		switch {
+		case q.Node < 0:
+			for i := range pl.Nodes {
+				n.setDelay(q.Client, i, d)
+			}
+		case q.Client < 0:
 			n.setSlow(q.Node, d)
-			return
+		default:
+			n.setDelay(q.Client, q.Node, d)
 		}
-		n.setDelay(q.Client, q.Node, d)
 	}
 	set(q.Delay)
 	e.History.Note("%v: on", q)

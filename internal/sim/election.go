@@ -169,7 +169,10 @@ func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *ra
 		h.Note("c%d Campaign: term %d fence %d (%.8s)", c, x.ID, x.Fence, x.Token)
 		d := time.Duration(r.IntN(30)) * grid
 		if r.IntN(8) == 0 {
-			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL/2)))
+			// Half a TTL to one and a half (issue 42: past the lease the
+			// identity was first written for, so that its refresh
+			// matters).
+			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL)))
 		}
 		if p.freezeLeader(env, c) {
 			d = 2 * pl.TTL

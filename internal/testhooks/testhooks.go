@@ -123,6 +123,15 @@ var AcquirePause atomic.Pointer[func(key string, node int)]
 // simulator's residue check must catch (left-behind, issue 42).
 var AbandonSkipsRelease atomic.Bool
 
+// AbandonNodes returns n, or 0 under AbandonSkipsRelease: the nodes a
+// failed attempt's cleanup releases.
+func AbandonNodes(n int) int {
+	if AbandonSkipsRelease.Load() {
+		return 0
+	}
+	return n
+}
+
 // CloseKeepsIdentity makes Close leave its identity keys (internal/node's
 // node check) on the nodes for their hour, which the simulator's residue
 // check must catch (close-left, issue 42).
