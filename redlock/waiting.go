@@ -107,7 +107,7 @@ func (c *Client) queued(l *Lock, ticket int64) scripts.Waiter {
 	if testhooks.HandoffFullTTL.Load() {
 		reserve = l.cfg.ttl // a negative control: the handoff before the reservation
 	}
-	return scripts.Waiter{Member: scripts.Member(c.id, reserve, l.token), Ticket: ticket, Lapse: l.cfg.queueLife()}
+	return scripts.Waiter{Member: scripts.Member(c.id, reserve, l.token), Ticket: ticket, Lapse: testhooks.Lapse(l.cfg.queueLife())}
 }
 
 // step is the call's next attempt: a round on the nodes, or, when the last

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // identity is what a Client knows of one node's identity.
@@ -188,7 +189,7 @@ func (s *Set) Duplicate() error {
 // identity key was left for its hour at load 6 under -race). One bound,
 // timeout, covers the wait and the DEL.
 func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
-	if len(s.Nodes) == 1 {
+	if len(s.Nodes) == 1 || testhooks.CloseKeepsIdentity.Load() {
 		return
 	}
 	for i := range s.Nodes {

@@ -94,7 +94,7 @@ func (p *LockProfile) tieBursts(env *Env, c int) {
 		if !env.SleepUntil(env.At(pl.Healed() + frozenWaiterAfter + time.Duration(k)*700*time.Millisecond)) {
 			return
 		}
-		p.lockOnce(env, c, env.Clients[c], env.Rand(fmt.Sprintf("tie %d/%d", c, k)), res, false)
+		p.lockOnce(env, c, env.Clients[c], env.Rand(fmt.Sprintf("tie %d/%d", c, k)), env.Rand(fmt.Sprintf("tie42 %d/%d", c, k)), res, false)
 	}
 }
 
@@ -302,10 +302,15 @@ func (p *LockProfile) holdYields(env *Env) {
 // returns once it was sent (the slowed links hold it) with its end to
 // wait for. The slowing is undone at once: the chunks read meanwhile keep
 // their delay.
-func extendInFlight(env *Env, r *rand.Rand, c int, l *redlock.Lock, ctx context.Context) (wait func()) {
+func extendInFlight(env *Env, r *rand.Rand, c int, l *redlock.Lock, ctx context.Context, one bool) (wait func()) {
 	pl := env.Plan
 	n := env.cl.net
 	slowed := r.Perm(pl.Nodes)[:1+r.IntN(2)]
+	if one {
+		// A single node other than the last (issue 42: the draw above
+		// never singled one out).
+		slowed = []int{slowed[0] % (pl.Nodes - 1)}
+	}
 	from := time.Now()
 	before := make([]time.Duration, len(slowed))
 	for k, i := range slowed {

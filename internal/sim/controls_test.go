@@ -73,6 +73,20 @@ var controls = []control{
 	// network past the guard (the plan's YieldHold, aimed.go), it queues
 	// a token given up again, and a release hands it the key.
 	{"yield-unbounded", []*atomic.Bool{&testhooks.YieldUnbounded}, "key-back", 11, false},
+	// A failed or cancelled attempt's cleanup sends no release (issue
+	// 42): its grants stay until their TTL, a token given up left behind.
+	{"abandon-skips-release", []*atomic.Bool{&testhooks.AbandonSkipsRelease}, "left-behind", 3, false},
+	// Close leaves the Client's identity keys for their hour (issue 42).
+	{"close-keeps-identity", []*atomic.Bool{&testhooks.CloseKeepsIdentity}, "close-left", 1, false},
+	// A queue entry lapses ten times later than its stated life (issue
+	// 42): an entry of a waiter gone holds the queue up that long.
+	{"lapse-tenfold", []*atomic.Bool{&testhooks.LapseTenfold}, "expiry-bound", 1, false},
+	// Leader answers ErrNoLeader while a majority holds a term's
+	// identity (issue 42).
+	{"leader-sees-none", []*atomic.Bool{&testhooks.LeaderSeesNone, &electionSeeds}, "leader-current", 18, false},
+	// The nodes hold tokens no Client sent (the fault layer rewrites
+	// them on the way, issue 42): the ownership check must see it.
+	{"tokens-rewritten", []*atomic.Bool{&tokensRewritten}, "ownership", 1, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -70,6 +71,7 @@ type ElectionProfile struct {
 type answer struct {
 	at   time.Time
 	term string
+	end  time.Time // Leader returned (zero for Observe's deliveries)
 }
 
 // Name is "election".
@@ -163,10 +165,14 @@ func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *ra
 		x.ID = len(p.terms)
 		p.terms = append(p.terms, x)
 		p.mu.Unlock()
+		h.own(l.Term, c, "term")
 		h.Note("c%d Campaign: term %d fence %d (%.8s)", c, x.ID, x.Fence, x.Token)
 		d := time.Duration(r.IntN(30)) * grid
 		if r.IntN(8) == 0 {
-			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL/2)))
+			// Half a TTL to one and a half (issue 42: past the lease the
+			// identity was first written for, so that its refresh
+			// matters).
+			d = pl.TTL/2 + time.Duration(r.Int64N(int64(pl.TTL)))
 		}
 		if p.freezeLeader(env, c) {
 			d = 2 * pl.TTL
@@ -190,6 +196,7 @@ func (p *ElectionProfile) candidate(env *Env, c int, e *election.Election, r *ra
 		p.mu.Lock()
 		x.Released = time.Now()
 		p.mu.Unlock()
+		h.giveUp(l.Term, x.Released)
 		if err != nil {
 			h.Note("c%d term %d resign: %v", c, x.ID, firstLine(err))
 		}
@@ -229,11 +236,11 @@ func (p *ElectionProfile) observer(env *Env, e *election.Election, r *rand.Rand)
 	for nextGrid(env, r, 10) {
 		at := time.Now()
 		l, err := e.Leader(env.ctx)
-		if err != nil {
-			continue
+		if err != nil && !errors.Is(err, election.ErrNoLeader) {
+			continue // too few nodes answered: no answer
 		}
 		p.mu.Lock()
-		p.answers = append(p.answers, answer{at: at, term: l.Term})
+		p.answers = append(p.answers, answer{at: at, term: l.Term, end: time.Now()})
 		p.mu.Unlock()
 	}
 }
@@ -295,10 +302,38 @@ overlap:
 			break
 		}
 	}
+	p.checkCurrent(env, xs)
 	p.checkObserve(env, xs, started)
 	h.mu.Lock()
 	h.livenessLocked("leader-liveness", p.waits, p.terms, env.At(pl.Healed()), env.At(pl.Duration()), pl.ElectionBound(), nil)
 	h.mu.Unlock()
+}
+
+// checkCurrent is leader-current (issue 42): a Leader call made while a
+// term held from before the call to after its answer, with no fault of any
+// kind (spikes, freezes, extension pauses) from a TTL before that term
+// began to the answer, names that term: its identity stood on a majority
+// from before Campaign returned (Campaign proclaims it there first), its
+// refreshes land while its lock is renewed, and only its Resign withdraws
+// it. A Leader that reads a minority, names the zero Leader while a term
+// holds, or a term that refreshes its identity too late, fails it.
+// p.mu is held.
+func (p *ElectionProfile) checkCurrent(env *Env, xs []*Hold) {
+	h := env.History
+	pl := env.Plan
+	for _, a := range p.answers {
+		i := slices.IndexFunc(xs, func(x *Hold) bool { return !x.Start.After(a.at) && x.End.After(a.end) })
+		if i < 0 {
+			continue
+		}
+		x := xs[i]
+		if a.term == x.Token || env.faults.any(x.Start.Add(-pl.TTL), a.end) {
+			continue
+		}
+		h.violateAt(a.at, "leader-current", "Leader called at %v (answered at %v) named %q while term %d (c%d, %v..%v, %.8s) held, with no fault since %v",
+			h.since(a.at), h.since(a.end), a.term, x.ID, x.Client, h.since(x.Start), h.since(x.End), x.Token, h.since(x.Start.Add(-pl.TTL)))
+		return
+	}
 }
 
 // checkObserve checks observe-order and observe-liveness (see

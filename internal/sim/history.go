@@ -20,7 +20,16 @@ type History struct {
 	events []string // faults and notes, in order, for the report
 	viol   []Violation
 	byTok  map[string]*Hold
-	limit  int // most events kept for the report
+	owners map[string]*owner // every token the workload was given (residue.go)
+	limit  int               // most events kept for the report
+}
+
+// owner is what the workload knows of one token it was given: a lock, a
+// read or write lock, a permit or an election term (residue.go).
+type owner struct {
+	client   int
+	what     string
+	released time.Time // when the workload gave it up (Unlock, Resign, a refused Resume, Close returned); zero while held
 }
 
 // Hold is one lock returned by Lock, TryLock or Do.
@@ -75,7 +84,7 @@ type Violation struct {
 func (v Violation) String() string { return fmt.Sprintf("%s at %v: %s", v.Invariant, v.At, v.Detail) }
 
 func newHistory() *History {
-	return &History{start: time.Now(), byTok: make(map[string]*Hold), limit: 20000}
+	return &History{start: time.Now(), byTok: make(map[string]*Hold), owners: make(map[string]*owner), limit: 20000}
 }
 
 // since is t as an offset from the run's start.
@@ -109,6 +118,7 @@ func (h *History) hold(client int, resource, token string, fence int64, op strin
 	h.holds = append(h.holds, x)
 	if token != "" {
 		h.byTok[token] = x
+		h.ownLocked(token, client, op)
 	}
 	h.noteLocked("c%d %s %s: hold %d fence %d token %.8s", client, op, resource, x.ID, fence, token)
 	return x
@@ -127,7 +137,13 @@ func (h *History) endHold(x *Hold, end time.Time, why string) {
 func (h *History) released(x *Hold, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !x.Released.IsZero() {
+		return // the first release counts (Close's, before its worker's Unlock)
+	}
 	x.Released = time.Now()
+	if o := h.owners[x.Token]; o != nil && o.released.IsZero() {
+		o.released = x.Released
+	}
 	if err != nil {
 		h.noteLocked("c%d hold %d unlock: %v", x.Client, x.ID, firstLine(err))
 	}
@@ -151,6 +167,42 @@ func (h *History) write(w Write) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.writes = append(h.writes, w)
+}
+
+// own records that client holds tok (what: the call that returned it).
+func (h *History) own(tok string, client int, what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ownLocked(tok, client, what)
+}
+
+func (h *History) ownLocked(tok string, client int, what string) {
+	if o, ok := h.owners[tok]; ok {
+		o.client, o.what = client, what // resumed by another Client
+		return
+	}
+	h.owners[tok] = &owner{client: client, what: what}
+}
+
+// giveUp records that the workload gave tok up at t (the first time
+// counts).
+func (h *History) giveUp(tok string, t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o := h.owners[tok]; o != nil && o.released.IsZero() {
+		o.released = t
+	}
+}
+
+// ownerOf returns what the workload knows of tok.
+func (h *History) ownerOf(tok string) (owner, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o, ok := h.owners[tok]
+	if !ok {
+		return owner{}, false
+	}
+	return *o, true
 }
 
 // byToken returns the hold of token, nil if none.

@@ -49,7 +49,8 @@ func (p *LockProfile) Start(env *Env) {
 	for c := range env.Plan.Clients {
 		for w := range env.Plan.Workers {
 			r := env.Rand(fmt.Sprintf("worker %d/%d", c, w))
-			env.Go(func() { p.worker(env, c, r) })
+			r2 := env.Rand(fmt.Sprintf("worker42 %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, r, r2) })
 		}
 	}
 	if env.Plan.FrozenWaiter {
@@ -79,6 +80,9 @@ func (p *LockProfile) Start(env *Env) {
 			env.Go(func() { p.tieBursts(env, c) })
 		}
 	}
+	if env.Plan.CloseAt > 0 {
+		env.Go(func() { p.closeEpisode(env, env.Plan.CloseClient) })
+	}
 	env.Go(func() { p.sampler(env) })
 }
 
@@ -100,7 +104,7 @@ func nextGrid(env *Env, r *rand.Rand, steps int) bool {
 	return env.SleepUntil(env.At(t))
 }
 
-func (p *LockProfile) worker(env *Env, c int, r *rand.Rand) {
+func (p *LockProfile) worker(env *Env, c int, r, r2 *rand.Rand) {
 	rc := env.Clients[c]
 	h := env.History
 	for nextGrid(env, r, 50) {
@@ -115,16 +119,16 @@ func (p *LockProfile) worker(env *Env, c int, r *rand.Rand) {
 		op := r.IntN(20)
 		switch {
 		case op < 11:
-			p.lockOnce(env, c, rc, r, res, false)
+			p.lockOnce(env, c, rc, r, r2, res, false)
 		case op < 15:
-			p.lockOnce(env, c, rc, r, res, true)
+			p.lockOnce(env, c, rc, r, r2, res, true)
 		default:
 			ctx, cancel := p.callCtx(env, r)
 			w := h.wait(c, res, deadline(ctx))
 			var x *Hold
 			err := rc.Do(ctx, res, func(ctx context.Context) error {
 				x = h.hold(c, res, "", -1, "Do")
-				p.holdFor(env, r, x, ctx.Done(), nil, doneWhy(ctx))
+				p.holdFor(env, r, x, ctx.Done(), nil, doneWhy(ctx), 0)
 				h.endHold(x, time.Now(), "fn returned")
 				return nil
 			})
@@ -151,8 +155,10 @@ func deadline(ctx context.Context) time.Time {
 	return d
 }
 
-// lockOnce is one Lock (or TryLock) call, the hold and the Unlock.
-func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand, res string, try bool) {
+// lockOnce is one Lock (or TryLock) call, the hold and the Unlock; r2
+// draws issue 42's choices (the plans' LongQuietHolds and DetachRace),
+// so that r's draws stay those of the seeds before it.
+func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r, r2 *rand.Rand, res string, try bool) {
 	h := env.History
 	ctx, cancel := p.callCtx(env, r)
 	defer cancel()
@@ -181,8 +187,15 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 	if !l.Valid() {
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false (ValidUntil %v)", c, op, res, h.since(l.ValidUntil()))
 	}
-	p.holdFor(env, r, x, l.Lost(), l, nil)
-	if env.Plan.Clients > 1 && r.IntN(10) == 0 && p.handOver(env, r, c, x, l, ctx) {
+	// Handed locks held past their first renewal (issue 42): one Lock
+	// hold in five in the quiet phase lasts 0.6-1.4 s, past a handoff's
+	// reservation and its first renewal.
+	var atLeast time.Duration
+	if k := r2.IntN(5); env.Plan.LongQuietHolds && !try && k == 0 && time.Since(env.start) >= env.Plan.Healed() {
+		atLeast = 600*time.Millisecond + time.Duration(r2.Int64N(int64(800*time.Millisecond)))
+	}
+	p.holdFor(env, r, x, l.Lost(), l, nil, atLeast)
+	if env.Plan.Clients > 1 && r.IntN(10) == 0 && p.handOver(env, r, r2, c, x, l, ctx) {
 		return
 	}
 	race := r.Float64() < env.Plan.ExtendRace
@@ -233,12 +246,12 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r *rand.Rand
 // steps, Extends sometimes, and ends the hold at a loss (lost closed, or
 // ValidUntil passed). For Do (l nil), lost is fn's ctx, which also ends
 // with the call's own ctx: why then says whether it was a loss.
-func (p *LockProfile) holdFor(env *Env, r *rand.Rand, x *Hold, lost <-chan struct{}, l *redlock.Lock, why func() string) {
+func (p *LockProfile) holdFor(env *Env, r *rand.Rand, x *Hold, lost <-chan struct{}, l *redlock.Lock, why func() string, atLeast time.Duration) {
 	h := env.History
 	if x.Fence > 0 {
 		p.write(env, x)
 	}
-	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
+	until := time.Now().Add(max(time.Duration(r.IntN(30))*grid, atLeast))
 	for time.Now().Before(until) {
 		tm := time.NewTimer(min(time.Until(until), time.Duration(1+r.IntN(8))*grid))
 		select {
@@ -403,15 +416,26 @@ const frozenWaiterAfter = 5 * grid
 // ErrNotHeld gave the token up: its Released is then the failure's time,
 // for the key-back check. false: nothing was handed over (the lock was not held any more),
 // and the caller unlocks as usual.
-func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redlock.Lock, ctx context.Context) bool {
+func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *redlock.Lock, ctx context.Context) bool {
 	h := env.History
 	// In half the hand-overs of the plan's DetachLag, an Extend in flight
-	// across the Detach, and a resumer that Unlocks within 20ms (aimed.go).
+	// across the Detach, and a resumer that Unlocks within 20ms (aimed.go);
+	// with the plan's DetachRace, half of them slow a single node other
+	// than the last, and half start a second Extend while Detach waits
+	// (aimed42.go).
 	inFlight := env.Plan.DetachLag > 0 && r.IntN(2) == 0
-	if inFlight {
-		defer extendInFlight(env, r, c, l, ctx)()
+	one, during := false, false
+	if inFlight && env.Plan.DetachRace {
+		one, during = r2.IntN(2) == 0, r2.IntN(2) == 0
 	}
-	if l.Detach() != nil {
+	if inFlight {
+		defer extendInFlight(env, r, c, l, ctx, one)()
+	}
+	if during {
+		if !detachRacing(env, c, l, ctx) {
+			return false
+		}
+	} else if l.Detach() != nil {
 		return false
 	}
 	h.endHold(x, minTime(time.Now(), l.ValidUntil()), "detach")
@@ -458,7 +482,7 @@ func (p *LockProfile) handOver(env *Env, r *rand.Rand, c int, x *Hold, l *redloc
 	if inFlight {
 		env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(20 * time.Millisecond)))))
 	} else {
-		p.holdFor(env, r, x2, l2.Lost(), l2, nil)
+		p.holdFor(env, r, x2, l2.Lost(), l2, nil, 0)
 	}
 	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
 	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))

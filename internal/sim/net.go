@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,8 +47,17 @@ type network struct {
 	// yieldAt: per link, when a yield (a release carrying a ticket) was
 	// last delivered to the node (the yield episode, aimed.go).
 	yieldAt map[linkID]time.Time
-	closed  bool
-	serve   func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+	// ids: per client, its redlock Client's ID, read from the name of
+	// the identity key its node check writes (residue.go close-left).
+	ids map[int]string
+	// timeDelay: every clock probe (TIME) is slowed this much, up
+	// (timeUp) or down; msgDelay: per client, the messages its
+	// subscriptions receive are slowed (aimed42.go).
+	timeDelay time.Duration
+	timeUp    bool
+	msgDelay  map[int]time.Duration
+	closed    bool
+	serve     func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
 
 type linkID struct{ client, node int }
@@ -68,6 +78,7 @@ func newNetwork(seed uint64, clients, nodes int, serve func(int) (net.Conn, erro
 		aimed:   make(map[linkID]time.Duration),
 		drop:    make(map[linkID]bool),
 		reply:   make([][]time.Duration, clients),
+		ids:     make(map[int]string),
 		serve:   serve,
 	}
 	for c := range clients {
@@ -125,7 +136,10 @@ type conn struct {
 	// connection subscribed (it then receives messages nobody asked for).
 	up, down time.Time
 	sub      bool
-	tail     []byte // the end of the last chunk delivered up: a token may straddle two chunks
+	// timeReplies: clock probes sent whose replies are owed a delay
+	// (aimed42.go timeDownDelay).
+	timeReplies int
+	tail        []byte // the end of the last chunk delivered up: a token may straddle two chunks
 }
 
 // tokenSeen is what the network saw of one lock token.
@@ -160,6 +174,47 @@ func findTokens(b []byte) [][]byte {
 	return out
 }
 
+// tokensRewritten is the ownership control (controls_test.go): the fault
+// layer delivers every request with the lock tokens in it changed (one
+// hex digit, the same way each time), and notes the tokens as the Client
+// sent them: the nodes then hold tokens that no request of a Client
+// carried.
+var tokensRewritten atomic.Bool
+
+// rewriteTokens returns a copy of b with the first hex digit of every
+// lock token changed.
+func rewriteTokens(b []byte) []byte {
+	out := bytes.Clone(b)
+	for _, t := range findTokens(out) {
+		if t[0] == 'f' {
+			t[0] = 'e'
+		} else {
+			t[0] = 'f'
+		}
+	}
+	return out
+}
+
+// termHead is how an election's identity names its term in the JSON a
+// Campaign writes (election.Leader).
+var termHead = []byte(`"term":"`)
+
+// findTerms returns the election term IDs (24 hex digits) that b's
+// identities name: the residue check counts them as tokens.
+func findTerms(b []byte) [][]byte {
+	var out [][]byte
+	for {
+		i := bytes.Index(b, termHead)
+		if i < 0 {
+			return out
+		}
+		b = b[i+len(termHead):]
+		if len(b) >= 24 {
+			out = append(out, b[:24])
+		}
+	}
+}
+
 // noteTokens records the tokens in chunk b, delivered up to the node (at
 // now, or at its sending for a yield held by the yield gate).
 func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
@@ -167,7 +222,7 @@ func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
 	if len(k.tail) > 0 {
 		buf = append(k.tail, b...)
 	}
-	found := findTokens(buf)
+	found := append(findTokens(buf), findTerms(buf)...)
 	k.tail = append(k.tail[:0], buf[max(0, len(buf)-35):]...)
 	if len(found) == 0 {
 		return
@@ -182,6 +237,48 @@ func (k *conn) noteTokens(b []byte, nodes int, now time.Time) {
 		}
 		ts.last[k.id.node] = now
 	}
+}
+
+// client returns the client that sent a request carrying tok; false if
+// none was seen.
+func (n *network) client(tok string) (int, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ts := n.tokens[tok]
+	if ts == nil {
+		return 0, false
+	}
+	return ts.client, true
+}
+
+// clientID returns client c's redlock Client ID ("" until its first
+// node check was seen).
+func (n *network) clientID(c int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ids[c]
+}
+
+// idKeyHead is the start of a Client's identity key (internal/node
+// idKeys): the Client's ID follows, then ":" and the node.
+var idKeyHead = []byte("lock:node:")
+
+// noteID records client c's ID from a chunk that names its identity key.
+func (n *network) noteID(c int, b []byte) {
+	i := bytes.Index(b, idKeyHead)
+	if i < 0 {
+		return
+	}
+	rest := b[i+len(idKeyHead):]
+	j := bytes.IndexByte(rest, ':')
+	if j <= 0 {
+		return
+	}
+	n.mu.Lock()
+	if n.ids[c] == "" {
+		n.ids[c] = string(rest[:j])
+	}
+	n.mu.Unlock()
 }
 
 // lastYield is when a yield of client c was last delivered to node i
@@ -274,8 +371,11 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		sent, held := time.Now(), time.Duration(0)
 		if up {
 			held = k.n.yields.delay(b)
-			d += k.n.aimedDelay(k.id, b) + held
-		} else if rd := k.n.replyDelay(k.id); rd > 0 {
+			d += k.n.aimedDelay(k.id, b) + held + k.timeUpDelay(b)
+		} else {
+			d += k.timeDownDelay() + k.msgDelayOf()
+		}
+		if rd := k.n.replyDelay(k.id); !up && rd > 0 {
 			// Counted from the chunk's reading, so that a stream of
 			// replies is late by rd, not by rd per chunk before it.
 			d = max(d, rd-time.Since(readAt))
@@ -292,7 +392,11 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		if !k.n.waitGates(k.id, k.done) {
 			return
 		}
-		if _, werr := dst.Write(b); werr != nil {
+		out := b
+		if up && tokensRewritten.Load() {
+			out = rewriteTokens(b)
+		}
+		if _, werr := dst.Write(out); werr != nil {
 			if up {
 				k.close()
 				return
@@ -308,6 +412,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 				at = sent
 			}
 			k.noteTokens(b, len(k.n.down), at)
+			k.n.noteID(k.id.client, b)
 			if bytes.Contains(b, releaseSHA) && carriesYield(b) {
 				k.n.mu.Lock()
 				k.n.yieldAt[k.id] = time.Now()

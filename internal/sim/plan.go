@@ -81,6 +81,22 @@ type Plan struct {
 	// Client, after the frozen waiter's, in every 4-node seed. Lock
 	// profile only.
 	YieldKeep bool
+
+	// Issue 42's plans (aimed42.go drawIssue42): latency in the quiet
+	// phase; every clock probe slowed (up, or its reply); one Client's
+	// messages slowed; a mid-run Close of client CloseClient CloseAt
+	// after the settling (0: none; lock profile only); the Detach race;
+	// long holds in the quiet phase; the semaphore's K.
+	QuietLag       *QuietLag
+	SlowTime       time.Duration
+	SlowTimeUp     bool
+	MsgDelay       time.Duration
+	MsgClient      int
+	CloseAt        time.Duration
+	CloseClient    int
+	DetachRace     bool
+	LongQuietHolds bool
+	SemK           int
 }
 
 // FaultKind names a fault.
@@ -170,6 +186,7 @@ func NewPlan(seed uint64) Plan {
 	p.drawAimed(rand.New(rand.NewPCG(seed, 0x30)))
 	p.drawPhases(rand.New(rand.NewPCG(seed, 0x34)))
 	p.drawHandoff(rand.New(rand.NewPCG(seed, 0x35)))
+	p.drawIssue42(rand.New(rand.NewPCG(seed, 0x42)))
 	p.YieldKeep = p.Nodes == 4
 	return p
 }
@@ -382,6 +399,28 @@ func (p Plan) String() string {
 	}
 	if hs := p.Handoff; hs != nil {
 		s += fmt.Sprintf(", handoff episode: c%d holds, c%d waits slowed to %v", hs.Holder, hs.Waiter, hs.Slow)
+	}
+	if q := p.QuietLag; q != nil {
+		s += ", " + q.String()
+	}
+	if p.SlowTime > 0 {
+		way := "replies"
+		if p.SlowTimeUp {
+			way = "requests"
+		}
+		s += fmt.Sprintf(", TIME %s slowed %v", way, p.SlowTime)
+	}
+	if p.MsgDelay > 0 {
+		s += fmt.Sprintf(", c%d's messages slowed %v", p.MsgClient, p.MsgDelay)
+	}
+	if p.CloseAt > 0 {
+		s += fmt.Sprintf(", c%d closes %v after the settling", p.CloseClient, p.CloseAt)
+	}
+	if p.DetachRace {
+		s += ", detach race"
+	}
+	if p.SemK > 0 {
+		s += fmt.Sprintf(", K=%d", p.SemK)
 	}
 	return s
 }

@@ -47,6 +47,7 @@ type Env struct {
 	ctx     context.Context
 	wg      sync.WaitGroup
 	faults  *faultLog
+	res     *residue
 }
 
 // Go runs fn on a goroutine that the run waits for before its checks.
@@ -115,6 +116,7 @@ func Run(p Plan, profiles ...Profile) Result {
 		p.FenceDrop = nil
 		p.Handoff = nil
 		p.YieldKeep = false
+		p.CloseAt = 0
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
@@ -165,6 +167,26 @@ func Run(p Plan, profiles ...Profile) Result {
 	for _, f := range p.Faults {
 		env.Go(func() { env.fault(f) })
 	}
+	env.res = newResidue(env)
+	for _, pr := range profiles {
+		if _, ok := pr.(*LockProfile); ok {
+			for ri := range p.Resources {
+				env.res.sampled[redlock.DefaultKeyPrefix+resourceName(ri)] = true
+			}
+		}
+	}
+	env.Go(env.res.sample)
+	if q := p.QuietLag; q != nil {
+		env.Go(func() { env.quietLag(q) })
+	}
+	if p.SlowTime > 0 {
+		cl.net.slowTime(p.SlowTime, p.SlowTimeUp)
+	}
+	if p.MsgDelay > 0 {
+		cl.net.mu.Lock()
+		cl.net.msgDelay = map[int]time.Duration{p.MsgClient: p.MsgDelay}
+		cl.net.mu.Unlock()
+	}
 	for _, pr := range profiles {
 		pr.Start(env)
 	}
@@ -194,8 +216,10 @@ func Run(p Plan, profiles ...Profile) Result {
 		if d := time.Since(start); d > p.NodeTimeout+time.Second {
 			h.Violate("close", "client %d: Close took %v", c, d)
 		}
+		env.res.closedAt(c)
 	}
 	synctest.Wait()
+	env.res.finish()
 	if left := bubbleGoroutines("github.com/quorumlock/quorumlock/redlock", "github.com/quorumlock/quorumlock/renew", "github.com/quorumlock/quorumlock/quorum", "github.com/quorumlock/quorumlock/election"); left != "" {
 		h.Violate("goroutine", "after Close: %s", left)
 	}

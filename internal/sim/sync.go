@@ -84,9 +84,11 @@ func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Loc
 	if !l.Valid() {
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
 	}
+	h.own(l.Token(), c, kind)
 	x.end = holdSpan(env, r, l)
 	s.add(x)
 	_ = l.Unlock(context.WithoutCancel(ctx))
+	h.giveUp(l.Token(), time.Now())
 }
 
 // RWLockProfile is the workload of redlock's RLock and WLock: every worker
@@ -328,8 +330,8 @@ func (p *RWLockProfile) checkLiveness(env *Env) {
 	h.livenessLocked("rw-liveness", waits, holds, env.At(env.Plan.Healed()), env.At(env.Plan.Duration()), env.Plan.WaitBound(), skip)
 }
 
-// semPermits is K of the semaphore profile.
-const semPermits = 2
+// semPermits is K of the semaphore profile: 2, or the plan's SemK.
+func semPermits(p Plan) int { return max(2, p.SemK) }
 
 // SemaphoreProfile is the workload of redlock's Semaphore (K = 2): two
 // goroutines on every regular Client loop over Acquire (or TryAcquire one
@@ -351,11 +353,12 @@ func (p *SemaphoreProfile) Name() string { return "semaphore" }
 // Start launches the workers.
 func (p *SemaphoreProfile) Start(env *Env) {
 	for c := range env.Plan.Clients {
-		s, err := env.Clients[c].Semaphore("sem", semPermits)
+		s, err := env.Clients[c].Semaphore("sem", semPermits(env.Plan))
 		if err != nil {
 			panic(fmt.Sprintf("sim: Semaphore: %v", err)) // a valid name and K
 		}
-		for w := range 2 {
+		// More callers than K: two per Client for K = 2, three for K = 3.
+		for w := range semPermits(env.Plan) {
 			r := env.Rand(fmt.Sprintf("sem worker %d/%d", c, w))
 			env.Go(func() { p.worker(env, c, s, r) })
 		}
@@ -409,8 +412,8 @@ func (p *SemaphoreProfile) Check(env *Env) {
 	for _, e := range es {
 		n += e.d
 		most = max(most, n)
-		if n > semPermits {
-			h.violateAt(e.at, "sem-overflow", "%d holders of a K=%d semaphore at %v (c%d took %s)", n, semPermits, h.since(e.at), e.x.client, e.x.resource)
+		if k := semPermits(env.Plan); n > k {
+			h.violateAt(e.at, "sem-overflow", "%d holders of a K=%d semaphore at %v (c%d took %s)", n, k, h.since(e.at), e.x.client, e.x.resource)
 			return
 		}
 	}
@@ -419,8 +422,8 @@ func (p *SemaphoreProfile) Check(env *Env) {
 	// (holds up to 300 ms, rests up to 500 ms) fill both permits at some
 	// instant of every run; a semaphore whose permits share fewer slots
 	// never does.
-	if most < semPermits {
-		h.Violate("sem-capacity", "never %d holders of a K=%d semaphore at once (at most %d, %d holds)", semPermits, semPermits, most, len(es)/2)
+	if k := semPermits(env.Plan); most < k {
+		h.Violate("sem-capacity", "never %d holders of a K=%d semaphore at once (at most %d, %d holds)", k, k, most, len(es)/2)
 	}
 	p.checkLiveness(env)
 }
@@ -445,6 +448,7 @@ func (p *SemaphoreProfile) checkLiveness(env *Env) {
 	h := env.History
 	from, to, bound := env.At(env.Plan.Healed()), env.At(env.Plan.Duration()), 2*env.Plan.WaitBound()
 	holds, waits := p.holds.all(), p.waits.all()
+	k := semPermits(env.Plan)
 	in := func(x *span, t time.Time) bool { return !x.start.After(t) && x.end.After(t) }
 	var gap time.Time
 	var who *span
@@ -463,14 +467,14 @@ func (p *SemaphoreProfile) checkLiveness(env *Env) {
 			}
 		}
 		switch {
-		case w != nil && n < semPermits && gap.IsZero():
+		case w != nil && n < k && gap.IsZero():
 			gap, who = t, w
-		case (w == nil || n >= semPermits) && !gap.IsZero():
+		case (w == nil || n >= k) && !gap.IsZero():
 			gap = time.Time{}
 		}
 		if !gap.IsZero() && t.Sub(gap) > bound {
 			h.violateAt(gap, "sem-liveness", "fewer than %d holders of the K=%d semaphore and a waiter for more than %v from %v (c%d waiting since %v)",
-				semPermits, semPermits, bound, h.since(gap), who.client, h.since(who.start))
+				k, k, bound, h.since(gap), who.client, h.since(who.start))
 			return
 		}
 	}

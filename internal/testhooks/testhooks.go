@@ -4,7 +4,10 @@
 // nothing but tests sets them.
 package testhooks
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // SkipReleaseGuard makes releases leave no guard key: a request of ours
 // that lands after the release can then set the key again.
@@ -114,3 +117,41 @@ func BeforeReleaseSend(key string, node int) {
 // (redlock/acquire.go), so that the TryLock path does not pass through
 // this file.
 var AcquirePause atomic.Pointer[func(key string, node int)]
+
+// AbandonSkipsRelease makes a failed or cancelled attempt's cleanup send
+// no release: a grant it got stays on its nodes until its TTL, which the
+// simulator's residue check must catch (left-behind, issue 42).
+var AbandonSkipsRelease atomic.Bool
+
+// AbandonNodes returns n, or 0 under AbandonSkipsRelease: the nodes a
+// failed attempt's cleanup releases.
+func AbandonNodes(n int) int {
+	if AbandonSkipsRelease.Load() {
+		return 0
+	}
+	return n
+}
+
+// CloseKeepsIdentity makes Close leave its identity keys (internal/node's
+// node check) on the nodes for their hour, which the simulator's residue
+// check must catch (close-left, issue 42).
+var CloseKeepsIdentity atomic.Bool
+
+// LapseTenfold makes a waiter's queue entry lapse ten times later than its
+// stated life (redlock's queueLife), which the simulator's residue check
+// must catch (expiry-bound, issue 42).
+var LapseTenfold atomic.Bool
+
+// Lapse returns d, or ten times d under LapseTenfold.
+func Lapse(d time.Duration) time.Duration {
+	if LapseTenfold.Load() {
+		return 10 * d
+	}
+	return d
+}
+
+// LeaderSeesNone makes Election.Leader answer ErrNoLeader even when a
+// majority holds one identity: an observer then never learns who leads
+// while a term holds, which the simulator's election profile must catch
+// (leader-current, issue 42).
+var LeaderSeesNone atomic.Bool

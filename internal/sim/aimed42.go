@@ -1,0 +1,276 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Plans aimed at the paths issue 42's auditor named (drawIssue42, a
+// generator of its own, seeded by the seed and 0x42, so that every draw
+// before stays that of its seed):
+//
+//   - latency in the quiet phase (Plan.QuietLag): for 0.8–1.5 s of the
+//     quiet phase, one Client's links to one node, or every link to one
+//     node other than the last, add a quarter to 0.45 of a node timeout
+//     each way (a round trip of half a node timeout to nearly one), or
+//     every link of one Client does. It is
+//     not a fault: requests still answer within the node timeout, so
+//     spurious-loss, unlock-not-held and the liveness bounds hold through
+//     it, and a bound computed at the wrong instant (a not-after bound
+//     from the reply, a handed lock's first renewal sent too late) no
+//     longer lands in time by luck;
+//   - slow TIME replies (Plan.SlowTime): every clock probe (TIME) of every
+//     Client takes 0.3–0.45 node timeouts more on its way up or down, for
+//     the whole run, so each clock estimate's error is large and
+//     lopsided: the not-after bounds and the guards' lifetimes
+//     (internal/node guardclock.go) must allow for it;
+//   - handoff messages delayed (Plan.MsgDelay): the messages one Client
+//     with the queue receives on its subscriptions come 0.5–2 node
+//     timeouts late for the whole run, so a handoff sent before a yield
+//     is delivered after it;
+//   - a mid-run Close (Plan.CloseAt, lock profile): one regular Client
+//     closes in the quiet phase with its workers' holds and calls in
+//     flight; their holds end at the Close, and after it returns nothing
+//     of its tokens or its identity keys is left (close-left, residue.go);
+//   - the Detach race (Plan.DetachRace, with DetachLag): in the
+//     hand-overs with an Extend in flight, the Detach runs on its own
+//     goroutine and a second Extend starts while it waits, and one
+//     hand-over in two slows a single node other than the last;
+//   - handed locks held past their first renewal (Plan.LongQuietHolds):
+//     one Lock hold in five in the quiet phase lasts 0.6–1.4 s, past the
+//     reservation a handoff sets and past its first renewal;
+//   - a semaphore of K = 3 (Plan.SemK) with three workers per Client (6–9
+//     callers for 3 permits) in one semaphore seed of three.
+func (p *Plan) drawIssue42(r *rand.Rand) {
+	to := p.NodeTimeout
+	if r.IntN(2) == 0 {
+		q := &QuietLag{
+			At:    time.Duration(r.Int64N(int64(500 * time.Millisecond))),
+			For:   800*time.Millisecond + time.Duration(r.Int64N(int64(700*time.Millisecond))),
+			Delay: to/4 + time.Duration(r.Int64N(int64(to/5))),
+			// A node other than the last: the auditor's "a single
+			// non-last node slowed".
+			Node:   r.IntN(p.Nodes - 1),
+			Client: -1,
+		}
+		switch r.IntN(3) {
+		case 0:
+			q.Client = r.IntN(p.Clients) // one link
+		case 1:
+			q.Client, q.Node = r.IntN(p.Clients), -1 // every link of one Client
+		}
+		p.QuietLag = q
+	}
+	if r.IntN(3) == 0 {
+		p.SlowTime = 3*to/10 + time.Duration(r.Int64N(int64(3*to/20)))
+		p.SlowTimeUp = r.IntN(2) == 0
+	}
+	if r.IntN(3) == 0 {
+		var queued []int
+		for c := range p.Clients {
+			if p.Queue[c] {
+				queued = append(queued, c)
+			}
+		}
+		if len(queued) > 0 {
+			p.MsgClient = queued[r.IntN(len(queued))]
+			p.MsgDelay = to/2 + time.Duration(r.Int64N(int64(3*to/2)))
+		}
+	}
+	if r.IntN(4) == 0 {
+		p.CloseClient = r.IntN(p.Clients)
+		p.CloseAt = 200*time.Millisecond + time.Duration(r.Int64N(int64(p.Quiet-700*time.Millisecond)))
+	}
+	p.DetachRace = r.IntN(2) == 0
+	p.LongQuietHolds = true
+	p.SemK = 2
+	if r.IntN(3) == 0 {
+		p.SemK = 3
+	}
+}
+
+// QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
+// the settling, for For, Client's links to Node (Client -1: every
+// Client's) add Delay each way.
+type QuietLag struct {
+	At, For, Delay time.Duration
+	Client, Node   int
+}
+
+// String is the latency in a plan's line.
+func (q *QuietLag) String() string {
+	who := fmt.Sprintf("every link to n%d", q.Node)
+	switch {
+	case q.Node < 0:
+		who = fmt.Sprintf("every link of c%d", q.Client)
+	case q.Client >= 0:
+		who = fmt.Sprintf("c%d's link to n%d", q.Client, q.Node)
+	}
+	return fmt.Sprintf("quiet lag: %s +%v each way, @%v for %v after the settling", who, q.Delay, q.At, q.For)
+}
+
+// quietLag applies the plan's QuietLag (not a fault: see drawIssue42).
+func (e *Env) quietLag(q *QuietLag) {
+	pl := e.Plan
+	if !e.SleepUntil(e.At(pl.Healed() + q.At)) {
+		return
+	}
+	n := e.cl.net
+	set := func(d time.Duration) {
+		switch {
+		case q.Node < 0:
+			for i := range pl.Nodes {
+				n.setDelay(q.Client, i, d)
+			}
+		case q.Client < 0:
+			n.setSlow(q.Node, d)
+		default:
+			n.setDelay(q.Client, q.Node, d)
+		}
+	}
+	set(q.Delay)
+	e.History.Note("%v: on", q)
+	e.SleepUntil(time.Now().Add(q.For))
+	set(0)
+	e.History.Note("quiet lag: off")
+}
+
+// timeCmd is a clock probe as go-redis sends it (TIME, no argument).
+var timeCmd = []byte("*1\r\n$4\r\ntime\r\n")
+
+// isTime reports whether chunk b is a clock probe.
+func isTime(b []byte) bool { return bytes.EqualFold(b, timeCmd) }
+
+// slowTime sets the delay of every clock probe (up: the request; else the
+// reply) for the run.
+func (n *network) slowTime(d time.Duration, up bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.timeDelay, n.timeUp = d, up
+}
+
+// timeUpDelay is the delay of chunk b going up on conn k: the probe's if b
+// is a clock probe and the plan slows them up. A probe slowed down marks
+// the connection: its next reply is delayed (timeDownDelay).
+func (k *conn) timeUpDelay(b []byte) time.Duration {
+	n := k.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.timeDelay == 0 || !isTime(b) {
+		return 0
+	}
+	if n.timeUp {
+		return n.timeDelay
+	}
+	k.timeReplies++
+	return 0
+}
+
+// timeDownDelay is the delay of a reply on conn k: the probe's if one is
+// owed (a connection runs one command at a time here: the probe's reply
+// is the next one).
+func (k *conn) timeDownDelay() time.Duration {
+	n := k.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if k.timeReplies == 0 {
+		return 0
+	}
+	k.timeReplies--
+	return n.timeDelay
+}
+
+// msgDelayOf is the delay of messages (chunks down a subscribed
+// connection) on link id.
+func (k *conn) msgDelayOf() time.Duration {
+	n := k.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !k.sub || n.msgDelay == nil {
+		return 0
+	}
+	return n.msgDelay[k.id.client]
+}
+
+// closeEpisode is the plan's mid-run Close (Plan.CloseAt): client c's
+// holds end now (Close releases them; Lost() does not close), its Close
+// must return within the node timeout and a second, and from then on
+// every token it held is given up (its workers' Unlock, later, returns
+// ErrClosed).
+func (p *LockProfile) closeEpisode(env *Env, c int) {
+	pl := env.Plan
+	if !env.SleepUntil(env.At(pl.Healed() + pl.CloseAt)) {
+		return
+	}
+	h := env.History
+	start := time.Now()
+	h.mu.Lock()
+	var live []*Hold
+	for _, x := range h.holds {
+		if x.Client == c && x.End.IsZero() {
+			live = append(live, x)
+		}
+	}
+	h.mu.Unlock()
+	for _, x := range live {
+		h.endHold(x, start, "close")
+	}
+	h.Note("c%d closes with %d holds (close episode)", c, len(live))
+	_ = env.Clients[c].Close()
+	if d := time.Since(start); d > pl.NodeTimeout+time.Second {
+		h.Violate("close", "client %d: Close (mid-run) took %v", c, d)
+	}
+	env.res.closedAt(c)
+	h.mu.Lock()
+	for _, x := range live {
+		if x.Released.IsZero() && x.Token != "" {
+			x.Released = time.Now()
+			if o := h.owners[x.Token]; o != nil && o.released.IsZero() {
+				o.released = x.Released
+			}
+		}
+	}
+	h.mu.Unlock()
+	h.Note("c%d closed (close episode)", c)
+}
+
+// detachRacing is the Detach race (Plan.DetachRace): Detach runs on a
+// goroutine of its own while an Extend is in flight (extendInFlight), and
+// once it waits, a second Extend of the lock starts: Detach must refuse it
+// or wait it out, else it lands after the resumer's release and sets the
+// key again (key-back). It reports whether Detach succeeded; the second
+// Extend's end is waited for before the run's checks (env.Go).
+func detachRacing(env *Env, c int, l *redlock.Lock, ctx context.Context) bool {
+	done := make(chan error, 1)
+	env.Go(func() { done <- l.Detach() })
+	// In the bubble, a sleep returns once every goroutine is blocked:
+	// Detach waits for the Extend in flight.
+	time.Sleep(time.Microsecond)
+	// Its requests slowed as the first one's were (every link of the
+	// Client, this time), so that one sent lands after the resumer's
+	// release.
+	pl, n := env.Plan, env.cl.net
+	before := make([]time.Duration, pl.Nodes)
+	from := time.Now()
+	for i := range pl.Nodes {
+		n.mu.Lock()
+		before[i] = n.delay[c][i]
+		n.mu.Unlock()
+		n.setDelay(c, i, before[i]+pl.DetachLag)
+		env.faults.add(Fault{Kind: LinkSpike, Client: c, Node: i}, from, from.Add(2*pl.DetachLag))
+	}
+	env.History.Note("c%d extends hold of %.8s while its Detach waits", c, l.Token())
+	env.Go(func() { _ = l.Extend(context.WithoutCancel(ctx)) })
+	runtime.Gosched()
+	time.Sleep(time.Microsecond)
+	for i := range pl.Nodes {
+		n.setDelay(c, i, before[i])
+	}
+	return <-done == nil
+}
