@@ -185,10 +185,10 @@ func drive(verbose bool) error {
 			fmt.Println()
 		}
 	}
-	fmt.Printf("%-8s %9s %6s %8s\n", "uncontended", "functions", "files", "returns")
+	fmt.Printf("%-11s %9s %6s %8s   %s\n", "uncontended", "functions", "files", "returns", "(ran, not reached: not counted)")
 	for i, c := range calls {
 		p := paths[i]
-		fmt.Printf("%-11s %9d %6d %8d\n", c.name, p.funcs, p.files, p.returns)
+		fmt.Printf("%-11s %9d %6d %8d   (%d)\n", c.name, p.funcs, p.files, p.returns, len(p.unreached))
 	}
 	return nil
 }

@@ -165,7 +165,7 @@ func (p *program) index() {
 		ast.Inspect(f, func(x ast.Node) bool {
 			switch x := x.(type) {
 			case *ast.CallExpr:
-				called[unparen(x.Fun)] = true
+				called[unparen(info, x.Fun)] = true
 			case *ast.FuncLit:
 				if !called[x] {
 					p.lits[x].value = true
@@ -223,13 +223,17 @@ func (p *program) own(fn *function, visit func(ast.Node)) {
 	})
 }
 
-// unparen strips parentheses and type arguments from a called expression.
-func unparen(e ast.Expr) ast.Expr {
+// unparen strips parentheses and type arguments from a called expression
+// (an index into a slice of functions stays).
+func unparen(info *types.Info, e ast.Expr) ast.Expr {
 	for {
 		switch x := e.(type) {
 		case *ast.ParenExpr:
 			e = x.X
 		case *ast.IndexExpr:
+			if !info.Types[x.Index].IsType() {
+				return e
+			}
 			e = x.X
 		case *ast.IndexListExpr:
 			e = x.X
@@ -266,9 +270,11 @@ func typeOf(info *types.Info, e ast.Expr) types.Type {
 	return types.Typ[types.Invalid]
 }
 
-// followable reports whether a send of a value of type t is followed to the
-// functions that receive such values: a function, or a type of the library
-// (or a pointer to one). Signals (struct{}, bool, error, …) are not.
+// followable reports whether a value of type t is followed, sent on a
+// channel to the functions that receive such values, or called: an unnamed
+// function type, or a type of the library (or a pointer to one). Signals
+// (struct{}, bool, error, …) and the types of other modules
+// (context.CancelFunc) are not.
 func followable(t types.Type) bool {
 	if p, ok := t.(*types.Pointer); ok {
 		t = p.Elem()
@@ -277,9 +283,6 @@ func followable(t types.Type) bool {
 	case *types.Signature:
 		return true
 	case *types.Named:
-		if _, ok := t.Underlying().(*types.Signature); ok {
-			return true
-		}
 		obj := t.Obj()
 		return obj.Pkg() != nil && strings.HasPrefix(obj.Pkg().Path()+"/", module)
 	}
@@ -363,20 +366,21 @@ func (p *program) innermost(file string, pos token.Pos) *function {
 	return best
 }
 
-// ran reports whether the code at pos, in fn, ran: a block of fn that
-// holds pos ran, or (pos in no block of fn, e.g. a case's expression) fn
-// ran.
+// ranAt reports whether the code at pos, in fn, ran: the innermost block of
+// fn that holds pos ran, or (pos in no block of fn: a case's expression, a
+// brace) fn ran. The blocks of one function do not overlap in a real
+// profile; innermost only matters for a hand-made one.
 func (fn *function) ranAt(pos token.Pos) bool {
-	held := false
-	for _, b := range fn.blocks {
-		if b.start <= pos && pos <= b.end {
-			if b.ran {
-				return true
-			}
-			held = true
+	var in *block
+	for i, b := range fn.blocks {
+		if b.start <= pos && pos <= b.end && (in == nil || b.start >= in.start) {
+			in = &fn.blocks[i]
 		}
 	}
-	return !held && fn.ran
+	if in == nil {
+		return fn.ran
+	}
+	return in.ran
 }
 
 // find is the function named name (redlock.(*Client).TryLock).

@@ -29,6 +29,12 @@ type step struct {
 	how   string // how fn was reached: "" (a call), "value", "interface", "send", "passed"
 }
 
+// deferredCall is a deferred call's callees, read at the end of the body.
+type deferredCall struct {
+	targets []*function
+	how     string
+}
+
 // walker reads the library from an entry point in call order (see the
 // package comment).
 type walker struct {
@@ -74,7 +80,7 @@ func (w *walker) walk(fn *function, depth int, how string) {
 	w.move(fn.file, &st)
 	w.out.steps = append(w.out.steps, st)
 
-	var deferred [][]*function
+	var deferred []deferredCall
 	var stack []ast.Node
 	ast.Inspect(fn.body, func(x ast.Node) bool {
 		if x == nil {
@@ -103,19 +109,19 @@ func (w *walker) walk(fn *function, depth int, how string) {
 		return true
 	})
 	for i := len(deferred) - 1; i >= 0; i-- {
-		w.enter(fn, deferred[i], depth, "")
+		w.enter(fn, deferred[i].targets, depth, deferred[i].how)
 	}
 }
 
 // after handles node n of fn once its children (a call's arguments, a
 // send's value) have been read.
-func (w *walker) after(fn *function, n, parent ast.Node, depth int, deferred *[][]*function) {
+func (w *walker) after(fn *function, n, parent ast.Node, depth int, deferred *[]deferredCall) {
 	info := fn.info
 	switch n := n.(type) {
 	case *ast.CallExpr:
 		targets, how := w.resolve(fn, n)
 		if d, ok := parent.(*ast.DeferStmt); ok && d.Call == n {
-			*deferred = append(*deferred, targets)
+			*deferred = append(*deferred, deferredCall{targets, how})
 		} else {
 			w.enter(fn, targets, depth, how)
 		}
@@ -157,7 +163,7 @@ func (w *walker) after(fn *function, n, parent ast.Node, depth int, deferred *[]
 // function that ran and is not yet read.
 func (w *walker) valueIn(info *types.Info, a ast.Expr) *function {
 	var fn *function
-	switch a := unparen(a).(type) {
+	switch a := unparen(info, a).(type) {
 	case *ast.FuncLit:
 		fn = w.p.lits[a]
 	case *ast.Ident:
@@ -173,7 +179,7 @@ func (w *walker) valueIn(info *types.Info, a ast.Expr) *function {
 
 // met notes a function value created (or taken) where the reader is.
 func (w *walker) met(fn *function) {
-	if fn != nil && fn.ran && !w.walked[fn] {
+	if fn != nil && fn.ran {
 		w.pending = append(w.pending, fn)
 	}
 }
@@ -197,11 +203,11 @@ func (w *walker) enter(fn *function, targets []*function, depth int, how string)
 // resolve finds what a call in fn may enter: its declaration for a static
 // call; for a method called through an interface, the methods of that name
 // and signature that ran; for a function value, the function values of its
-// signature that ran — those met on the way if any, else any in the
-// library.
+// signature that ran: those met on the way, or if the reader met none of
+// that signature (read or not), any in the library.
 func (w *walker) resolve(fn *function, call *ast.CallExpr) ([]*function, string) {
 	info := fn.info
-	fun := unparen(call.Fun)
+	fun := unparen(info, call.Fun)
 	var obj types.Object
 	switch f := fun.(type) {
 	case *ast.FuncLit:
@@ -264,7 +270,7 @@ func (w *walker) implementations(m *types.Func) []*function {
 // enter. A value of a named function type declared outside the library (a
 // context.CancelFunc) is not followed.
 func (w *walker) values(t types.Type) []*function {
-	if n, ok := t.(*types.Named); ok && !followable(n) {
+	if !followable(t) {
 		return nil
 	}
 	sig, ok := t.Underlying().(*types.Signature)
@@ -272,12 +278,16 @@ func (w *walker) values(t types.Type) []*function {
 		return nil
 	}
 	var met, any []*function
+	seen := false
 	for _, fn := range w.pending {
-		if fn.ran && !w.walked[fn] && matchSig(sig, fn.sig) {
-			met = append(met, fn)
+		if matchSig(sig, fn.sig) {
+			seen = true
+			if !w.walked[fn] {
+				met = append(met, fn)
+			}
 		}
 	}
-	if len(met) > 0 {
+	if seen {
 		return met
 	}
 	for _, fn := range w.p.funcs {
