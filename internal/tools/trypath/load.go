@@ -107,12 +107,7 @@ func (s *sourceImporter) Import(path string) (*types.Package, error) {
 		}
 		files = append(files, f)
 	}
-	info := &types.Info{
-		Types:      map[ast.Expr]types.TypeAndValue{},
-		Defs:       map[*ast.Ident]types.Object{},
-		Uses:       map[*ast.Ident]types.Object{},
-		Selections: map[*ast.SelectorExpr]*types.Selection{},
-	}
+	info := newInfo()
 	conf := types.Config{Importer: s}
 	pkg, err := conf.Check(path, s.prog.fset, files, info)
 	if err != nil {
@@ -140,4 +135,14 @@ func library(dir string) bool {
 		}
 	}
 	return true
+}
+
+// newInfo is the type information the reading needs.
+func newInfo() *types.Info {
+	return &types.Info{
+		Types:      map[ast.Expr]types.TypeAndValue{},
+		Defs:       map[*ast.Ident]types.Object{},
+		Uses:       map[*ast.Ident]types.Object{},
+		Selections: map[*ast.SelectorExpr]*types.Selection{},
+	}
 }

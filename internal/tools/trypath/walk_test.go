@@ -88,12 +88,7 @@ func loadFixture(t *testing.T) *program {
 		}
 		files = append(files, f)
 	}
-	info := &types.Info{
-		Types:      map[ast.Expr]types.TypeAndValue{},
-		Defs:       map[*ast.Ident]types.Object{},
-		Uses:       map[*ast.Ident]types.Object{},
-		Selections: map[*ast.SelectorExpr]*types.Selection{},
-	}
+	info := newInfo()
 	if _, err := (&types.Config{}).Check(module+"fix", fset, files, info); err != nil {
 		t.Fatal(err)
 	}
