@@ -43,11 +43,13 @@
 //     library's methods of that name and signature that ran, whose receiver
 //     type implements the interface;
 //   - a function value (a variable, field or parameter of function type):
-//     the function values of a matching signature that ran and that the
-//     reader has met on the way (a literal written, or a function named
-//     without being called), or, if none, any in the library (one stored
-//     before the call). A value of a named function type from outside the
-//     library (context.CancelFunc) is not followed;
+//     the function values of a matching signature (a type parameter
+//     matches any type) that ran, were not read yet and that the reader has
+//     met on the way (a literal written, or a function named without being
+//     called); if the reader has met none of that signature, read or not,
+//     any in the library (one stored before the call). A value of a named
+//     function type from outside the library (context.CancelFunc) is not
+//     followed;
 //   - a function value passed as an argument that nothing read from the call
 //     called (code outside the library called it: sync.Once.Do, or the
 //     reader could not see the call): read right after the call;
@@ -69,7 +71,11 @@
 // (return n)" a return. It ends with the functions that ran but that no read
 // reaches (background goroutines woken without a value handed over, such as
 // the renewal scheduler's loop, and methods called only by code outside the
-// library, such as container/heap's calls of Less); these are not counted.
+// library, such as container/heap's calls of Less); these are not counted,
+// and the table shows how many there are in parentheses.
+//
+// walk_test.go reads a small fixture package with a hand-made coverage
+// profile (no redis), so that the rules above are checked by go test.
 //
 // # Known differences from a walk by hand
 //
