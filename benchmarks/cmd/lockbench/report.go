@@ -241,7 +241,7 @@ func writeCost(w io.Writer, rep *Report, markdown bool) {
 	}
 	fmt.Fprintln(w)
 	ct.write(w, markdown)
-	fmt.Fprintln(w, "* per operation (an acquisition in contended and clients), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included), summed over the nodes; client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too; with -node-latency, the proxies too); CPU µs: server CPU + client CPU, what the operation cost the machine; load: the 1-minute load average as the runs started (lowest–highest)")
+	fmt.Fprintln(w, "* per operation (an acquisition in the scenarios of contenders: contended, clients, shared, mixed), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included), summed over the nodes; client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too; with -node-latency, the proxies too); CPU µs: server CPU + client CPU, what the operation cost the machine; load: the 1-minute load average as the runs started (lowest–highest)")
 }
 
 // writeCommands prints, for every result that read INFO commandstats, the
@@ -299,7 +299,7 @@ func writeCommands(w io.Writer, rep *Report, markdown bool) {
 	}
 	fmt.Fprintln(w)
 	ct.write(w, markdown)
-	fmt.Fprintln(w, "* commands per operation (an acquisition in contended and clients) on one node: INFO commandstats before and after each run, summed over the nodes and divided by the operations and the nodes (medians over the runs); a command a script calls (GET, ZADD, …) is listed under its own name and its time counts again in EVALSHA's, so (all) counts it twice; lockbench's own INFO is left out")
+	fmt.Fprintln(w, "* commands per operation (an acquisition in the scenarios of contenders: contended, clients, shared, mixed) on one node: INFO commandstats before and after each run, summed over the nodes and divided by the operations and the nodes (medians over the runs); a command a script calls (GET, ZADD, …) is listed under its own name and its time counts again in EVALSHA's, so (all) counts it twice; lockbench's own INFO is left out")
 }
 
 // fmtLoad prints a load average, or the range of several, "–" when unknown.
