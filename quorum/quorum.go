@@ -22,8 +22,9 @@ package quorum
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,24 +52,6 @@ func (v Vote) String() string {
 	}
 	return fmt.Sprintf("Vote(%d)", int8(v))
 }
-
-// TimeoutError is the error of a node that did not answer within the node
-// timeout, or before the caller's deadline (Caller). It matches
-// context.DeadlineExceeded.
-type TimeoutError struct {
-	After  time.Duration
-	Caller bool // the caller's ctx deadline came first
-}
-
-func (e *TimeoutError) Error() string {
-	if e.Caller {
-		return fmt.Sprintf("no reply before the caller's deadline (%v)", e.After.Round(time.Millisecond))
-	}
-	return fmt.Sprintf("no reply within %v", e.After.Round(time.Millisecond))
-}
-
-// Unwrap makes errors.Is(err, context.DeadlineExceeded) hold.
-func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // Reply is one node's answer.
 type Reply[T any] struct {
@@ -149,26 +132,246 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 	return t
 }
 
-// callerEnded fails the nodes still pending when the caller's ctx ended.
-func (r *Round[T]) callerEnded(ctx context.Context, t *Tally) {
-	var err error = &TimeoutError{After: time.Since(r.start), Caller: true}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
-		err = cerr // cancelled, not timed out
-	}
-	t.failPending(err, !r.timedOut())
+// Round is one request sent to every node at once. Each node's request
+// writes only its own slot, and the notification channel is buffered to N,
+// so a node that answers after the decision never blocks: it finishes in the
+// background, bounded by the node timeout, and is waited for by whoever
+// started it (see [Spawner]).
+//
+// A Round is safe for concurrent use once started.
+type Round[T any] struct {
+	start   time.Time
+	timeout time.Duration
+	call    func(ctx context.Context, node int) (T, error)
+	base    noCancel           // the caller's ctx without its cancellation
+	ctx     roundCtx           // the requests' ctx: base, bounded by the deadline
+	cancel  context.CancelFunc // releases ctx; called by the last request to return
+	left    atomic.Int32       // requests not returned yet
+	wg      sync.WaitGroup     // requests not returned yet, for Wait
+	slots   []slot[T]          // slot i written once by node i's request, before its done is set
+	notify  chan int           // buffered to N: node i sends i once
+
+	mu   sync.Mutex      // protects done
+	done []chan struct{} // per node, made by Done on demand; nil until then
+
+	// Backing arrays for rounds of up to smallN nodes, so that a round is
+	// one allocation (plus its channel and ctx) whatever it tallies.
+	slotsA [smallN]slot[T]
+	votesA [smallN]Vote
+	errsA  [smallN]error
 }
 
-// ended reports whether ctx is done or past its deadline: a request may
-// report the deadline (as an i/o timeout, say) a moment before ctx does.
-func ended(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
+// smallN is the largest round whose slots and tally live in the Round itself.
+const smallN = 8
+
+// slot is node i's part of a round: its reply, and whether it is in.
+type slot[T any] struct {
+	r   *Round[T]
+	i   int
+	in  atomic.Bool // Reply is set
+	rep Reply[T]
 }
 
-// timedOut reports whether the node timeout has passed since Start.
-func (r *Round[T]) timedOut() bool {
-	return r.timeout > 0 && time.Since(r.start) >= r.timeout
+// run sends node i's request, records the reply and notifies the
+// collector. It is the task a Spawner runs.
+func (s *slot[T]) run() {
+	r := s.r
+	v, err := r.call(&r.ctx, s.i)
+	s.rep = Reply[T]{Val: v, Err: err}
+	r.mu.Lock() // with Done: exactly one of them closes done[i]
+	s.in.Store(true)
+	if r.done != nil && r.done[s.i] != nil {
+		close(r.done[s.i])
+	}
+	r.mu.Unlock()
+	r.notify <- s.i
+	// After the notification, so that a collector woken by the end of
+	// ctx finds every reply of a round that ended because all answered.
+	if r.left.Add(-1) == 0 {
+		r.cancel()
+	}
+	r.wg.Done()
 }
+
+// Spawner starts a round's requests, each on a goroutine, and owns them
+// until they return: a *sync.WaitGroup does, and so does [*Workers], which
+// reuses its goroutines.
+type Spawner interface {
+	Go(f func())
+}
+
+// Start sends call to nodes 0..n-1 in parallel and returns at once: it is
+// StartAt from now.
+func Start[T any](ctx context.Context, n int, timeout time.Duration, sp Spawner, call func(ctx context.Context, node int) (T, error)) *Round[T] {
+	return StartAt(ctx, time.Now(), n, timeout, sp, call)
+}
+
+// StartAt sends call to nodes 0..n-1 in parallel and returns at once, as a
+// round that began at start (a moment the caller fixed before it could be
+// delayed: when it registered the round). The calls share a context whose
+// deadline is start plus timeout, or the caller's deadline when that comes
+// first — fixed here from start, so that a caller descheduled between
+// fixing start and sending cannot push its requests' deadline later
+// (DESIGN step 4). The calls do not inherit the caller's cancellation:
+// once sent, a request finishes in the background within its deadline
+// (DESIGN step 2), so that a caller that cancels its ctx as it returns
+// (defer cancel()) leaves no grant half-made. Collect still returns when
+// the caller's ctx ends. sp starts the calls (nil: plain goroutines nobody
+// waits for but Wait), so that an owner can wait for stragglers after an
+// early decision. The context is released when the last call returns.
+func StartAt[T any](ctx context.Context, start time.Time, n int, timeout time.Duration, sp Spawner, call func(ctx context.Context, node int) (T, error)) *Round[T] {
+	r := &Round[T]{
+		start:   start,
+		timeout: timeout,
+		call:    call,
+		notify:  make(chan int, n),
+	}
+	if n <= smallN {
+		r.slots = r.slotsA[:n]
+	} else {
+		r.slots = make([]slot[T], n)
+	}
+	// One context for the round: every request has the same deadline, so
+	// one timer serves them all, and the collector waits on it too. The
+	// last node to answer releases it.
+	var cctx context.Context
+	r.base.ctx = ctx
+	cctx, r.cancel, r.ctx.timeout = deadlineFrom(&r.base, ctx, start, timeout)
+	r.ctx.Context = cctx
+	if n == 0 {
+		r.cancel()
+		return r
+	}
+	r.left.Store(int32(n))
+	r.wg.Add(n)
+	w, pooled := sp.(*Workers)
+	if wg, ok := sp.(*sync.WaitGroup); (ok && wg == nil) || (pooled && w == nil) {
+		sp, pooled = nil, false // a typed nil: no owner
+	}
+	for i := range r.slots {
+		s := &r.slots[i]
+		s.r, s.i = r, i
+		switch {
+		case pooled:
+			w.run(s) // the slot is the task: nothing to allocate
+		case sp != nil:
+			sp.Go(s.run)
+		default:
+			go s.run()
+		}
+	}
+	return r
+}
+
+// noCancel is a context's values without its cancellation or deadline,
+// like context.WithoutCancel; it lives in the Round, so that a round
+// allocates no context of its own for it.
+type noCancel struct{ ctx context.Context }
+
+func (noCancel) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (noCancel) Done() <-chan struct{} { return nil }
+
+func (noCancel) Err() error { return nil }
+
+func (c *noCancel) Value(key any) any { return c.ctx.Value(key) }
+
+// deadlineFrom returns the requests' context of a round that began at
+// start: base (ctx's values without its cancellation), ending at start+d or at
+// ctx's deadline, whichever comes first (no deadline when d ≤ 0 and ctx has
+// none). timeout is d when it sets the deadline, else 0 (see NodeTimeout).
+func deadlineFrom(base *noCancel, ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
+	dl, ok := ctx.Deadline()
+	switch {
+	case d > 0 && (!ok || dl.After(start.Add(d))):
+		c, cancel := context.WithDeadline(base, start.Add(d))
+		return c, cancel, d
+	case ok:
+		c, cancel := context.WithDeadline(base, dl)
+		return c, cancel, 0
+	}
+	c, cancel := context.WithCancel(base)
+	return c, cancel, 0
+}
+
+// Started returns when the round's requests were sent: validity is measured
+// from here.
+func (r *Round[T]) Started() time.Time { return r.start }
+
+// Reply returns node i's answer and true, or false if it has not answered.
+func (r *Round[T]) Reply(i int) (Reply[T], bool) {
+	s := &r.slots[i]
+	if !s.in.Load() {
+		return Reply[T]{}, false
+	}
+	return s.rep, true
+}
+
+// Tally is the state of a round when it was decided.
+type Tally struct {
+	Yes, No, Failed, Pending int
+	Votes                    []Vote  // per node; Pending for a node whose reply was not waited for
+	Errs                     []error // per node; the error of a Failed node
+	// Cut is set for a Failed node that was cut short because the caller's
+	// ctx ended before the node timeout: the caller gave up on it, which
+	// says nothing about the node. Nil when there is none.
+	Cut     []bool
+	Elapsed time.Duration
+}
+
+// Record counts node i's vote v in t, with err for a Failed one, in place
+// of what t held for it (Pending, as a rule): every tally's counts are
+// made here. A vote other than Yes or No counts as Failed.
+func (t *Tally) Record(i int, v Vote, err error) {
+	switch t.Votes[i] {
+	case Pending:
+		t.Pending--
+	case Yes:
+		t.Yes--
+	case No:
+		t.No--
+	default:
+		t.Failed--
+	}
+	t.count(i, v, err)
+}
+
+// Counted returns the tally of votes (one per node) and their errors.
+func Counted(votes []Vote, errs []error) Tally {
+	t := Tally{Votes: votes, Errs: errs}
+	for i, v := range votes {
+		t.count(i, v, errs[i])
+	}
+	return t
+}
+
+func (t *Tally) count(i int, v Vote, err error) {
+	switch v {
+	case Pending:
+		t.Pending++
+	case Yes:
+		t.Yes++
+	case No:
+		t.No++
+	default:
+		v = Failed
+		t.Failed++
+	}
+	t.Votes[i], t.Errs[i] = v, err
+}
+
+// Quorum reports whether a majority voted yes.
+func (t Tally) Quorum() bool { return t.Yes >= Size(len(t.Votes)) }
+
+// Decider says whether a tally settles the round. See [Majority] and [All].
+type Decider func(t Tally) bool
+
+// Majority settles a round as soon as a majority voted yes, or a majority of
+// yes votes has become impossible.
+func Majority(t Tally) bool {
+	q := Size(len(t.Votes))
+	return t.Yes >= q || t.Yes+t.Pending < q
+}
+
+// All settles a round only when every node has answered.
+func All(t Tally) bool { return t.Pending == 0 }

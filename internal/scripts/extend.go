@@ -50,19 +50,6 @@ func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64)
 	return parseExtended(p.s.runCmd(ctx, c, p.keys, cmd).Int64())
 }
 
-// ExtendCmd queues Extend on a pipeline, as EVALSHA, with a not-after
-// bound (see AcquireWith; nil or 0: none): load the script on the node
-// first (Load), or redo the commands that fail with NOSCRIPT after loading
-// it. Read the outcome with ExtendResult after Exec.
-func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64, notAfter *int64) *redis.Cmd {
-	return k.kind().extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
-}
-
-// ExtendResult reads the outcome of a command queued by ExtendCmd.
-func ExtendResult(cmd *redis.Cmd) (Extended, error) {
-	return parseExtended(cmd.Int64())
-}
-
 func parseExtended(n int64, err error) (Extended, error) {
 	if err != nil {
 		return Refused, err

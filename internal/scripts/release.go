@@ -2,25 +2,10 @@ package scripts
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/testhooks"
-)
-
-// Released is what a release did with the lock key on one node.
-type Released int8
-
-// The outcomes of Release.
-const (
-	NotOurs    Released = iota // the key did not hold our token
-	Deleted                    // deleted: nobody was queued
-	HandedOver                 // set to the first waiter's token, who was told
-	Kept                       // yielding: nobody before us in the queue, the key stays ours
 )
 
 // Release gives up the lock key where it holds token: it hands it to the
@@ -40,48 +25,6 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, token string, guard 
 	return ReleaseWith(ctx, c, k, ReleaseArgs(token, guard, r, yield, wake))
 }
 
-// ReleaseWith is Release with arguments from ReleaseArgs.
-func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	s := k.kind().release
-	if s == release && testhooks.QueueTieKeeps.Load() {
-		s = releaseTieKeeps // a negative control
-	}
-	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
-}
-
-// tieRule is the line of queue.lua that breaks a tie of tickets by member.
-const tieRule = "return ticket < t or (ticket == t and bytesLess(member, head))"
-
-// ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),
-// with arguments from ReleaseArgs (not yielding). Read the outcome with
-// ReleaseResult after Exec.
-func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, args []any) *redis.Cmd {
-	return k.kind().release.EvalSha(ctx, p, k.rel, args...)
-}
-
-// ReleaseResult reads the outcome of a command queued by ReleaseCmd.
-func ReleaseResult(cmd *redis.Cmd) (Released, error) {
-	return parseReleased(cmd.Int64())
-}
-
-// ReleaseArgs boxes the arguments of Release once, for a lock that sends
-// them to every node (ReleaseWith, ReleaseCmd).
-func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake string) []any {
-	g := int64(0)
-	if guard > 0 {
-		g = ms(guard)
-	}
-	ticket := ""
-	if yield {
-		ticket = strconv.FormatInt(r.Ticket, 10)
-	}
-	var at any = "0 0" // no member: unused (a boxed constant: no allocation)
-	if r.Member != "" {
-		at = strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)
-	}
-	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), at}
-}
-
 // Unqueued returns args from ReleaseArgs (not yielding) without the
 // member, for a node where no entry of ours can be left: the release then
 // does not look for one (see Release).
@@ -89,19 +32,6 @@ func Unqueued(args []any) []any {
 	a := slices.Clone(args)
 	a[2] = ""
 	return a
-}
-
-func parseReleased(n int64, err error) (Released, error) {
-	if err != nil {
-		return NotOurs, err
-	}
-	if n == -1 {
-		return NotOurs, ErrLate // a yield past its not-after bound: it changed nothing
-	}
-	if n >= 0 && n <= 3 {
-		return Released(n), nil
-	}
-	return NotOurs, fmt.Errorf("scripts: release returned %d", n)
 }
 
 // Yield is Release for a waiter giving back the grants of a failed attempt

@@ -10,10 +10,14 @@ package scripts
 import (
 	"context"
 	_ "embed"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 var (
@@ -127,55 +131,6 @@ func boxKeys(keys []string) []any {
 	return b
 }
 
-// Script names a script for Load.
-type Script int8
-
-// The scripts a pipeline may need loaded.
-const (
-	ExtendScript Script = iota
-	ReleaseScript
-)
-
-// Load loads a script on a node (SCRIPT LOAD), for pipelines of EVALSHA:
-// the script of every kind of lock (plain, reader, writer, multi), as one
-// pipeline may carry them all.
-func Load(ctx context.Context, c redis.Scripter, s Script) error {
-	for _, set := range []*scriptSet{plainSet, readSet, writeSet, multiSet} {
-		sc := set.extend
-		if s == ReleaseScript {
-			sc = set.release
-		}
-		if err := sc.Load(ctx, c).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// IsNoScript reports whether err is a node's NOSCRIPT reply.
-func IsNoScript(err error) bool {
-	return redis.HasErrorPrefix(err, "NOSCRIPT")
-}
-
-// Holds reports whether the lock key of k holds token. It writes nothing.
-func Holds(ctx context.Context, c redis.Scripter, k Keys, token string) (bool, error) {
-	n, err := holds.Run(ctx, c, []string{k.Lock}, token).Int64()
-	return n == 1, err
-}
-
-// Exists reports whether key exists, whoever holds it.
-func Exists(ctx context.Context, c redis.Scripter, key string) (bool, error) {
-	n, err := exists.Run(ctx, c, []string{key}).Int64()
-	return n == 1, err
-}
-
-// FencedSet writes value to the hash key if token is at least the highest
-// fence token the key has seen, and reports whether it did.
-func FencedSet(ctx context.Context, c redis.Scripter, key string, token int64, value string) (bool, error) {
-	n, err := fenced.Run(ctx, c, []string{key}, token, value).Int64()
-	return n == 1, err
-}
-
 // ms converts a TTL to whole milliseconds for PX/PEXPIRE, never below 1
 // (PX 0 is an error).
 func ms(d time.Duration) int64 {
@@ -183,4 +138,200 @@ func ms(d time.Duration) int64 {
 		return m
 	}
 	return 1
+}
+
+// Keys names the keys of one lock on one node. Build it with NewKeys, which
+// prepares the KEYS lists once for every script call of the lock.
+type Keys struct {
+	Lock  string // holds the owner's token, with a TTL
+	Guard string // set by our release: requests of ours landing later set nothing
+	Queue string // waiting members by ticket
+	Lapse string // the old form's lapse deadlines (written only while an old version queues here: see queue.lua)
+	Fence string // the fence counter; "" when fencing is off
+	acq   []string
+	ext   []string
+	rel   []string
+	com   []string
+	// The same, boxed once for the commands, each behind its count.
+	acqv, extv, relv []any
+	// set is the scripts of this kind of lock; nil: the plain lock's
+	// (read-write and multi-resource locks: rwkeys.go).
+	set *scriptSet
+}
+
+// kind returns the scripts of k's kind of lock.
+func (k Keys) kind() *scriptSet {
+	if k.set == nil {
+		return plainSet
+	}
+	return k.set
+}
+
+// The suffixes of a lock's other keys, after the lock key. GuardSuffix is
+// followed by the token. They share the lock key's hash tag, so one script
+// can touch them all on a Cluster node.
+const (
+	GuardSuffix = ":released:"
+	QueueSuffix = ":queue"
+	LapseSuffix = ":queue:lapse"
+)
+
+// NewKeys returns the keys of the lock held by token: fence is "" when
+// fencing is off.
+func NewKeys(lock, fence, token string) Keys {
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence}
+	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Lapse}
+	k.acq, k.ext = k.rel, k.rel[:2]
+	if fence != "" {
+		k.acq = []string{k.Lock, k.Guard, k.Queue, k.Lapse, k.Fence}
+		k.ext = []string{k.Lock, k.Guard, k.Fence}
+		k.com = []string{k.Lock, k.Fence}
+	}
+	// Lock and Guard are boxed once for all three lists.
+	k.relv = boxKeys(k.rel)
+	k.acqv, k.extv = k.relv, []any{numKeys[2], k.relv[1], k.relv[2]}
+	if fence != "" {
+		f := any(k.Fence)
+		k.acqv = []any{numKeys[5], k.relv[1], k.relv[2], k.relv[3], k.relv[4], f}
+		k.extv = []any{numKeys[3], k.relv[1], k.relv[2], f}
+	}
+	return k
+}
+
+// AcquireArgs boxes the arguments of Acquire once, for a lock that sends
+// them to every node and on every attempt (AcquireWith).
+func AcquireArgs(token string, ttl time.Duration, w Waiter, wake string) []any {
+	// Not queueing: unused. Boxed as a constant, so TryLock's path
+	// allocates nothing for it (a string variable boxed into an any does).
+	var attempt any = "0"
+	if w.Member != "" {
+		a := strconv.FormatInt(w.Attempt, 10)
+		if w.Fresh {
+			a += "n"
+		}
+		attempt = a
+	}
+	return []any{token, ms(ttl), w.Member, w.Ticket, ms(w.Lapse), wake, attempt}
+}
+
+// ErrLate is the answer of a node that ran a request after its not-after
+// bound (DESIGN step 4) and so changed nothing: the client had stopped
+// waiting for it, or its estimate of the node's clock was wrong (a node's
+// clock stepped), but read the reply anyway (its timer fired late, on a
+// loaded machine). It is no refusal — the script read no key — and it
+// matches context.DeadlineExceeded, as the client's own timeout would have
+// (redlock reports it as the node's timeout once the deadline has passed).
+var ErrLate error = lateError{}
+
+type lateError struct{}
+
+func (lateError) Error() string {
+	return "the request reached the node after its deadline (its not-after bound on the node's clock) and changed nothing"
+}
+
+func (lateError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// AcquireWith is Acquire with arguments from AcquireArgs and a not-after
+// bound: the node's TIME, in ms, past which the request changes nothing
+// and fails with ErrLate (DESIGN step 4: the client no longer waits for it
+// then). nil or 0 sends no bound. The bound is read when the command is written,
+// so *notAfter must not change until the call returns; a pointer (not a
+// boxed int64) lets a round keep the bounds of all its nodes in one slice.
+func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
+	v, err := k.kind().acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	ok, fence, young, err := parseAcquire(v)
+	if young {
+		return false, 0, fmt.Errorf("scripts: acquire returned %v", v)
+	}
+	return ok, fence, err
+}
+
+// lateAcquire is the acquire scripts' reply past the not-after bound (see
+// acquire.lua): -2, or {-2, fence counter}.
+const lateAcquire = -2
+
+// parseAcquire reads the reply of the acquire script: 1 or 0, or {1 or 0,
+// fence counter}, or from the guarded variant {-1, uptime} (young); -2 or
+// {-2, n} is ErrLate.
+func parseAcquire(v any) (ok bool, n int64, young bool, err error) {
+	switch v := v.(type) {
+	case int64:
+		switch v {
+		case 0, 1:
+			return v == 1, 0, false, nil
+		case lateAcquire:
+			return false, 0, false, ErrLate
+		}
+	case []any:
+		if len(v) == 2 {
+			g, ok1 := v[0].(int64)
+			n, ok2 := v[1].(int64)
+			switch {
+			case ok1 && ok2 && g == -1:
+				return false, n, true, nil
+			case ok1 && ok2 && g == lateAcquire:
+				return false, 0, false, ErrLate
+			case ok1 && ok2 && (g == 0 || g == 1):
+				return g == 1, n, false, nil
+			}
+		}
+	}
+	return false, 0, false, fmt.Errorf("scripts: acquire returned %v", v)
+}
+
+// Released is what a release did with the lock key on one node.
+type Released int8
+
+// The outcomes of Release.
+const (
+	NotOurs    Released = iota // the key did not hold our token
+	Deleted                    // deleted: nobody was queued
+	HandedOver                 // set to the first waiter's token, who was told
+	Kept                       // yielding: nobody before us in the queue, the key stays ours
+)
+
+// ReleaseWith is Release with arguments from ReleaseArgs.
+func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
+	s := k.kind().release
+	if s == release && testhooks.QueueTieKeeps.Load() {
+		s = releaseTieKeeps // a negative control
+	}
+	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
+}
+
+// tieRule is the line of queue.lua that breaks a tie of tickets by member.
+const tieRule = "return ticket < t or (ticket == t and bytesLess(member, head))"
+
+// ReleaseArgs boxes the arguments of Release once, for a lock that sends
+// them to every node (ReleaseWith, ReleaseCmd).
+func ReleaseArgs(token string, guard time.Duration, r Waiter, yield bool, wake string) []any {
+	g := int64(0)
+	if guard > 0 {
+		g = ms(guard)
+	}
+	ticket := ""
+	if yield {
+		ticket = strconv.FormatInt(r.Ticket, 10)
+	}
+	var at any = "0 0" // no member: unused (a boxed constant: no allocation)
+	if r.Member != "" {
+		at = strconv.FormatInt(r.Attempt, 10) + " " + strconv.FormatInt(r.Ticket, 10)
+	}
+	return []any{token, g, r.Member, wake, ticket, ms(r.Lapse), at}
+}
+
+func parseReleased(n int64, err error) (Released, error) {
+	if err != nil {
+		return NotOurs, err
+	}
+	if n == -1 {
+		return NotOurs, ErrLate // a yield past its not-after bound: it changed nothing
+	}
+	if n >= 0 && n <= 3 {
+		return Released(n), nil
+	}
+	return NotOurs, fmt.Errorf("scripts: release returned %d", n)
 }
