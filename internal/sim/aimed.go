@@ -290,7 +290,7 @@ func respCommand(b []byte) (args [][]byte, rest []byte, ok bool) {
 func (p *LockProfile) holdYields(env *Env) {
 	pl := env.Plan
 	from, to := time.Now(), env.At(pl.FaultPhase)
-	env.faults.add(Fault{Kind: LinkSpike}, from, to.Add(pl.YieldHold))
+	env.faults.add(Fault{Kind: LinkSpike, Client: -1, Node: -1}, from, to.Add(pl.YieldHold))
 	env.cl.net.yields.set(pl.YieldHold)
 	env.History.Note("yields held %v until %v", pl.YieldHold, env.History.since(to))
 	env.SleepUntil(to)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
@@ -134,7 +135,11 @@ func (e *Env) quietLag(q *QuietLag) {
 			n.setDelay(q.Client, q.Node, d)
 		}
 	}
-	set(q.Delay)
+	d := q.Delay
+	if lagCuts.Load() {
+		d = 3 * pl.NodeTimeout // the lag-cuts control: a cut, not a lag
+	}
+	set(d)
 	e.History.Note("%v: on", q)
 	e.SleepUntil(time.Now().Add(q.For))
 	set(0)
@@ -273,4 +278,66 @@ func detachRacing(env *Env, c int, l *redlock.Lock, ctx context.Context) bool {
 		n.setDelay(c, i, before[i])
 	}
 	return <-done == nil
+}
+
+// The simulator's own negative controls of issue 42's liveness checks
+// (controls_test.go): faults the checker is not told of, which the
+// invariant must see.
+var (
+	// lagCuts makes the quiet lag 3 node timeouts each way: every request
+	// on the lagged links times out, and a lock whose renewals all go
+	// there is lost (spurious-loss must see it).
+	lagCuts atomic.Bool
+	// releasesDropped swallows every release on its way (unanswered):
+	// a resigned term's lock stays until its TTL, and no candidate takes
+	// office meanwhile (leader-liveness must see it).
+	releasesDropped atomic.Bool
+	// withdrawsDropped swallows every withdrawal of an election identity
+	// on its way: the identity of a resigned term stays for its lease
+	// (left-behind must see it).
+	withdrawsDropped atomic.Bool
+)
+
+// withdrawSrc is a line of withdraw.lua's header, which every EVAL of it
+// carries.
+var withdrawSrc = []byte("-- withdraw.lua:")
+
+// dropsControl reports whether a control of the simulator's swallows
+// chunk b (a request going up).
+func dropsControl(b []byte) bool {
+	return releasesDropped.Load() && bytes.Contains(b, releaseSHA) ||
+		withdrawsDropped.Load() && bytes.Contains(b, withdrawSrc)
+}
+
+// slowExtend is the guard's episode of the slow TIME plan (issue 42): in
+// a seed whose clock probes are slowed on their way up (each estimate is
+// then ahead of the node's clock by up to half the delay D, within its
+// error), half the Extends that race an Unlock have their request to one
+// node held a node timeout and 0.55-0.95 D. The release there waits for
+// it to answer or time out (a node timeout), so it lands first and its
+// guard must outlast the Extend's not-after bound, which the estimate's
+// error put up to D past the deadline: a guard that ignores the error
+// (sized from the estimate's middle) ends D/2 early, and the Extend
+// lands after it and sets the key again (key-back). It returns the
+// function that undoes the slowing once the Extend was sent (the chunks
+// read meanwhile keep their delay); recorded as a spike (no allowance).
+func (p *LockProfile) slowExtend(env *Env, r2 *rand.Rand, c int) (restore func()) {
+	pl := env.Plan
+	if pl.SlowTime == 0 || !pl.SlowTimeUp || r2.IntN(2) != 0 {
+		return func() {}
+	}
+	n := env.cl.net
+	i := r2.IntN(pl.Nodes)
+	d := pl.NodeTimeout + time.Duration((0.55+0.4*r2.Float64())*float64(pl.SlowTime))
+	n.mu.Lock()
+	before := n.delay[c][i]
+	n.mu.Unlock()
+	from := time.Now()
+	n.setDelay(c, i, before+d)
+	env.faults.add(Fault{Kind: LinkSpike, Client: c, Node: i}, from, from.Add(2*d))
+	env.History.Note("c%d's Extend racing its Unlock held %v on its way to n%d", c, d, i)
+	return func() {
+		time.Sleep(time.Microsecond) // every goroutine blocked: the Extend was written
+		n.setDelay(c, i, before)
+	}
 }

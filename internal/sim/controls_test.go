@@ -84,6 +84,17 @@ var controls = []control{
 	// Leader answers ErrNoLeader while a majority holds a term's
 	// identity (issue 42).
 	{"leader-sees-none", []*atomic.Bool{&testhooks.LeaderSeesNone, &electionSeeds}, "leader-current", 18, false},
+	// The quiet lag is a cut (3 node timeouts each way), which the
+	// checker is not told of: a lock renewed only over the lagged links
+	// is lost with "no fault" (issue 42: spurious-loss reaches the
+	// quiet phase's latency).
+	{"lag-cuts", []*atomic.Bool{&lagCuts}, "spurious-loss", 1, false},
+	// Every release is swallowed on its way: a resigned term's lock
+	// stays for its TTL, and nobody takes office (issue 42).
+	{"releases-dropped", []*atomic.Bool{&releasesDropped, &electionSeeds}, "leader-liveness", 18, false},
+	// Every withdrawal of an election identity is swallowed: a resigned
+	// term's identity stays for its lease (issue 42).
+	{"withdraws-dropped", []*atomic.Bool{&withdrawsDropped, &electionSeeds}, "left-behind", 198, false},
 	// The nodes hold tokens no Client sent (the fault layer rewrites
 	// them on the way, issue 42): the ownership check must see it.
 	{"tokens-rewritten", []*atomic.Bool{&tokensRewritten}, "ownership", 1, false},

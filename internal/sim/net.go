@@ -357,7 +357,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
-			if k.n.dropsCommit(k.id, b) {
+			if k.n.dropsCommit(k.id, b) || dropsControl(b) {
 				// Lost on the way, the connection left open: the
 				// client waits for the reply until its node timeout (a
 				// reset would fail the commit at once, and the round
