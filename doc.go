@@ -186,34 +186,40 @@
 // bound (a round always has a deadline); one that did would keep the guard
 // of before, two TTLs.
 //
-// One layer owns this argument, not each caller: the node layer
-// (internal/node: the registry, the clocks, the one request path) and the
-// lock's rounds (redlock/rounds.go). Every
-// round of a lock — acquire, extension, renewal batch, fence commit,
-// yield, Resume's rounds, Detach's leaving the queues — is registered
-// under the lock's mutex with its start s fixed there, and sent from s: D
-// = s + node timeout (or the caller's earlier deadline) however long its
-// goroutine waits before it sends. Unlock, Detach and Close change the
-// lock's state under the same mutex, so a round is either registered
-// before the release (s ≤ s_r, so D ≤ s_r + node timeout: covered by G)
-// or never sent. A node needs no guard only when each request of the lock
-// there was answered: the node replied (a late reply included), or the
-// request provably never left the client — kept back by the Client (the
+// One type owns this argument, not each caller: node.Token
+// (internal/node/token.go), one per lock token, through which every round
+// of the token goes — acquire, extension, renewal batch, fence commit,
+// yield, Resume's rounds, Detach's leaving the queues. Register registers
+// a round under the lock's own mutex, in one step with the lock's held
+// check, and fixes its start s there; Send sends it from s: D = s + node
+// timeout (or the caller's earlier deadline) however long its goroutine
+// waits before it sends. Unlock, Detach and Close change the lock's state
+// under the same mutex, so a round is either registered before the release
+// (s ≤ s_r, so D ≤ s_r + node timeout: covered by G) or never sent.
+// Request sends one node's request of a round through the node's gates,
+// after the Client's own releases of the key that were in flight there at
+// registration (Follow), with that node's N (Set.NotAfter, clock.go). Guard
+// sizes a release's guard on a node: none only when each request of the
+// token there was answered — the node replied (a late reply included), or
+// the request provably never left the client: kept back by the Client (the
 // node known down or stuck, the in-flight cap full), or refused a
-// connection by a go-redis client whose retries are off. A timeout, a
-// broken connection, or a dial error after go-redis may have retried a
-// written request "may have landed". Requests do not inherit the caller's
+// connection by a go-redis client whose retries are off — else GuardTTL,
+// the G above (Set.guardLifetime, guardclock.go). A timeout, a broken
+// connection, or a dial error after go-redis may have retried a written
+// request "may have landed". Requests do not inherit the caller's
 // cancellation: they end at D, so a caller that cancels as it returns
-// leaves no grant half-made. A lock handed over by Detach takes nothing
-// of this with it: Detach waits until each round has settled or passed
-// D, and where one went unanswered for G more, then takes the Lock call's
-// entry out of the queues; Resume writes nothing until a majority has
-// confirmed the token. On a Redis Cluster node "the node's clock" is the
-// clock of the key's master: the Client keeps one estimate per master,
-// probed with a keyed script that only that master answers, and a
-// request's bound and a release's guard use the estimate of its key's
-// master (a Cluster's masters are separate hosts whose clocks may differ
-// by seconds).
+// leaves no grant half-made. A lock handed over by Detach takes nothing of
+// this with it: WaitOut (guardclock.go) waits until each round has settled
+// or passed D, and where one went unanswered for G more, before the Lock
+// call's entry is taken out of the queues; Resume writes nothing until a
+// majority has confirmed the token. Two bounds are still computed outside
+// token.go, by the same Set.NotAfter: a renewal batch's (redlock/batch.go,
+// one per lock and node in one pipeline) and a yield's (redlock/retry.go).
+// On a Redis Cluster node "the node's clock" is the clock of the key's
+// master: the Client keeps one estimate per master, probed with a keyed
+// script that only that master answers, and a request's bound and a
+// release's guard use the estimate of its key's master (a Cluster's
+// masters are separate hosts whose clocks may differ by seconds).
 //
 // Hence the guard no longer has to outlast the longest pause, and a release
 // needs to reach a node only once: retried until the node answers. A key

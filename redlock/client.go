@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,41 +228,6 @@ func (c *Client) begin() error {
 }
 
 func (c *Client) end() { c.wg.Done() }
-
-// callConfig merges per-call options over the Client's defaults and checks
-// the result.
-func (c *Client) callConfig(resource string, opts []Option) (config, error) {
-	cfg := buildConfig(c.cfg, opts)
-	if err := c.checkResource(resource); err != nil {
-		return cfg, err
-	}
-	if cfg.keyPrefixSet {
-		return cfg, invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
-	}
-	if cfg.renewBatchSet {
-		return cfg, invalid("WithRenewBatch is valid for New only")
-	}
-	return cfg, cfg.validate()
-}
-
-// checkResource refuses resource names that would collide with other keys.
-func (c *Client) checkResource(resource string) error {
-	switch {
-	case resource == "":
-		return invalid("resource must not be empty")
-	case strings.HasSuffix(resource, fenceSuffix):
-		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
-	case strings.HasSuffix(resource, scripts.QueueSuffix), strings.HasSuffix(resource, scripts.LapseSuffix):
-		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.LapseSuffix)
-	case strings.HasSuffix(resource, scripts.ReadersSuffix), strings.HasSuffix(resource, scripts.RWWaitSuffix), strings.HasSuffix(resource, scripts.RWLapseSuffix):
-		return invalid("resource %q: the suffixes %q, %q and %q are reserved for read-write locks", resource, scripts.ReadersSuffix, scripts.RWWaitSuffix, scripts.RWLapseSuffix)
-	case strings.Contains(resource, scripts.GuardSuffix):
-		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
-	case c.anyCluster && strings.ContainsAny(resource, "{}"):
-		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
-	}
-	return nil
-}
 
 // channelPrefix is the prefix of the Clients' wake-up channels: a
 // release tells the first waiter's Client on prefix + its ID.

@@ -3,8 +3,10 @@ package redlock
 import (
 	"crypto/tls"
 	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -100,38 +102,6 @@ func (c *config) interval() time.Duration {
 		return c.renewInterval
 	}
 	return c.ttl / 3
-}
-
-// queueLife is how long a waiter's queue entry lasts on a node after its
-// latest attempt there (DESIGN step 9: each entry lapses on its own): a
-// waiting Lock call attempts again at least every retry delay plus three
-// node timeouts (the rest of a round, the settling of a split, the next
-// request's way there), so twice the longest retry delay and four node
-// timeouts keep a live waiter's entry,
-// and a waiter that went away (frozen, partitioned, crashed) drops out by
-// itself that long after its last attempt. One that finds its entry gone
-// joins again, with its ticket, so its place in the order is kept.
-func (c *config) queueLife() time.Duration {
-	return 2*c.retryMax + 4*c.timeout()
-}
-
-// reservation is how long a release that hands the key to a waiter sets
-// it for (DESIGN step 9): long enough for the waiter to learn of it and
-// renew it to its TTL (a node timeout, and a retry delay for a waiter whose
-// last attempt was that long before the handoff), far below the TTL: two
-// node timeouts, or two retry delays and a node timeout when that is more,
-// at most half the TTL. A frozen, partitioned or dead grantee so holds up
-// the next waiter by one reservation at most: 2s at the default options.
-func (c *config) reservation() time.Duration {
-	return min(max(2*c.timeout(), 2*c.retryMax+c.timeout()), c.ttl/2)
-}
-
-// handoffMin is the least validity a lock handed over by a majority of
-// releases may have left for Lock to return it without a confirming round:
-// time for its first renewal, due halfway to the last node timeout (see
-// firstRenewal), to land: one and a half node timeouts.
-func (c *config) handoffMin() time.Duration {
-	return c.timeout() + c.timeout()/2
 }
 
 // timeout returns the effective per-node request timeout.
@@ -362,4 +332,39 @@ func WithLogger(l *slog.Logger) Option {
 // The default is 0: no cap. A negative d is invalid.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxHold = d })
+}
+
+// callConfig merges per-call options over the Client's defaults and checks
+// the result.
+func (c *Client) callConfig(resource string, opts []Option) (config, error) {
+	cfg := buildConfig(c.cfg, opts)
+	if err := c.checkResource(resource); err != nil {
+		return cfg, err
+	}
+	if cfg.keyPrefixSet {
+		return cfg, invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
+	}
+	if cfg.renewBatchSet {
+		return cfg, invalid("WithRenewBatch is valid for New only")
+	}
+	return cfg, cfg.validate()
+}
+
+// checkResource refuses resource names that would collide with other keys.
+func (c *Client) checkResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalid("resource must not be empty")
+	case strings.HasSuffix(resource, fenceSuffix):
+		return invalid("resource %q: the suffix %q is reserved for fence counters", resource, fenceSuffix)
+	case strings.HasSuffix(resource, scripts.QueueSuffix), strings.HasSuffix(resource, scripts.LapseSuffix):
+		return invalid("resource %q: the suffixes %q and %q are reserved for waiter queues", resource, scripts.QueueSuffix, scripts.LapseSuffix)
+	case strings.HasSuffix(resource, scripts.ReadersSuffix), strings.HasSuffix(resource, scripts.RWWaitSuffix), strings.HasSuffix(resource, scripts.RWLapseSuffix):
+		return invalid("resource %q: the suffixes %q, %q and %q are reserved for read-write locks", resource, scripts.ReadersSuffix, scripts.RWWaitSuffix, scripts.RWLapseSuffix)
+	case strings.Contains(resource, scripts.GuardSuffix):
+		return invalid("resource %q: %q is reserved for release guards", resource, scripts.GuardSuffix)
+	case c.anyCluster && strings.ContainsAny(resource, "{}"):
+		return invalid("resource %q: braces are not allowed with Cluster nodes, where the library sets the hash tag itself", resource)
+	}
+	return nil
 }

@@ -252,7 +252,7 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
 	for _, e := range es {
-		defer c.set.ReleaseBegin(e.keys, i)() // registered like every release (internal/node/order.go)
+		defer c.set.ReleaseBegin(e.keys, i)() // registered like every release (internal/node/token.go)
 		testhooks.BeforeReleaseSend(e.keys.Lock, i)
 	}
 	cmds, err := call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {

@@ -350,3 +350,35 @@ func (q *waiting) startOf(n int64) time.Time {
 	}
 	return q.queuedAt
 }
+
+// queueLife is how long a waiter's queue entry lasts on a node after its
+// latest attempt there (DESIGN step 9: each entry lapses on its own): a
+// waiting Lock call attempts again at least every retry delay plus three
+// node timeouts (the rest of a round, the settling of a split, the next
+// request's way there), so twice the longest retry delay and four node
+// timeouts keep a live waiter's entry,
+// and a waiter that went away (frozen, partitioned, crashed) drops out by
+// itself that long after its last attempt. One that finds its entry gone
+// joins again, with its ticket, so its place in the order is kept.
+func (c *config) queueLife() time.Duration {
+	return 2*c.retryMax + 4*c.timeout()
+}
+
+// reservation is how long a release that hands the key to a waiter sets
+// it for (DESIGN step 9): long enough for the waiter to learn of it and
+// renew it to its TTL (a node timeout, and a retry delay for a waiter whose
+// last attempt was that long before the handoff), far below the TTL: two
+// node timeouts, or two retry delays and a node timeout when that is more,
+// at most half the TTL. A frozen, partitioned or dead grantee so holds up
+// the next waiter by one reservation at most: 2s at the default options.
+func (c *config) reservation() time.Duration {
+	return min(max(2*c.timeout(), 2*c.retryMax+c.timeout()), c.ttl/2)
+}
+
+// handoffMin is the least validity a lock handed over by a majority of
+// releases may have left for Lock to return it without a confirming round:
+// time for its first renewal, due halfway to the last node timeout (see
+// firstRenewal), to land: one and a half node timeouts.
+func (c *config) handoffMin() time.Duration {
+	return c.timeout() + c.timeout()/2
+}

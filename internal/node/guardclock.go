@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // What a Client knows of its servers' clocks (clock.go says how requests
@@ -158,3 +159,62 @@ func (s *Set) guardClocks(i int, keys []scripts.Keys) []*masterClock {
 // slot map is in memory once any request went to the node, so this only
 // matters when it cannot be read at all.
 const guardLookup = 50 * time.Millisecond
+
+func (p round[T]) waitUntil(deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for i := range p.r.N() {
+		select {
+		case <-p.r.Done(i):
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// waitSent waits until every registered round has been sent and has
+// settled, or has passed its deadline (its start plus timeout). Rounds
+// registered from now on are not waited for.
+func (g *Token) waitSent(timeout time.Duration) {
+	g.mu.Lock()
+	rounds := append([]Inflight(nil), g.rounds...)
+	g.mu.Unlock()
+	for _, r := range rounds {
+		p, ok := r.(*Pending)
+		if !ok {
+			continue
+		}
+		deadline := p.Start.Add(timeout)
+		// Its sender attaches it without blocking: wait for that, but
+		// never past the round's deadline (a sender that never sends
+		// sends nothing that can land).
+		for p.round() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if w, ok := p.round().(interface{ waitUntil(time.Time) }); ok {
+			w.waitUntil(deadline)
+		}
+	}
+}
+
+// WaitOut waits until no request of the token can land on any node any
+// more: every registered round has been sent and has settled, or passed
+// its deadline, and, where a request went unanswered, for as long as the
+// release's guard would stay (Guard), by which time the node's clock has
+// passed its not-after bound. A handover (Detach) calls it: the lock's
+// next owner knows nothing of our requests, so they must be over before it
+// is handed on. It takes at most about twice the node timeout plus the
+// clock estimates' error; nothing when every request was answered.
+func (g *Token) WaitOut() {
+	if testhooks.DetachSkipsWait.Load() {
+		return // a negative control: Detach before issue 30
+	}
+	g.waitSent(g.timeout)
+	var d time.Duration
+	for i := range g.n {
+		d = max(d, g.Guard(i))
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+}

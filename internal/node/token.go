@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,18 +173,6 @@ func (p round[T]) Answered(i int) bool {
 
 func (p round[T]) Settled() bool { return p.r.Settled() }
 
-func (p round[T]) waitUntil(deadline time.Time) {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for i := range p.r.N() {
-		select {
-		case <-p.r.Done(i):
-		case <-t.C:
-			return
-		}
-	}
-}
-
 // Track records a round until all its requests have answered or given up;
 // a node that gave up on one is remembered as unsure for good (its request
 // may land at any later time).
@@ -230,31 +219,6 @@ func (g *Token) unanswered(i int) bool {
 	return false
 }
 
-// waitSent waits until every registered round has been sent and has
-// settled, or has passed its deadline (its start plus timeout). Rounds
-// registered from now on are not waited for.
-func (g *Token) waitSent(timeout time.Duration) {
-	g.mu.Lock()
-	rounds := append([]Inflight(nil), g.rounds...)
-	g.mu.Unlock()
-	for _, r := range rounds {
-		p, ok := r.(*Pending)
-		if !ok {
-			continue
-		}
-		deadline := p.Start.Add(timeout)
-		// Its sender attaches it without blocking: wait for that, but
-		// never past the round's deadline (a sender that never sends
-		// sends nothing that can land).
-		for p.round() == nil && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if w, ok := p.round().(interface{ waitUntil(time.Time) }); ok {
-			w.waitUntil(deadline)
-		}
-	}
-}
-
 // Guard returns how long node i must refuse requests of the token after
 // its release: 0 when every request of the token there has been answered
 // (none can land later), else the guard's lifetime (see GuardTTL).
@@ -279,24 +243,100 @@ func (g *Token) GuardTTL() time.Duration {
 	return g.set.guardLifetime(g.keys, g.ttl, g.timeout)
 }
 
-// WaitOut waits until no request of the token can land on any node any
-// more: every registered round has been sent and has settled, or passed
-// its deadline, and, where a request went unanswered, for as long as the
-// release's guard would stay (Guard), by which time the node's clock has
-// passed its not-after bound. A handover (Detach) calls it: the lock's
-// next owner knows nothing of our requests, so they must be over before it
-// is handed on. It takes at most about twice the node timeout plus the
-// clock estimates' error; nothing when every request was answered.
-func (g *Token) WaitOut() {
-	if testhooks.DetachSkipsWait.Load() {
-		return // a negative control: Detach before issue 30
+// The order of a Client's own requests to one key on one node: an acquire
+// goes after this Client's releases of the key in flight there when its
+// round was registered (Follow, Request), so that its own leftovers never
+// refuse it.
+
+// relKey names a lock key on one node; Set.releasing holds, per
+// relKey, one channel per release of it in flight there, closed when that
+// release ends.
+type relKey struct {
+	key  string // the lock key on the node
+	node int
+}
+
+// ReleaseBegin registers a release of keys on node i (under each of its
+// lock keys: a multi-lock's every resource), before it is handed to a
+// goroutine or sent; done ends it. Every sender of a release registers
+// it: Unlock's round, a refused call's cleanup and a lost call's abandon
+// (package redlock's release.go), and the retry loop's pipelines
+// (releaser.go). This Client's next acquire of any of those keys waits on each node for the
+// releases registered there before its round was (Token.Follow), so
+// that its own leftovers never refuse it: a TryLock right after a refused
+// one found the first one's grant still there
+// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
+func (s *Set) ReleaseBegin(keys scripts.Keys, i int) (done func()) {
+	locks := keys.LockKeys()
+	f := make(chan struct{}) // closed when the release has ended
+	s.relMu.Lock()
+	if s.releasing == nil {
+		s.releasing = make(map[relKey][]chan struct{})
 	}
-	g.waitSent(g.timeout)
-	var d time.Duration
-	for i := range g.n {
-		d = max(d, g.Guard(i))
+	for _, key := range locks {
+		k := relKey{key, i}
+		s.releasing[k] = append(s.releasing[k], f)
 	}
-	if d > 0 {
-		time.Sleep(d)
+	s.relMu.Unlock()
+	return func() {
+		s.relMu.Lock()
+		for _, key := range locks {
+			k := relKey{key, i}
+			fs := s.releasing[k]
+			if j := slices.Index(fs, f); j >= 0 {
+				fs = slices.Delete(fs, j, j+1)
+			}
+			if len(fs) == 0 {
+				delete(s.releasing, k)
+			} else {
+				s.releasing[k] = fs
+			}
+		}
+		s.relMu.Unlock()
+		close(f)
+	}
+}
+
+// releasesBefore returns, per node, this Client's releases of keys in
+// flight now (nil: none anywhere). An acquire round takes it when it is
+// registered, and each of its requests waits for those only
+// (Request): a release registered later is never one it must
+// follow, and may be its own call's cleanup, which waits for the
+// request's answer — a request that started late waited for it, the two
+// until the node timeout, and every acquire of the key on that node
+// behind them (lockbench's semaphore: waits in steps of one node timeout;
+// TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
+func (s *Set) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if len(s.releasing) == 0 {
+		return nil
+	}
+	var out [][]chan struct{}
+	for i, k := range keys {
+		for _, key := range k.LockKeys() {
+			if fs := s.releasing[relKey{key, i}]; len(fs) > 0 {
+				if out == nil {
+					out = make([][]chan struct{}, len(keys))
+				}
+				out[i] = append(out[i], fs...)
+			}
+		}
+	}
+	return out
+}
+
+// awaitReleases waits until the releases fs took for node i have ended
+// (each within its node timeout), or ctx ends.
+func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
+	if fs == nil {
+		return
+	}
+	for _, f := range fs[i] {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
