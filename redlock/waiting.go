@@ -117,7 +117,7 @@ func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int)
 	c := q.c
 	if until := q.handedUntil; !until.IsZero() {
 		q.handedUntil = time.Time{}
-		err := c.hold(ctx, l, until, firstRenewal(q.cfg, until))
+		err := c.hold(ctx, l, until, testhooks.FirstRenewal(firstRenewal(q.cfg, until), until))
 		if obs := q.cfg.obs; obs != nil {
 			obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Granted: q.w.handed(l.token), Quorum: c.quorum,
 				Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, Handoff: true})

@@ -135,14 +135,19 @@ func (e *Env) quietLag(q *QuietLag) {
 			n.setDelay(q.Client, q.Node, d)
 		}
 	}
-	d := q.Delay
-	if lagCuts.Load() {
-		d = 3 * pl.NodeTimeout // the lag-cuts control: a cut, not a lag
+	// The clock probes are not slowed meanwhile: a slow probe over a
+	// lagged link takes longer than the node timeout (a cut, which the
+	// probe cannot tell from one; seed 290 failed liveness so).
+	if pl.SlowTime > 0 {
+		n.slowTime(0, pl.SlowTimeUp)
 	}
-	set(d)
+	set(q.Delay)
 	e.History.Note("%v: on", q)
 	e.SleepUntil(time.Now().Add(q.For))
 	set(0)
+	if pl.SlowTime > 0 {
+		n.slowTime(pl.SlowTime, pl.SlowTimeUp)
+	}
 	e.History.Note("quiet lag: off")
 }
 
@@ -284,10 +289,6 @@ func detachRacing(env *Env, c int, l *redlock.Lock, ctx context.Context) bool {
 // (controls_test.go): faults the checker is not told of, which the
 // invariant must see.
 var (
-	// lagCuts makes the quiet lag 3 node timeouts each way: every request
-	// on the lagged links times out, and a lock whose renewals all go
-	// there is lost (spurious-loss must see it).
-	lagCuts atomic.Bool
 	// releasesDropped swallows every release on its way (unanswered):
 	// a resigned term's lock stays until its TTL, and no candidate takes
 	// office meanwhile (leader-liveness must see it).

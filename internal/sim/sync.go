@@ -62,8 +62,8 @@ func settle(env *Env) bool {
 
 // holdSpan holds l for up to 300 ms and returns when its hold ends:
 // then, at a loss (Lost closed, Valid false) or at the run's end.
-func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock) time.Time {
-	until := time.Now().Add(time.Duration(r.IntN(30)) * grid)
+func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock, atLeast time.Duration) time.Time {
+	until := time.Now().Add(max(time.Duration(r.IntN(30))*grid, atLeast))
 	tm := time.NewTimer(time.Until(until))
 	defer tm.Stop()
 	select {
@@ -77,7 +77,7 @@ func holdSpan(env *Env, r *rand.Rand, l *redlock.Lock) time.Time {
 // hold records l, which client c's call kind returned for resource res,
 // as a hold of s (checking that it is valid), holds it (holdSpan) and
 // unlocks it; ctx is the call's.
-func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Lock, c int, kind, res string, write bool, called time.Time) {
+func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Lock, c int, kind, res string, write bool, called time.Time, atLeast time.Duration) {
 	h := env.History
 	x := &span{client: c, resource: res, write: write, start: time.Now(), called: called}
 	h.Note("c%d %s %s: hold from %v", c, kind, res, h.since(x.start))
@@ -85,7 +85,7 @@ func (s *spans) hold(ctx context.Context, env *Env, r *rand.Rand, l *redlock.Loc
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false", c, kind, res)
 	}
 	h.own(l.Token(), c, kind)
-	x.end = holdSpan(env, r, l)
+	x.end = holdSpan(env, r, l, atLeast)
 	s.add(x)
 	_ = l.Unlock(context.WithoutCancel(ctx))
 	h.giveUp(l.Token(), time.Now())
@@ -118,7 +118,8 @@ func (p *RWLockProfile) Start(env *Env) {
 	for c := range env.Plan.Clients {
 		for w := range env.Plan.Workers {
 			r := env.Rand(fmt.Sprintf("rw worker %d/%d", c, w))
-			env.Go(func() { p.worker(env, c, r) })
+			r2 := env.Rand(fmt.Sprintf("rw worker42 %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, r, r2) })
 		}
 	}
 	if env.Plan.FrozenWaiter {
@@ -155,7 +156,7 @@ func (p *RWLockProfile) frozenWriter(env *Env, c int) {
 			return
 		}
 		got.Store(true)
-		p.holds.hold(ctx, env, r, l, c, "WLock (frozen writer)", res, true, time.Time{})
+		p.holds.hold(ctx, env, r, l, c, "WLock (frozen writer)", res, true, time.Time{}, 0)
 	})
 	var from time.Time // the freeze
 	defer func() {
@@ -190,7 +191,7 @@ func (p *RWLockProfile) frozenWriter(env *Env, c int) {
 	h.Note("c%d (frozen writer) thawed", c)
 }
 
-func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
+func (p *RWLockProfile) worker(env *Env, c int, r, r2 *rand.Rand) {
 	rc := env.Clients[c]
 	for nextGrid(env, r, 50) && settle(env) {
 		res := resourceName(r.IntN(env.Plan.Resources))
@@ -222,7 +223,7 @@ func (p *RWLockProfile) worker(env *Env, c int, r *rand.Rand) {
 		if write {
 			kind = "WLock"
 		}
-		p.holds.hold(ctx, env, r, l, c, kind, res, write, w.start)
+		p.holds.hold(ctx, env, r, l, c, kind, res, write, w.start, quietHold(env, r2))
 		cancel()
 	}
 }
@@ -360,12 +361,13 @@ func (p *SemaphoreProfile) Start(env *Env) {
 		// More callers than K: two per Client for K = 2, three for K = 3.
 		for w := range semPermits(env.Plan) {
 			r := env.Rand(fmt.Sprintf("sem worker %d/%d", c, w))
-			env.Go(func() { p.worker(env, c, s, r) })
+			r2 := env.Rand(fmt.Sprintf("sem worker42 %d/%d", c, w))
+			env.Go(func() { p.worker(env, c, s, r, r2) })
 		}
 	}
 }
 
-func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand.Rand) {
+func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r, r2 *rand.Rand) {
 	for nextGrid(env, r, 50) && settle(env) {
 		ctx, cancel := context.WithTimeout(env.ctx, env.Plan.TTL/2+time.Duration(r.Int64N(int64(2*env.Plan.TTL))))
 		var l *redlock.Lock
@@ -382,7 +384,7 @@ func (p *SemaphoreProfile) worker(env *Env, c int, s *redlock.Semaphore, r *rand
 			cancel()
 			continue
 		}
-		p.holds.hold(ctx, env, r, l, c, "Acquire", l.Resource(), false, time.Time{})
+		p.holds.hold(ctx, env, r, l, c, "Acquire", l.Resource(), false, time.Time{}, quietHold(env, r2))
 		cancel()
 	}
 }
@@ -538,3 +540,16 @@ func profilesFor(s uint64) []Profile {
 // second starts only once the first waiter in line gave up, which the
 // half covers.
 func semBound(p Plan) time.Duration { return 3 * p.WaitBound() / 2 }
+
+// quietHold is how long at least a hold of the quiet phase lasts (issue
+// 42's LongQuietHolds): one in five lasts 0.6-1.4 s, past a handoff's
+// reservation and past the first renewal (a reader's mark, a permit's
+// key), else 0.
+func quietHold(env *Env, r2 *rand.Rand) time.Duration {
+	k := r2.IntN(5)
+	d := 600*time.Millisecond + time.Duration(r2.Int64N(int64(800*time.Millisecond)))
+	if k != 0 || !env.Plan.LongQuietHolds || time.Since(env.start) < env.Plan.Healed() {
+		return 0
+	}
+	return d
+}

@@ -155,3 +155,18 @@ func Lapse(d time.Duration) time.Duration {
 // while a term holds, which the simulator's election profile must catch
 // (leader-current, issue 42).
 var LeaderSeesNone atomic.Bool
+
+// FirstRenewalLate makes a lock held from handoffs renew first at the end
+// of its validity instead of before its reservations expire: such a lock
+// held past them is lost with nothing wrong, which the simulator's
+// spurious-loss must catch (issue 42).
+var FirstRenewalLate atomic.Bool
+
+// FirstRenewal returns first, or the time until until under
+// FirstRenewalLate.
+func FirstRenewal(first time.Duration, until time.Time) time.Duration {
+	if FirstRenewalLate.Load() {
+		return max(time.Until(until), time.Millisecond)
+	}
+	return first
+}
