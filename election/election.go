@@ -62,7 +62,7 @@ func New(client *redlock.Client, name string, opts ...Option) (*Election, error)
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	return newElection(client, clientsOf(node.Link(client).Set.Nodes), name, opts)
+	return newElection(client, clientsOf(linkOf(client).Set.Nodes), name, opts)
 }
 
 // NewWithNodes is New with nodes given separately: clients of client's
@@ -79,7 +79,7 @@ func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name st
 	if client == nil {
 		return nil, invalid("client must not be nil")
 	}
-	own := clientsOf(node.Link(client).Set.Nodes)
+	own := clientsOf(linkOf(client).Set.Nodes)
 	if len(nodes) != len(own) {
 		return nil, invalid("nodes: %d given, the Client has %d: an election must use the Client's nodes", len(nodes), len(own))
 	}
@@ -130,12 +130,13 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lt, err := client.NodeTimeout(cfg.lockOpts...)
+	link, err := client.Link(node.Key{}, cfg.lockOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
 	}
+	lt := link.NodeTimeout
 	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
-		nodeTimeout: lt, lockTimeout: lt, link: node.Link(client)}
+		nodeTimeout: lt, lockTimeout: lt, link: link}
 	// The election's requests go through the Client's node layer: its
 	// nodes when they are the Client's clients (New), nodes of their own
 	// over the clients given otherwise (NewWithNodes), with the Client's
@@ -339,4 +340,11 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 		}
 		return nil
 	}
+}
+
+// linkOf returns the node layer of client (redlock's Client.Link, which
+// only this module's packages can call), without per-call options.
+func linkOf(client *redlock.Client) node.Linked {
+	link, _ := client.Link(node.Key{}) // no options: nothing to refuse
+	return link
 }

@@ -123,7 +123,7 @@ func WithLogger(l *slog.Logger) Option {
 // WithNodeTimeout sets how long one of the election's own requests to one
 // node may take (identity reads and writes, announcements). The default is
 // the node timeout of the campaigns' lock, as the redlock Client gives it
-// (redlock.Client.NodeTimeout with WithLockOptions: by default a tenth of
+// (WithNodeTimeout of WithLockOptions, or by default a tenth of
 // the TTL, at most 1s), so that an election request times out only where
 // the lock's would: the two share the node clients' connection pools, and
 // go-redis closes a connection whose request timed out. It must be

@@ -7,38 +7,34 @@ import (
 )
 
 // This file holds what packages built on a Client (package election, the
-// qlock command) need of it beyond locks: the node timeout its locks use,
-// so that their own requests time out where the lock's do, and — through
-// the node layer's Link, not exported here — its nodes, so that they cannot
-// be given others and their requests pass the same gates, and an owner for
-// their requests, so that Close waits for those as for its own.
+// qlock command) need of it beyond locks: its nodes, so that they cannot be
+// given others and their requests pass the same gates; an owner for their
+// requests, so that Close waits for those as for its own; and the node
+// timeout its locks use, so that their own requests time out where the
+// lock's do.
 
-// NodeTimeout returns the per-node request timeout of a lock this Client
-// takes with the per-call options opts: the value of WithNodeTimeout, or by
-// default a tenth of the effective TTL, at most MaxNodeTimeout. It does no
-// I/O.
+// Link returns the Client's node layer to a package of this module built
+// on it (package election, the qlock command): its nodes, an owner for
+// their requests (Close waits for them), and the node timeout of a lock
+// this Client takes with the per-call options opts (the value of
+// WithNodeTimeout, or by default a tenth of the effective TTL, at most
+// MaxNodeTimeout). Its first argument is of a type internal to this
+// module, so no other package can call it. It does no I/O.
 //
 // It returns an error matching ErrInvalidArgument when opts are not valid
 // per call (Lock would refuse them too), ErrClosed never.
-func (c *Client) NodeTimeout(opts ...Option) (time.Duration, error) {
+func (c *Client) Link(_ node.Key, opts ...Option) (node.Linked, error) {
 	cfg := buildConfig(c.cfg, opts)
 	switch {
 	case cfg.keyPrefixSet:
-		return 0, invalid("WithKeyPrefix is valid for New only")
+		return node.Linked{}, invalid("WithKeyPrefix is valid for New only")
 	case cfg.renewBatchSet:
-		return 0, invalid("WithRenewBatch is valid for New only")
+		return node.Linked{}, invalid("WithRenewBatch is valid for New only")
 	}
 	if err := cfg.validate(); err != nil {
-		return 0, err
+		return node.Linked{}, err
 	}
-	return cfg.timeout(), nil
-}
-
-func init() {
-	node.Link = func(x any) node.Linked {
-		c := x.(*Client)
-		return node.Linked{Set: c.set, Go: c.goOwned}
-	}
+	return node.Linked{Set: c.set, Go: c.goOwned, NodeTimeout: cfg.timeout()}, nil
 }
 
 // goOwned runs f on a goroutine the Client owns, as it runs the stragglers

@@ -7,9 +7,11 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-func TestClient_NodeTimeout(t *testing.T) {
+func TestClient_Link(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
 	n := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -31,15 +33,15 @@ func TestClient_NodeTimeout(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := c.NodeTimeout(tc.opts...)
-			if err != nil || got != tc.want {
-				t.Errorf("NodeTimeout() = %v, %v; want %v, nil", got, err, tc.want)
+			lk, err := c.Link(node.Key{}, tc.opts...)
+			if err != nil || lk.NodeTimeout != tc.want || lk.Set != c.set {
+				t.Errorf("Link() = %v, %v; want NodeTimeout %v, the Client's nodes, nil", lk.NodeTimeout, err, tc.want)
 			}
 		})
 	}
 	for _, opts := range [][]Option{{WithKeyPrefix("x:")}, {WithRenewBatch(2)}, {WithTTL(-time.Second)}} {
-		if got, err := c.NodeTimeout(opts...); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("NodeTimeout(invalid) = %v, %v; want ErrInvalidArgument", got, err)
+		if lk, err := c.Link(node.Key{}, opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Link(invalid) = %v, %v; want ErrInvalidArgument", lk.NodeTimeout, err)
 		}
 	}
 }

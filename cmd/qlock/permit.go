@@ -252,7 +252,8 @@ func statusPermits(nodes []redis.UniversalClient, c *common, resource string, st
 // clientsOf returns the node clients of client, in its order (the node
 // layer's Link: package redlock exports no such plumbing).
 func clientsOf(client *redlock.Client) []redis.UniversalClient {
-	nodes := node.Link(client).Set.Nodes
+	link, _ := client.Link(node.Key{}) // no options: nothing to refuse
+	nodes := link.Set.Nodes
 	out := make([]redis.UniversalClient, len(nodes))
 	for i, n := range nodes {
 		out[i] = n.C

@@ -17,11 +17,11 @@ type Linked struct {
 	// error matching redlock.ErrClosed, and does not run f, once Close has
 	// begun.
 	Go func(timeout time.Duration, f func()) error
+	// NodeTimeout is the node timeout of a lock the Client takes with the
+	// per-call options given to Link.
+	NodeTimeout time.Duration
 }
 
-// Link returns the Linked of a *redlock.Client. Package redlock sets it
-// (in its init), so that packages of this module reach a Client's node
-// layer without exported plumbing that users should not call; it is nil
-// only if package redlock is not linked in, which cannot be for a caller
-// holding a *redlock.Client.
-var Link func(client any) Linked
+// Key is the first argument of redlock's Client.Link: a type internal to
+// this module, so that only its packages can call that method.
+type Key struct{ _ [0]func() }
