@@ -17,6 +17,18 @@
 // node (too few nodes answered), the ctx error when ctx ended,
 // [ErrInvalidArgument], [ErrClosed], [ErrLockLost], [ErrNotHeld].
 //
+// A call never waits for itself. Locks are not reentrant, and Go has no
+// goroutine identity: the caller is known by its ctx. A lock's
+// [Lock.Context] and [Client.Do]'s fn ctx carry the lock, and a Lock,
+// TryLock, WLock, RLock (but for a reader reading again, which shares),
+// LockAll or Do whose ctx comes from them while the lock is held returns
+// [ErrAlreadyHeld] at once, with no I/O; a [Semaphore] skips the permits
+// its caller holds. Any other ctx is another caller's — another goroutine
+// sharing the Client, as a process's goroutines do — and waits its turn;
+// the holder calling again with such a ctx (context.Background(), say)
+// waits for itself until that ctx ends. Pass the *Lock, or its Context,
+// to the code that runs under it.
+//
 // Build node clients with ContextTimeoutEnabled: true: the node timeout is
 // enforced by the fan-out either way, but only then does go-redis also free
 // the connection of a request that timed out.

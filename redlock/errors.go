@@ -26,6 +26,17 @@ var (
 	// retries on contention retries on it too.
 	ErrGrantExpired = errors.New("redlock: granted too late to use")
 
+	// ErrAlreadyHeld means the call would wait for a lock its caller holds:
+	// its ctx comes from the Context of a lock of this Client that is still
+	// held on the resource (a Lock's Context, Do's fn ctx, or a ctx derived
+	// from them), so Lock, TryLock, RLock (but for a reader of the resource
+	// it reads), WLock, LockAll and Do return it at once, with no I/O. Locks
+	// are not reentrant. A ctx that does not come from the lock is another
+	// caller's, which waits for the lock like a caller in another process
+	// (goroutines of one process share a Client that way). The error also
+	// matches ErrNotObtained.
+	ErrAlreadyHeld = errors.New("redlock: the caller holds the lock already")
+
 	// ErrNoQuorum means too few nodes answered to decide. It is joined with
 	// one *NodeError per node that failed.
 	ErrNoQuorum = errors.New("redlock: no quorum")
