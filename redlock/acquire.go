@@ -71,6 +71,12 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 		return nil, err
 	}
 	defer c.end()
+	if err := ctx.Err(); err != nil {
+		// Done before anything was sent: the call says nothing about the
+		// nodes or the holder, whether ctx was cancelled or its deadline
+		// passed (issue 44 item 3).
+		return nil, ctxDoneBefore(ctx)
+	}
 	c.noteTimeout(cfg.timeout())
 	return body(c, ctx, resource, cfg, callID, &attempts)
 }

@@ -175,3 +175,11 @@ func cancelled(t quorum.Tally) bool {
 func ctxCancelled(detail string) error {
 	return &classed{msg: "redlock: ctx cancelled before the nodes answered: " + detail, class: []error{context.Canceled}}
 }
+
+// ctxDoneBefore is the error of a call whose ctx was done before it sent
+// anything: it matches ctx's error (context.Canceled or
+// context.DeadlineExceeded) and neither ErrNoQuorum nor ErrNotObtained,
+// since no node was asked.
+func ctxDoneBefore(ctx context.Context) error {
+	return &classed{msg: "redlock: nothing sent: ctx was done before the call", class: []error{ctx.Err()}, cause: context.Cause(ctx)}
+}

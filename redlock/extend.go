@@ -29,11 +29,20 @@ var _ renew.Batcher = batcher{}
 // remains, it returns ErrNoQuorum joined with the node errors, and the lock
 // is not yet lost. When ctx is cancelled before any node answered, it
 // returns an error matching context.Canceled (not ErrNoQuorum), and the
-// lock is as it was. After Unlock it returns ErrNotHeld; after Close,
+// lock is as it was; a ctx already done (cancelled or past its deadline)
+// when Extend is called sends nothing, and the error matches ctx's alone. After Unlock it returns ErrNotHeld; after Close,
 // ErrClosed.
 func (l *Lock) Extend(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
+	}
+	if ctx.Err() != nil {
+		// Nothing sent (issue 44 item 3); a lock that can no longer be
+		// extended says so first.
+		if err := l.usable(); err != nil {
+			return err
+		}
+		return ctxDoneBefore(ctx)
 	}
 	return l.extend(ctx, time.Time{})
 }

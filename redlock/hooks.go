@@ -66,10 +66,14 @@ type Outcome string
 const (
 	OutcomeAcquired    Outcome = "acquired"
 	OutcomeNotObtained Outcome = "not_obtained" // another owner holds it
-	OutcomeNoQuorum    Outcome = "no_quorum"    // too few nodes answered
-	OutcomeCanceled    Outcome = "canceled"     // ctx ended
-	OutcomeClosed      Outcome = "closed"       // the Client was closed
-	OutcomeError       Outcome = "error"        // anything else, e.g. bad input
+	// OutcomeGrantExpired: a majority granted, too late to use
+	// (ErrGrantExpired): the round outlasted the TTL less the drift
+	// allowance, or the process was starved; nobody else need hold it.
+	OutcomeGrantExpired Outcome = "grant_expired"
+	OutcomeNoQuorum     Outcome = "no_quorum" // too few nodes answered
+	OutcomeCanceled     Outcome = "canceled"  // ctx ended
+	OutcomeClosed       Outcome = "closed"    // the Client was closed
+	OutcomeError        Outcome = "error"     // anything else, e.g. bad input
 )
 
 func outcomeOf(err error) Outcome {
@@ -83,6 +87,8 @@ func outcomeOf(err error) Outcome {
 			return OutcomeCanceled
 		}
 		return OutcomeNoQuorum
+	case errors.Is(err, ErrGrantExpired):
+		return OutcomeGrantExpired
 	case errors.Is(err, ErrNotObtained):
 		return OutcomeNotObtained
 	case errors.Is(err, ErrNoQuorum):

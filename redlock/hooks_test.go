@@ -185,6 +185,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+func cancelledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 func TestOutcomeOf(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -193,6 +199,9 @@ func TestOutcomeOf(t *testing.T) {
 	}{
 		{nil, OutcomeAcquired},
 		{ErrNotObtained, OutcomeNotObtained},
+		{grantExpired("late"), OutcomeGrantExpired}, // issue 44 item 3: not "another owner holds it"
+		{alreadyHeld("r"), OutcomeNotObtained},
+		{ctxDoneBefore(cancelledCtx()), OutcomeCanceled},
 		{errors.Join(ErrNotObtained, context.DeadlineExceeded), OutcomeCanceled},
 		{ErrNoQuorum, OutcomeNoQuorum},
 		{errors.Join(ErrNoQuorum, context.Canceled), OutcomeNoQuorum},

@@ -144,3 +144,47 @@ func TestReentry_readersAndPermits(t *testing.T) {
 		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrNotObtained at once", err, time.Since(start))
 	}
 }
+
+// issue 44 item 3: a ctx done before the call — cancelled, or its deadline
+// passed — sends nothing and says nothing about the nodes: the error
+// matches ctx's error, and neither ErrNoQuorum nor ErrNotObtained (before,
+// a passed deadline read as ErrNoQuorum and a cancel as context.Canceled).
+func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	nodes, count := countingNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(time.Minute)) // no renewal within the test
+	held, err := c.Lock(t.Context(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	past, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{{"cancelled", cancelled, context.Canceled}, {"deadline passed", past, context.DeadlineExceeded}} {
+		for _, call := range []struct {
+			name string
+			fn   func(ctx context.Context) error
+		}{
+			{"Lock", func(ctx context.Context) error { _, err := c.Lock(ctx, "done"); return err }},
+			{"TryLock", func(ctx context.Context) error { _, err := c.TryLock(ctx, "done"); return err }},
+			{"Do", func(ctx context.Context) error { return c.Do(ctx, "done", func(context.Context) error { return nil }) }},
+			{"IsLocked", func(ctx context.Context) error { _, err := c.IsLocked(ctx, "done"); return err }},
+			{"Extend", func(ctx context.Context) error { return held.Extend(ctx) }},
+		} {
+			before := count.n.Load()
+			err := call.fn(tc.ctx)
+			if !errors.Is(err, tc.want) || errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotObtained) {
+				t.Errorf("%s with ctx %s = %v; want %v, neither ErrNoQuorum nor ErrNotObtained", call.name, tc.name, err, tc.want)
+			}
+			if n := count.n.Load() - before; n != 0 {
+				t.Errorf("%s with ctx %s sent %d commands; want none", call.name, tc.name, n)
+			}
+		}
+	}
+}
