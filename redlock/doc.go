@@ -87,10 +87,12 @@
 // A lock can change hands between processes: the holder calls
 // [Lock.Detach] (renewal stops, its Client forgets the lock and will not
 // release it) and passes Resource and Token to another process, whose
-// [Client.Resume] takes it over with one round: it succeeds only when a
-// majority of nodes still hold that token, so it can never revive a lock
-// that expired or was released (a node that lost the key is healed only
-// then, as a renewal heals it). Between Detach and Resume the lock is
+// [Client.Resume] takes it over with two rounds: a read, then a re-arm
+// that sets no key where it is absent, and it succeeds only when a
+// majority of nodes still hold that token in both, so it can never revive
+// a lock that expired or was released, also between its rounds (a node
+// that lost the key is healed by the lock's first renewal, after that
+// majority confirmed, as a renewal heals it). Between Detach and Resume the lock is
 // renewed by nobody: Resume must come within the TTL. Only plain locks
 // change hands: Detach refuses a reader, a writer and a multi-lock, which
 // Resume could not take. [Client.Held] lists

@@ -92,8 +92,13 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 // re-arm where ours, set where absent), as the registered round p, and
 // returns the round.
 func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
+	return l.startExtendWith(ctx, p, l.extendCalls())
+}
+
+// startExtendWith is startExtend with the calls ext, one per node
+// (Resume's re-arm without heal, handover.go).
+func (l *Lock) startExtendWith(ctx context.Context, p *node.Pending, ext []scripts.Prepared) *quorum.Round[reply] {
 	c := l.c
-	ext := l.extendCalls()
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, internal/node/clock.go)
 	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
