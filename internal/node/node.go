@@ -411,8 +411,9 @@ func (s *Set) Duplicate() error {
 // (an identity key was left for its hour at load 6 under -race). A DEL
 // that got no answer is sent again until one bound, timeout, which covers
 // the wait and the DELs: go-redis may answer the first from its pool's
-// record of failed dials without dialing. A node that stays down costs
-// Close that bound, and only if this Client sent it the script.
+// record of failed dials without dialing. A node whose last dial failed
+// gets one node timeout at most, and only if this Client sent it the
+// script: that is what a node that stays down costs Close.
 func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 	if len(s.Nodes) == 1 {
 		return
@@ -423,8 +424,12 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 			continue
 		}
 		key := s.idKeys()[i]
+		bound := timeout
+		if n.Health.Down() != nil {
+			bound = min(timeout, s.cfg.Timeout) // it may be back: one node timeout to find out
+		}
 		spawn(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
 			n.id.waitTurn(ctx) // an identify in progress has ended; none starts after
 			if !n.id.idSent.Load() {
