@@ -140,7 +140,7 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 	if obs := l.cfg.obs; obs != nil {
 		defer func() {
 			info := ExtendInfo{Lock: l.id, Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
-				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
+				Confirmed: t.Yes, Pending: t.Pending, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
 			if !due.IsZero() && err == nil {
 				info.Lag = max(time.Since(due), 0)
 			}
