@@ -8,8 +8,9 @@
 //	qlock elect  [flags] NAME -- COMMAND [ARGS...]
 //	qlock status [-n K] [flags] RESOURCE
 //
-// Install it with go install github.com/quorumlock/quorumlock/cmd/qlock@latest;
-// run qlock help for the flags, the exit codes and examples.
+// The module is not published yet: build it from a checkout of the
+// repository with go build ./cmd/qlock (or go install ./cmd/qlock); run
+// qlock help for the flags, the exit codes and examples.
 package main
 
 import (
