@@ -122,7 +122,15 @@ type Client struct {
 // *redis.Ring, which moves keys between shards). Options set the defaults of
 // every lock. New does no I/O. Build node clients with
 // ContextTimeoutEnabled: true, so that a node timeout also frees the
-// connection. Close does not close the node clients.
+// connection, and DialerRetries: 1, so that a node that refuses
+// connections is known at once (with go-redis's default of 5 dials 100ms
+// apart per try, it looks silent until the node timeout, and Close waits
+// that long for it). Close does not close the node clients.
+//
+// A lock needs a majority of the nodes, len(nodes)/2+1. One or two nodes
+// are accepted, without a warning, but tolerate no failure: one node is
+// needed by every lock, and so are both of two. Use an odd number, 3 or
+// more.
 //
 // New returns an error matching ErrInvalidArgument on bad input, including
 // the same client twice, two clients with one address (one server counted
