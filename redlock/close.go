@@ -39,7 +39,8 @@ import (
 // In the same bound it deletes the Client's identity key (a key per node
 // that tells two names of one server apart) from every node it sent one
 // to, down or not: one that came back moments before Close gets its DEL
-// too (TestReal_closeForgetsIdentityOnANodeJustBack).
+// too (TestReal_closeForgetsIdentityOnANodeJustBack), and one that
+// refuses connections costs one failed DEL.
 func (c *Client) Close() error {
 	if onCallback() {
 		c.cbs.enterClose()

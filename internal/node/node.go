@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -275,6 +276,20 @@ type idKeys struct {
 // errClosing is identify's answer once the Client's Close has begun.
 var errClosing = errors.New("the Client is closing: no identity check starts")
 
+// reachable reports whether a TCP connection to addr opens before ctx
+// ends: a node that refuses it is down, and ForgetIdentity stops there,
+// where a DEL that failed on a node that accepts connections may have met
+// go-redis's record of its failed dials, and is sent again.
+func reachable(ctx context.Context, addr string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
 // forgetRetry is the pause between ForgetIdentity's DELs to a node that
 // did not answer.
 const forgetRetry = 20 * time.Millisecond
@@ -414,10 +429,12 @@ func (s *Set) Duplicate() error {
 // stuck, since on a loaded machine a late reply is no proof of a pause
 // (an identity key was left for its hour at load 6 under -race). A DEL
 // that got no answer is sent again until one bound, timeout, which covers
-// the wait and the DELs: go-redis may answer the first from its pool's
-// record of failed dials without dialing. A node whose last dial failed
-// gets one node timeout at most, and only if this Client sent it the
-// script: that is what a node that stays down costs Close.
+// the wait and the DELs, as long as the node accepts TCP connections:
+// go-redis may answer the first DEL from its pool's record of failed
+// dials without dialing. A node whose last dial failed gets one node
+// timeout at most, and one that refuses connections gets no second DEL:
+// a node that stays down costs Close one failed DEL (and only if this
+// Client sent it the script).
 func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 	if len(s.Nodes) == 1 {
 		return
@@ -450,6 +467,9 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 				}
 			}
 			for !Replied(n.C.Del(ctx, key).Err()) {
+				if !reachable(ctx, n.Addr) {
+					return // down: nothing to delete now (its key expires with IdentifyTTL)
+				}
 				select {
 				case <-time.After(forgetRetry):
 				case <-ctx.Done():
