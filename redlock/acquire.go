@@ -28,7 +28,9 @@ import (
 // held on resource (its Context, or Do's fn ctx): the caller would wait for
 // itself. Any other ctx is another caller's, which waits its turn, also
 // when it is a goroutine of this Client's process.
-// ErrInvalidArgument on bad input; ErrClosed after Close.
+// ErrInvalidArgument on bad input; ErrClosed after Close. A ctx done
+// before the call (cancelled, or past its deadline) sends nothing: the
+// error matches ctx's alone, neither ErrNotObtained nor ErrNoQuorum.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return run(c, ctx, resource, opts, lockUntil)
 }

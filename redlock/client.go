@@ -328,7 +328,8 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 
 // IsLocked reports whether a majority of nodes hold a key for resource,
 // whoever owns it. It returns an error matching ErrNoQuorum when too few
-// nodes answered to tell.
+// nodes answered to tell, and ctx's error alone (nothing sent) when ctx
+// was done before the call.
 func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	if err := c.checkResource(resource); err != nil {
 		return false, err
