@@ -162,7 +162,8 @@ type ExtendInfo struct {
 // nodes that neither failed nor refused by the time the round was decided,
 // less the quorum — how many more of them could have failed without
 // failing the round: 1 on a healthy round of 3 nodes, 2 of 5; 0 with one
-// of 3 down. A round stops waiting once a majority confirmed, so Confirmed
+// of 3 down when its failure came before the decision (a refused
+// connection usually does). A round stops waiting once a majority confirmed, so Confirmed
 // alone is the quorum on every healthy round (its margin would read 0 for
 // ever); the nodes it did not wait for count as not failed. A successful
 // round has a margin ≥ 0, a failed one < 0. A node that answers slower
