@@ -163,12 +163,13 @@ type ExtendInfo struct {
 // less the quorum — how many more of them could have failed without
 // failing the round: 1 on a healthy round of 3 nodes, 2 of 5; 0 with one
 // of 3 down when its failure came before the decision (a refused
-// connection usually does). A round stops waiting once a majority confirmed, so Confirmed
-// alone is the quorum on every healthy round (its margin would read 0 for
-// ever); the nodes it did not wait for count as not failed. A successful
-// round has a margin ≥ 0, a failed one < 0. A node that answers slower
-// than the others (paused, say) shows here only once it fails a round;
-// its timeouts show at once in NodeError.
+// connection usually does). A round stops waiting once a majority
+// confirmed, so Confirmed alone is the quorum on every healthy round (its
+// margin would read 0 for ever); the nodes it did not wait for count as
+// not failed. A successful round has a margin ≥ 0, a failed one < 0. A
+// node that answers slower than the others (paused, say) shows here only
+// once it fails a round that needed it; its timeouts show at once in
+// NodeError.
 func (i ExtendInfo) Margin() int { return i.Confirmed + i.Pending - i.Quorum }
 
 // LostInfo describes a lost lock.
