@@ -337,6 +337,9 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return false, err
 	}
 	defer c.end()
+	if ctx.Err() != nil {
+		return false, ctxDoneBefore(ctx) // nothing sent (issue 44 item 3)
+	}
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
