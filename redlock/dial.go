@@ -359,7 +359,8 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		return err
 	}
 	if len(refused) > 0 {
-		head := fmt.Errorf("redlock: dial: %d of %d nodes refused the connection; check the credentials, ACL and TLS settings of their URLs", len(refused), n)
+		// Not "refused the connection": that is what a closed port says.
+		head := fmt.Errorf("redlock: dial: %d of %d nodes rejected this client (its credentials, ACL or TLS); check those settings of their URLs", len(refused), n)
 		return errors.Join(append([]error{head}, refused...)...)
 	}
 	if len(failed) == n && errors.Is(ctx.Err(), context.Canceled) {

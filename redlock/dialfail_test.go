@@ -105,3 +105,18 @@ func TestNew_wrongPasswordNamedInNodeErrors(t *testing.T) {
 		})
 	}
 }
+
+// A node that rejects the client's credentials is not said to have
+// "refused the connection", which is what a closed port says (and what
+// TestDial_refusedNodesReportedAtOnce sees): qlock printed both alike.
+func TestDial_rejectedCredentialsNotCalledRefused(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 1)
+	if err := rc.Admin(0).ConfigSet(t.Context(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Dial(t.Context(), []string{"redis://:wrong@" + rc.Addr(0)})
+	if err == nil || strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "credentials") || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("Dial with a wrong password = %v; want it to name the credentials and WRONGPASS, not a refusal", err)
+	}
+}
