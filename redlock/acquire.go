@@ -23,7 +23,13 @@ import (
 // It returns an error matching ErrNotObtained when another owner holds the
 // lock, ErrNoQuorum (joined with one *NodeError per failed node) when too few
 // nodes answered, joined with ctx's error when ctx ended;
-// ErrInvalidArgument on bad input; ErrClosed after Close.
+// ErrAlreadyHeld at once when ctx comes from a lock of this Client still
+// held on resource (its Context, or Do's fn ctx): the caller would wait for
+// itself. Any other ctx is another caller's, which waits its turn, also
+// when it is a goroutine of this Client's process.
+// ErrInvalidArgument on bad input; ErrClosed after Close. A ctx done
+// before the call (cancelled, or past its deadline) sends nothing: the
+// error matches ctx's alone, neither ErrNotObtained nor ErrNoQuorum.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return run(c, ctx, resource, opts, lockUntil)
 }
@@ -59,10 +65,19 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 		done := c.observe(ctx, cfg, callID, resource, &attempts)
 		defer func() { done(l, err) }()
 	}
+	if err := c.callerHolds(ctx, resource, cfg); err != nil {
+		return nil, err // it would wait for itself (reentry.go)
+	}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
 	defer c.end()
+	if err := ctx.Err(); err != nil {
+		// Done before anything was sent: the call says nothing about the
+		// nodes or the holder, whether ctx was cancelled or its deadline
+		// passed (issue 44 item 3).
+		return nil, ctxDoneBefore(ctx)
+	}
 	c.noteTimeout(cfg.timeout())
 	return body(c, ctx, resource, cfg, callID, &attempts)
 }
@@ -242,7 +257,7 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.
 	start := time.Now()
 	o := c.try(ctx, l, w)
 	if obs := l.cfg.obs; obs != nil {
-		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes,
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes, Pending: o.t.Pending,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(o.err), Err: o.err, NodeErrors: c.nodeErrors(o.t)})
 	}
 	return o
@@ -321,6 +336,7 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 	l.acquired = time.Now()
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.outer, l.ctx = holderOf(ctx), withHolder(l.ctx, l) // a call on this ctx is the holder's (reentry.go)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -6,21 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Dial builds one node client per URL and returns a Client over them, as New
 // does; each URL is one independent Redlock node. Close closes the clients
 // Dial built. Every client is built with ContextTimeoutEnabled, so that a
-// node timeout also frees the connection.
+// node timeout also frees the connection, and dials once per connection
+// (DialerRetries 1, unless a redis+sentinel or redis+cluster URL sets
+// dialer_retries), so that a node that refuses connections is known at
+// once: with go-redis's default of 5 dials 100ms apart, in each of its
+// MaxRetries+1 tries, a refused node looked silent for the whole node
+// timeout, to Dial and to every request and Close after it.
 //
 // The URL forms (query parameters are those of go-redis's ParseURL,
 // ParseFailoverURL and ParseClusterURL: dial_timeout, pool_size, …):
@@ -51,6 +54,10 @@ import (
 // minority of nodes down or unreachable is tolerated, as it is for every
 // lock (the clients reconnect when the nodes come back; WithLogger and
 // WithHooks see their errors, with Op "dial"); such nodes are not checked.
+// A node that refuses connections costs Dial about 0.1s (go-redis's
+// retries of the request); one that accepts and never answers, the node
+// timeout (or ctx's deadline, if sooner): its error then matches
+// context.DeadlineExceeded.
 // A node that answers ROLE or INFO with an error reply is not verified, and
 // Dial goes on: an ACL user without +role or +info (NOPERM), or a server
 // without these commands, such as miniredis. WithHooks and WithLogger see it
@@ -144,146 +151,6 @@ type tlsOption struct{ cfg *tls.Config }
 
 func (tlsOption) apply(*config) {}
 
-// dialURL builds the client for one URL, and returns the address to report
-// in node errors ("" to keep the client's own). It does no I/O.
-func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr string, err error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// A *url.Error quotes the whole URL, password included.
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, "", withHint(err, raw)
-	}
-	base, kind, _ := strings.Cut(u.Scheme, "+")
-	if base != "redis" && base != "rediss" && !(base == "unix" && kind == "") {
-		return nil, "", withHint(fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme), raw)
-	}
-	if err := checkSizes(u.Query()); err != nil {
-		return nil, "", err
-	}
-	plain := *u
-	plain.Scheme = base
-	// go-redis constructors panic on a few absurd option values (a pool size
-	// that overflows int32); an argument error is what Dial promises.
-	defer func() {
-		if r := recover(); r != nil {
-			n, addr, err = nil, "", fmt.Errorf("rejected by go-redis: %v", r)
-		}
-	}()
-	switch kind {
-	case "":
-		o, err := redis.ParseURL(plain.String())
-		if err != nil {
-			return nil, "", err
-		}
-		o.ContextTimeoutEnabled = true
-		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
-		return redis.NewClient(o), "", nil
-	case "sentinel":
-		o, err := redis.ParseFailoverURL(plain.String())
-		if err != nil {
-			return nil, "", err
-		}
-		switch {
-		case o.MasterName == "":
-			return nil, "", errors.New("a sentinel URL needs the master_name parameter")
-		case o.ReplicaOnly, o.RouteByLatency, o.RouteRandomly, o.UseDisconnectedReplicas:
-			return nil, "", errors.New("replica_only, route_by_latency, route_randomly and use_disconnected_replicas are not allowed: a lock is written to the master")
-		}
-		o.ContextTimeoutEnabled = true
-		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
-		return redis.NewFailoverClient(o), "sentinel(" + o.MasterName + "@" + strings.Join(o.SentinelAddrs, ",") + ")", nil
-	case "cluster":
-		o, err := redis.ParseClusterURL(plain.String())
-		if err != nil {
-			return nil, "", err
-		}
-		o.ContextTimeoutEnabled = true
-		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
-		return redis.NewClusterClient(o), "", nil
-	}
-	return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme)
-}
-
-// Bounds of the URL parameters by which go-redis sizes what it allocates.
-const (
-	// maxURLConns bounds pool sizes and connection counts: go-redis
-	// allocates a pool's slots when it builds the client (pool_size=1e6
-	// took 540MB; 1e8 was a fatal out-of-memory error, found fuzzing Dial).
-	// One host cannot open more TCP connections to one address anyway: one
-	// per local port.
-	maxURLConns = 1 << 16
-	// maxURLBuffer bounds the buffers go-redis allocates per connection.
-	maxURLBuffer = 64 << 20
-)
-
-// sizeParams are the URL parameters bounded by checkSizes, with their bound.
-var sizeParams = []struct {
-	name  string
-	limit int
-}{
-	{"pool_size", maxURLConns},
-	{"pipeline_pool_size", maxURLConns},
-	{"min_idle_conns", maxURLConns},
-	{"max_idle_conns", maxURLConns},
-	{"max_active_conns", maxURLConns},
-	{"max_concurrent_dials", maxURLConns},
-	{"read_buffer_size", maxURLBuffer},
-	{"write_buffer_size", maxURLBuffer},
-	{"pipeline_read_buffer_size", maxURLBuffer},
-	{"pipeline_write_buffer_size", maxURLBuffer},
-}
-
-// checkSizes refuses a URL whose sizes would make go-redis allocate without
-// bound. Values that are not integers are left to go-redis's parser.
-func checkSizes(q url.Values) error {
-	for _, p := range sizeParams {
-		for _, v := range q[p.name] {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > int64(p.limit) {
-				return fmt.Errorf("%s %s is above %d", p.name, v, p.limit)
-			}
-		}
-	}
-	return nil
-}
-
-// withTLS returns the TLS config for a URL: parsed is what go-redis made of
-// it (nil without TLS), user is WithTLSConfig's (nil if not given).
-func withTLS(parsed, user *tls.Config, u *url.URL) *tls.Config {
-	if parsed == nil || user == nil {
-		return parsed
-	}
-	c := user.Clone()
-	if c.ServerName == "" {
-		c.ServerName = u.Hostname()
-	}
-	if parsed.InsecureSkipVerify {
-		c.InsecureSkipVerify = true
-	}
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	return c
-}
-
-// redact returns raw with its passwords replaced by "xxxxx": the user-info
-// one, and the password and sentinel_password query parameters.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "unparsable URL"
-	}
-	q := u.Query()
-	for _, k := range []string{"password", "sentinel_password"} {
-		if q.Has(k) {
-			q.Set(k, "xxxxx")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.Redacted()
-}
-
 // ping sends PING, ROLE and INFO server to every node, the nodes in
 // parallel (see Dial for what fails). urls name the nodes in errors.
 func (c *Client) ping(ctx context.Context, urls []string) error {
@@ -296,7 +163,9 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		g.Go(func() error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
+			start := time.Now()
 			probes[i] = node.ProbeNode(pctx, c.nodes[i].C)
+			probes[i].Err = silentUntil(ctx, pctx, start, probes[i].Err)
 			return nil
 		})
 	}
@@ -323,7 +192,8 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		return err
 	}
 	if len(refused) > 0 {
-		head := fmt.Errorf("redlock: dial: %d of %d nodes refused the connection; check the credentials, ACL and TLS settings of their URLs", len(refused), n)
+		// Not "refused the connection": that is what a closed port says.
+		head := fmt.Errorf("redlock: dial: %d of %d nodes rejected this client (its credentials, ACL or TLS); check those settings of their URLs", len(refused), n)
 		return errors.Join(append([]error{head}, refused...)...)
 	}
 	if len(failed) == n && errors.Is(ctx.Err(), context.Canceled) {
@@ -339,15 +209,31 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 	return nil
 }
 
+// silentUntil returns err, the error of a probe started at start on pctx
+// (ctx bounded by the node timeout), as a *quorum.TimeoutError, which
+// matches context.DeadlineExceeded, when it is a timeout and pctx's
+// deadline has passed: a node that did not answer in time, whichever of
+// go-redis's two ways of saying so came first. go-redis dials and
+// handshakes in a goroutine of its own and returns either ctx's error or
+// the socket's "i/o timeout", both armed for the same instant; under load
+// the socket's came first (issue 44), and an error that matched the
+// deadline only sometimes was the result.
+func silentUntil(ctx, pctx context.Context, start time.Time, err error) error {
+	dl, ok := pctx.Deadline()
+	if err == nil || !ok || time.Now().Before(dl) || !node.IsTimeout(err) {
+		return err
+	}
+	cdl, caller := ctx.Deadline()
+	return &quorum.TimeoutError{After: dl.Sub(start), Caller: caller && !cdl.After(dl)}
+}
+
 // permanent reports whether a node's answer to PING is a configuration
 // error, which waiting will not fix: rejected credentials or permissions, a
 // server certificate that does not verify, or a TLS alert from the server
 // (such as "certificate required" without a client certificate).
 func permanent(err error) bool {
-	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
+	if node.AuthRefused(err) || redis.HasErrorPrefix(err, "NOPERM") {
+		return true
 	}
 	var (
 		verify *tls.CertificateVerificationError
@@ -362,21 +248,4 @@ func nodeContext(ctx context.Context, d time.Duration) (context.Context, context
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
-}
-
-// withHint adds "did you mean redis://host:port" to the error of a URL
-// given as a bare host:port (url.Parse reads "127.0.0.1:7601" as a path
-// with a colon, and "localhost:7601" as the scheme "localhost").
-func withHint(err error, raw string) error {
-	if strings.Contains(raw, "://") || strings.ContainsAny(raw, "/@?") {
-		return err
-	}
-	host, port, splitErr := net.SplitHostPort(raw)
-	if splitErr != nil || port == "" {
-		return err
-	}
-	if _, convErr := strconv.Atoi(port); convErr != nil {
-		return err
-	}
-	return fmt.Errorf("%w (did you mean redis://%s?)", err, net.JoinHostPort(host, port))
 }

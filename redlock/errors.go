@@ -28,6 +28,17 @@ var (
 	// retries on contention retries on it too.
 	ErrGrantExpired = errors.New("redlock: granted too late to use")
 
+	// ErrAlreadyHeld means the call would wait for a lock its caller holds:
+	// its ctx comes from the Context of a lock of this Client that is still
+	// held on the resource (a Lock's Context, Do's fn ctx, or a ctx derived
+	// from them), so Lock, TryLock, RLock (but for a reader of the resource
+	// it reads), WLock, LockAll and Do return it at once, with no I/O. Locks
+	// are not reentrant. A ctx that does not come from the lock is another
+	// caller's, which waits for the lock like a caller in another process
+	// (goroutines of one process share a Client that way). The error also
+	// matches ErrNotObtained.
+	ErrAlreadyHeld = errors.New("redlock: the caller holds the lock already")
+
 	// ErrNoQuorum means too few nodes answered to decide. It is joined with
 	// one *NodeError per node that failed.
 	ErrNoQuorum = errors.New("redlock: no quorum")
@@ -233,7 +244,7 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
 	holder := ""
 	if t.No > 0 && c.holds(resource) {
-		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
+		holder = "this Client holds a lock on the resource already (another caller's, or this caller's with a ctx that does not come from the lock: see ErrAlreadyHeld; locks are not reentrant)"
 	}
 	n := len(c.nodes)
 	if t.Quorum() {
@@ -265,4 +276,12 @@ func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (er
 // matches ErrGrantExpired and ErrNotObtained.
 func grantExpired(detail string) error {
 	return &classed{msg: "redlock: not obtained: " + detail, class: []error{ErrNotObtained, ErrGrantExpired}}
+}
+
+// ctxDoneBefore is the error of a call whose ctx was done before it sent
+// anything: it matches ctx's error (context.Canceled or
+// context.DeadlineExceeded) and neither ErrNoQuorum nor ErrNotObtained,
+// since no node was asked.
+func ctxDoneBefore(ctx context.Context) error {
+	return &classed{msg: "redlock: nothing sent: ctx was done before the call", class: []error{ctx.Err()}, cause: context.Cause(ctx)}
 }

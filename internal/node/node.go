@@ -23,8 +23,8 @@ type Node struct {
 	Cluster bool // a Redis Cluster client: keys of a lock share a hash tag
 	Health  *Health
 	// noRetries is set for a node client whose go-redis retries are off
-	// (MaxRetries -1): only then does a dial error prove that a request
-	// was never written (see NeverWrote).
+	// (built with MaxRetries -1): only then does a dial error prove that
+	// a request was never written (see NeverWrote).
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
 	// Of a node of a Set (nil otherwise): its identity check and its
@@ -40,12 +40,16 @@ func New(c redis.UniversalClient) Node {
 		noRetries: retriesOff(c), sem: make(chan struct{}, MaxInFlight)}
 }
 
-// retriesOff reports whether go-redis never retries a request of c
-// (MaxRetries -1; 0 means its default, 3). A Cluster client is never
-// counted so: it retries on redirects too.
+// retriesOff reports whether go-redis never retries a request of c: a
+// client built with MaxRetries -1. NewClient stores the options it used,
+// with -1 turned into 0 and 0 (the default) into 3, so the 0 that
+// Options() returns is "no retries" (go-redis v9 options.go init; a
+// negative value there is one below -1, which New refuses, see
+// DroppedCommands). A Cluster client is never counted so: it retries on
+// redirects too.
 func retriesOff(c redis.UniversalClient) bool {
 	rc, ok := c.(*redis.Client)
-	return ok && rc.Options().MaxRetries < 0
+	return ok && rc.Options().MaxRetries == 0
 }
 
 // Do runs fn on node n: the one path of every request of the library. A

@@ -54,6 +54,11 @@ var (
 	leave           = newScript(queueSrc + leaveSrc)
 	fenced          = newScript(fencedSetSrc)
 
+	// rearm is extend without its heal: it re-arms the key only where it
+	// holds the token, and sets nothing where the key is absent (Resume's
+	// round: issue 44 item 5).
+	rearm = newScript(strings.Replace(extendSrc, healBranch, "", 1))
+
 	// plainSet is the plain lock's scripts; Keys of other kinds carry
 	// their own (rwkeys.go).
 	plainSet = &scriptSet{acquire: acquire, acquireGuarded: acquireGuarded, extend: extend, release: release}
