@@ -200,7 +200,9 @@
 // there was answered: the node replied (a late reply included), or the
 // request provably never left the client — kept back by the Client (the
 // node known down or stuck, the in-flight cap full), or refused a
-// connection by a go-redis client whose retries are off. A timeout, a
+// connection by a go-redis client whose retries are off (built with
+// MaxRetries: -1, which go-redis stores as 0; Dial's clients keep
+// go-redis's 3 retries, so their dial errors "may have landed"). A timeout, a
 // broken connection, or a dial error after go-redis may have retried a
 // written request "may have landed". Requests do not inherit the caller's
 // cancellation: they end at D, so a caller that cancels as it returns

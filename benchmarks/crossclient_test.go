@@ -11,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
-	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -87,12 +84,7 @@ func runCrossClient(t *testing.T, rc *redistest.Cluster, lib libs.Lib, k int, d 
 	t.Helper()
 	var lockers []libs.Locker
 	for range k {
-		var cs []redis.UniversalClient
-		for i := range rc.N() {
-			cs = append(cs, redis.NewClient(nodes.Options(rc.ServerAddr(i))))
-		}
-		t.Cleanup(func() { nodes.CloseAll(cs) })
-		lk, err := lib.New(cs, 10*time.Second)
+		lk, err := lib.New(nodeClients(t, rc), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

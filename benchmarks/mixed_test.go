@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/benchmarks/internal/libs"
-	"github.com/quorumlock/quorumlock/benchmarks/internal/nodes"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -45,14 +44,7 @@ import (
 func TestMixedCallersShares(t *testing.T) {
 	secs := envInt(t, "QUORUMLOCK_MIXED_SECONDS", 2)
 	rc := redistest.Start(t, 3)
-	conns := func() []redis.UniversalClient {
-		var cs []redis.UniversalClient
-		for i := range rc.N() {
-			cs = append(cs, redis.NewClient(nodes.Options(rc.ServerAddr(i))))
-		}
-		t.Cleanup(func() { nodes.CloseAll(cs) })
-		return cs
-	}
+	conns := func() []redis.UniversalClient { return nodeClients(t, rc) }
 	quorumlock := func(wake bool) caller {
 		c, err := redlock.New(conns(), redlock.WithTTL(10*time.Second), redlock.WithWakeUp(wake))
 		if err != nil {

@@ -61,10 +61,13 @@ func TestElection_handoverNodePaused(t *testing.T) {
 	// that waited for the paused node would take at least this long.
 	const nodeTimeout = 2 * time.Second
 	// Measured: handover 3–35ms under -race on a loaded 2-core machine
-	// (load 10), Leader a few ms. The bounds catch any wait for the paused
-	// node, with room for a whole retry delay (250ms at most) in the
-	// handover.
-	const stepBound, handoverBound = 250 * time.Millisecond, time.Second
+	// (load 10), Leader a few ms — and 618ms once beside stress-ng --cpu 6
+	// at load 17 (issue 44; a read of two live nodes, not a wait for the
+	// paused one). The bounds catch any wait for the paused node (the node
+	// timeout, 2s), with room for a whole retry delay (250ms at most) in
+	// the handover. (A handover of 2.09s in the full suite was such a wait:
+	// a liveness defect, TestElection_handoverSplitRoundNodePaused.)
+	const stepBound, handoverBound = nodeTimeout / 2, time.Second
 	// Resign: Unlock's wait for the paused node, plus election steps.
 	const resignBound = nodeTimeout + stepBound
 	for _, tc := range []struct {

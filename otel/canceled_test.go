@@ -30,7 +30,12 @@ func TestOutcome_canceled(t *testing.T) {
 		t.Fatal("Lock with a cancelled ctx succeeded")
 	}
 	ms := tel.collect(t)
-	for _, name := range []string{"redlock.acquire.duration", "redlock.wait.duration"} {
+	// A ctx done before the call sends no round (issue 44 item 3): no
+	// acquisition round is recorded, and the call is canceled.
+	if hist, ok := ms["redlock.acquire.duration"].Data.(metricdata.Histogram[float64]); ok && len(hist.DataPoints) > 0 {
+		t.Errorf("redlock.acquire.duration has %d data points; want none (no round was sent)", len(hist.DataPoints))
+	}
+	for _, name := range []string{"redlock.wait.duration"} {
 		hist, ok := ms[name].Data.(metricdata.Histogram[float64])
 		if !ok {
 			t.Fatalf("%s: no histogram", name)

@@ -16,7 +16,7 @@
 //	redlock.hold.duration    histogram      s       from acquisition to release
 //	redlock.renewal.lag      histogram      s       from when a renewal was due to its confirmation
 //	redlock.renewal.failures counter        {round} extension rounds that failed; redlock.reason (lost, no_quorum, error)
-//	redlock.quorum.margin    histogram      {node}  nodes that granted or confirmed a round minus the quorum; redlock.op (acquire, extend)
+//	redlock.quorum.margin    histogram      {node}  nodes that neither failed nor refused a round by its decision, minus the quorum (AttemptInfo.Margin, ExtendInfo.Margin); redlock.op (acquire, extend)
 //	redlock.node.errors      counter        {error} failed requests to one node; redlock.node, redlock.node.addr, redlock.op, error.type
 //
 // It implements election.Hooks as well: pass the same Hooks to
@@ -283,7 +283,7 @@ func (h *Hooks) resourceSet(resource string) metric.MeasurementOption {
 func (h *Hooks) Attempt(ctx context.Context, i redlock.AttemptInfo) {
 	h.acquire.Record(ctx, i.Latency.Seconds(), metric.WithAttributes(KeyOutcome.String(string(i.Outcome))))
 	if ctx.Err() == nil && i.Outcome != redlock.OutcomeClosed {
-		h.margin.Record(ctx, int64(i.Granted-i.Quorum), metric.WithAttributes(KeyOp.String("acquire")))
+		h.margin.Record(ctx, int64(i.Margin()), metric.WithAttributes(KeyOp.String("acquire")))
 	}
 	h.attemptSpan(ctx, i)
 }
@@ -312,7 +312,7 @@ func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 		return
 	}
 	if !cancelled {
-		h.margin.Record(ctx, int64(i.Confirmed-i.Quorum), metric.WithAttributes(KeyOp.String("extend")))
+		h.margin.Record(ctx, int64(i.Margin()), metric.WithAttributes(KeyOp.String("extend")))
 		switch {
 		case i.Err == nil:
 			if i.Renewal {

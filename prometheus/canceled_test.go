@@ -37,7 +37,16 @@ func TestOutcome_canceled(t *testing.T) {
 		t.Fatal("Lock with a cancelled ctx succeeded")
 	}
 	m := gather(t, reg)
-	for _, name := range []string{"redis_lock_acquire_duration_seconds", "redis_lock_wait_duration_seconds"} {
+	// A ctx done before the call sends no round (issue 44 item 3): no
+	// acquisition round is observed, and the call is canceled.
+	if f := m["redis_lock_acquire_duration_seconds"]; f != nil {
+		for _, s := range f.GetMetric() {
+			if n := s.GetHistogram().GetSampleCount(); n > 0 {
+				t.Errorf("redis_lock_acquire_duration_seconds has %d samples; want none (no round was sent)", n)
+			}
+		}
+	}
+	for _, name := range []string{"redis_lock_wait_duration_seconds"} {
 		f := m[name]
 		if f == nil {
 			t.Fatalf("no %s", name)

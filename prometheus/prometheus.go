@@ -19,7 +19,7 @@
 //	redis_lock_hold_duration_seconds                 histogram  from acquisition to release
 //	redis_lock_renewal_lag_seconds                   histogram  from when a renewal was due to its confirmation
 //	redis_lock_renewal_failures_total{reason}        counter    failed extension rounds: lost, no_quorum, error
-//	redis_lock_quorum_margin{op}                     histogram  nodes that granted (acquire) or confirmed (extend), minus the quorum
+//	redis_lock_quorum_margin{op}                     histogram  nodes that neither failed nor refused a round by its decision, minus the quorum (AttemptInfo.Margin, ExtendInfo.Margin)
 //	redis_lock_node_errors_total{node,addr,op,kind}  counter    failed requests to one node
 //	redis_lock_nodes_failing                         gauge      nodes with a failed request in the last minute (see NodeFailureWindow)
 //	redis_lock_quorum_headroom                       gauge      nodes − quorum − nodes failing: 0 means one more failing node is an outage
@@ -226,7 +226,7 @@ func New(opts ...Option) *Hooks {
 		}, []string{"reason"}),
 		margin: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "redis_lock_quorum_margin",
-			Help:        "Nodes that granted (op=acquire) or confirmed (op=extend) a round, minus the quorum; negative: the round failed.",
+			Help:        "Nodes that neither failed nor refused a round (op=acquire, op=extend) by its decision, minus the quorum: how many more could have failed; negative: the round failed.",
 			Buckets:     []float64{-3, -2, -1, 0, 1, 2},
 			ConstLabels: cl,
 		}, []string{"op"}),
@@ -287,7 +287,7 @@ func (h *Hooks) Attempt(ctx context.Context, i redlock.AttemptInfo) {
 	h.nodes.round(i.Nodes, i.Quorum)
 	h.acquire.WithLabelValues(string(i.Outcome)).Observe(i.Latency.Seconds())
 	if ctx.Err() == nil && i.Outcome != redlock.OutcomeClosed {
-		h.margin.WithLabelValues("acquire").Observe(float64(i.Granted - i.Quorum))
+		h.margin.WithLabelValues("acquire").Observe(float64(i.Margin()))
 	}
 }
 
@@ -314,7 +314,7 @@ func (h *Hooks) Extend(ctx context.Context, i redlock.ExtendInfo) {
 	if ctx.Err() != nil && !errors.Is(i.Err, redlock.ErrLockLost) {
 		return
 	}
-	h.margin.WithLabelValues("extend").Observe(float64(i.Confirmed - i.Quorum))
+	h.margin.WithLabelValues("extend").Observe(float64(i.Margin()))
 	switch {
 	case i.Err == nil:
 		if i.Renewal {

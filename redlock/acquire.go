@@ -24,7 +24,13 @@ import (
 // It returns an error matching ErrNotObtained when another owner holds the
 // lock, ErrNoQuorum (joined with one *NodeError per failed node) when too few
 // nodes answered, joined with ctx's error when ctx ended;
-// ErrInvalidArgument on bad input; ErrClosed after Close.
+// ErrAlreadyHeld at once when ctx comes from a lock of this Client still
+// held on resource (its Context, or Do's fn ctx): the caller would wait for
+// itself. Any other ctx is another caller's, which waits its turn, also
+// when it is a goroutine of this Client's process.
+// ErrInvalidArgument on bad input; ErrClosed after Close. A ctx done
+// before the call (cancelled, or past its deadline) sends nothing: the
+// error matches ctx's alone, neither ErrNotObtained nor ErrNoQuorum.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
 	return run(c, ctx, resource, opts, lockUntil)
 }
@@ -60,10 +66,19 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 		done := c.observe(ctx, cfg, callID, resource, &attempts)
 		defer func() { done(l, err) }()
 	}
+	if err := c.callerHolds(ctx, resource, cfg); err != nil {
+		return nil, err // it would wait for itself (reentry.go)
+	}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
 	defer c.end()
+	if err := ctx.Err(); err != nil {
+		// Done before anything was sent: the call says nothing about the
+		// nodes or the holder, whether ctx was cancelled or its deadline
+		// passed (issue 44 item 3).
+		return nil, ctxDoneBefore(ctx)
+	}
 	c.noteTimeout(cfg.timeout())
 	return body(c, ctx, resource, cfg, callID, &attempts)
 }
@@ -232,7 +247,7 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock) (quorum.Ta
 	start := time.Now()
 	t, err, settled := c.try(ctx, l)
 	if obs := l.cfg.obs; obs != nil {
-		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes,
+		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: t.Yes, Pending: t.Pending,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(err), Err: err, NodeErrors: c.nodeErrors(t)})
 	}
 	return t, err, settled
@@ -338,7 +353,7 @@ func (c *Client) attemptError(t quorum.Tally, cfg config, resource string) (err 
 func (c *Client) attemptVerdict(t quorum.Tally, cfg config, resource string) (err error, settled bool) {
 	holder := ""
 	if t.No > 0 && c.holds(resource) {
-		holder = "this Client holds a lock on the resource already (locks are not reentrant; Unlock it first, or Extend it)"
+		holder = "this Client holds a lock on the resource already (another caller's, or this caller's with a ctx that does not come from the lock: see ErrAlreadyHeld; locks are not reentrant)"
 	}
 	n := len(c.nodes)
 	if t.Quorum() {
@@ -386,6 +401,7 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 	l.acquired = time.Now()
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.outer, l.ctx = holderOf(ctx), withHolder(l.ctx, l) // a call on this ctx is the holder's (reentry.go)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

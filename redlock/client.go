@@ -122,7 +122,15 @@ type Client struct {
 // *redis.Ring, which moves keys between shards). Options set the defaults of
 // every lock. New does no I/O. Build node clients with
 // ContextTimeoutEnabled: true, so that a node timeout also frees the
-// connection. Close does not close the node clients.
+// connection, and DialerRetries: 1, so that a node that refuses
+// connections is known at once (with go-redis's default of 5 dials 100ms
+// apart per try, it looks silent until the node timeout, and Close waits
+// that long for it). Close does not close the node clients.
+//
+// A lock needs a majority of the nodes, len(nodes)/2+1. One or two nodes
+// are accepted, without a warning, but tolerate no failure: one node is
+// needed by every lock, and so are both of two. Use an odd number, 3 or
+// more.
 //
 // New returns an error matching ErrInvalidArgument on bad input, including
 // the same client twice, two clients with one address (one server counted
@@ -320,7 +328,8 @@ func (c *Client) joinNodeErrors(head error, t quorum.Tally) error {
 
 // IsLocked reports whether a majority of nodes hold a key for resource,
 // whoever owns it. It returns an error matching ErrNoQuorum when too few
-// nodes answered to tell.
+// nodes answered to tell, and ctx's error alone (nothing sent) when ctx
+// was done before the call.
 func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	if err := c.checkResource(resource); err != nil {
 		return false, err
@@ -329,6 +338,9 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 		return false, err
 	}
 	defer c.end()
+	if ctx.Err() != nil {
+		return false, ctxDoneBefore(ctx) // nothing sent (issue 44 item 3)
+	}
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {

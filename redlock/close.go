@@ -36,6 +36,11 @@ import (
 // pipelines: 100,000 locks on 5 local nodes took 7.1s on a 2-core machine
 // (40s at load 8–15), about 14µs per lock per node — plus, for a node that
 // does not answer, at most the node timeout and the grace, whatever K is.
+// In the same bound it deletes the Client's identity key (a key per node
+// that tells two names of one server apart) from every node it sent one
+// to, down or not: one that came back moments before Close gets its DEL
+// too (TestReal_closeForgetsIdentityOnANodeJustBack), and one that
+// refuses connections costs one failed DEL.
 func (c *Client) Close() error {
 	if onCallback() {
 		c.cbs.enterClose()

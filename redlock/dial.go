@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
@@ -19,7 +20,12 @@ import (
 // Dial builds one node client per URL and returns a Client over them, as New
 // does; each URL is one independent Redlock node. Close closes the clients
 // Dial built. Every client is built with ContextTimeoutEnabled, so that a
-// node timeout also frees the connection.
+// node timeout also frees the connection, and dials once per connection
+// (DialerRetries 1, unless a redis+sentinel or redis+cluster URL sets
+// dialer_retries), so that a node that refuses connections is known at
+// once: with go-redis's default of 5 dials 100ms apart, in each of its
+// MaxRetries+1 tries, a refused node looked silent for the whole node
+// timeout, to Dial and to every request and Close after it.
 //
 // The URL forms (query parameters are those of go-redis's ParseURL,
 // ParseFailoverURL and ParseClusterURL: dial_timeout, pool_size, …):
@@ -50,6 +56,10 @@ import (
 // minority of nodes down or unreachable is tolerated, as it is for every
 // lock (the clients reconnect when the nodes come back; WithLogger and
 // WithHooks see their errors, with Op "dial"); such nodes are not checked.
+// A node that refuses connections costs Dial about 0.1s (go-redis's
+// retries of the request); one that accepts and never answers, the node
+// timeout (or ctx's deadline, if sooner): its error then matches
+// context.DeadlineExceeded.
 // A node that answers ROLE or INFO with an error reply is not verified, and
 // Dial goes on: an ACL user without +role or +info (NOPERM), or a server
 // without these commands, such as miniredis. WithHooks and WithLogger see it
@@ -186,6 +196,7 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 			return nil, "", err
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = oneDial(o.DialerRetries)
 		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
 		return redis.NewClient(o), "", nil
 	case "sentinel":
@@ -200,6 +211,7 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 			return nil, "", errors.New("replica_only, route_by_latency, route_randomly and use_disconnected_replicas are not allowed: a lock is written to the master")
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = oneDial(o.DialerRetries)
 		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
 		return redis.NewFailoverClient(o), "sentinel(" + o.MasterName + "@" + strings.Join(o.SentinelAddrs, ",") + ")", nil
 	case "cluster":
@@ -208,10 +220,24 @@ func dialURL(raw string, tlsCfg *tls.Config) (n redis.UniversalClient, addr stri
 			return nil, "", err
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = oneDial(o.DialerRetries)
 		o.TLSConfig = withTLS(o.TLSConfig, tlsCfg, u)
 		return redis.NewClusterClient(o), "", nil
 	}
 	return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", u.Scheme)
+}
+
+// oneDial returns the dial attempts per connection of a client Dial builds:
+// the URL's dialer_retries when it sets one, else 1. go-redis's default (5
+// attempts 100ms apart, inside each of its MaxRetries+1 tries) made a
+// request to a node that refuses connections wait out its whole node
+// timeout and report "context deadline exceeded" instead of the refusal
+// (issue 44). The Client's own health probe brings a node back.
+func oneDial(fromURL int) int {
+	if fromURL > 0 {
+		return fromURL
+	}
+	return 1
 }
 
 // Bounds of the URL parameters by which go-redis sizes what it allocates.
@@ -304,7 +330,9 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		g.Go(func() error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
+			start := time.Now()
 			probes[i] = node.ProbeNode(pctx, c.nodes[i].C)
+			probes[i].Err = silentUntil(ctx, pctx, start, probes[i].Err)
 			return nil
 		})
 	}
@@ -331,7 +359,8 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 		return err
 	}
 	if len(refused) > 0 {
-		head := fmt.Errorf("redlock: dial: %d of %d nodes refused the connection; check the credentials, ACL and TLS settings of their URLs", len(refused), n)
+		// Not "refused the connection": that is what a closed port says.
+		head := fmt.Errorf("redlock: dial: %d of %d nodes rejected this client (its credentials, ACL or TLS); check those settings of their URLs", len(refused), n)
 		return errors.Join(append([]error{head}, refused...)...)
 	}
 	if len(failed) == n && errors.Is(ctx.Err(), context.Canceled) {
@@ -347,15 +376,31 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 	return nil
 }
 
+// silentUntil returns err, the error of a probe started at start on pctx
+// (ctx bounded by the node timeout), as a *quorum.TimeoutError, which
+// matches context.DeadlineExceeded, when it is a timeout and pctx's
+// deadline has passed: a node that did not answer in time, whichever of
+// go-redis's two ways of saying so came first. go-redis dials and
+// handshakes in a goroutine of its own and returns either ctx's error or
+// the socket's "i/o timeout", both armed for the same instant; under load
+// the socket's came first (issue 44), and an error that matched the
+// deadline only sometimes was the result.
+func silentUntil(ctx, pctx context.Context, start time.Time, err error) error {
+	dl, ok := pctx.Deadline()
+	if err == nil || !ok || time.Now().Before(dl) || !node.IsTimeout(err) {
+		return err
+	}
+	cdl, caller := ctx.Deadline()
+	return &quorum.TimeoutError{After: dl.Sub(start), Caller: caller && !cdl.After(dl)}
+}
+
 // permanent reports whether a node's answer to PING is a configuration
 // error, which waiting will not fix: rejected credentials or permissions, a
 // server certificate that does not verify, or a TLS alert from the server
 // (such as "certificate required" without a client certificate).
 func permanent(err error) bool {
-	for _, prefix := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
+	if node.AuthRefused(err) || redis.HasErrorPrefix(err, "NOPERM") {
+		return true
 	}
 	var (
 		verify *tls.CertificateVerificationError

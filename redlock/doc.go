@@ -17,6 +17,18 @@
 // node (too few nodes answered), the ctx error when ctx ended,
 // [ErrInvalidArgument], [ErrClosed], [ErrLockLost], [ErrNotHeld].
 //
+// A call never waits for itself. Locks are not reentrant, and Go has no
+// goroutine identity: the caller is known by its ctx. A lock's
+// [Lock.Context] and [Client.Do]'s fn ctx carry the lock, and a Lock,
+// TryLock, WLock, RLock (but for a reader reading again, which shares),
+// LockAll or Do whose ctx comes from them while the lock is held returns
+// [ErrAlreadyHeld] at once, with no I/O; a [Semaphore] skips the permits
+// its caller holds. Any other ctx is another caller's — another goroutine
+// sharing the Client, as a process's goroutines do — and waits its turn;
+// the holder calling again with such a ctx (context.Background(), say)
+// waits for itself until that ctx ends. Pass the *Lock, or its Context,
+// to the code that runs under it.
+//
 // Build node clients with ContextTimeoutEnabled: true: the node timeout is
 // enforced by the fan-out either way, but only then does go-redis also free
 // the connection of a request that timed out.
@@ -75,10 +87,12 @@
 // A lock can change hands between processes: the holder calls
 // [Lock.Detach] (renewal stops, its Client forgets the lock and will not
 // release it) and passes Resource and Token to another process, whose
-// [Client.Resume] takes it over with one round: it succeeds only when a
-// majority of nodes still hold that token, so it can never revive a lock
-// that expired or was released (a node that lost the key is healed only
-// then, as a renewal heals it). Between Detach and Resume the lock is
+// [Client.Resume] takes it over with two rounds: a read, then a re-arm
+// that sets no key where it is absent, and it succeeds only when a
+// majority of nodes still hold that token in both, so it can never revive
+// a lock that expired or was released, also between its rounds (a node
+// that lost the key is healed by the lock's first renewal, after that
+// majority confirmed, as a renewal heals it). Between Detach and Resume the lock is
 // renewed by nobody: Resume must come within the TTL. Only plain locks
 // change hands: Detach refuses a reader, a writer and a multi-lock, which
 // Resume could not take. [Client.Held] lists

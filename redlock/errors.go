@@ -26,6 +26,17 @@ var (
 	// retries on contention retries on it too.
 	ErrGrantExpired = errors.New("redlock: granted too late to use")
 
+	// ErrAlreadyHeld means the call would wait for a lock its caller holds:
+	// its ctx comes from the Context of a lock of this Client that is still
+	// held on the resource (a Lock's Context, Do's fn ctx, or a ctx derived
+	// from them), so Lock, TryLock, RLock (but for a reader of the resource
+	// it reads), WLock, LockAll and Do return it at once, with no I/O. Locks
+	// are not reentrant. A ctx that does not come from the lock is another
+	// caller's, which waits for the lock like a caller in another process
+	// (goroutines of one process share a Client that way). The error also
+	// matches ErrNotObtained.
+	ErrAlreadyHeld = errors.New("redlock: the caller holds the lock already")
+
 	// ErrNoQuorum means too few nodes answered to decide. It is joined with
 	// one *NodeError per node that failed.
 	ErrNoQuorum = errors.New("redlock: no quorum")
@@ -163,4 +174,12 @@ func cancelled(t quorum.Tally) bool {
 // nodes had that long to answer.)
 func ctxCancelled(detail string) error {
 	return &classed{msg: "redlock: ctx cancelled before the nodes answered: " + detail, class: []error{context.Canceled}}
+}
+
+// ctxDoneBefore is the error of a call whose ctx was done before it sent
+// anything: it matches ctx's error (context.Canceled or
+// context.DeadlineExceeded) and neither ErrNoQuorum nor ErrNotObtained,
+// since no node was asked.
+func ctxDoneBefore(ctx context.Context) error {
+	return &classed{msg: "redlock: nothing sent: ctx was done before the call", class: []error{ctx.Err()}, cause: context.Cause(ctx)}
 }

@@ -29,11 +29,20 @@ var _ renew.Batcher = batcher{}
 // remains, it returns ErrNoQuorum joined with the node errors, and the lock
 // is not yet lost. When ctx is cancelled before any node answered, it
 // returns an error matching context.Canceled (not ErrNoQuorum), and the
-// lock is as it was. After Unlock it returns ErrNotHeld; after Close,
+// lock is as it was; a ctx already done (cancelled or past its deadline)
+// when Extend is called sends nothing, and the error matches ctx's alone. After Unlock it returns ErrNotHeld; after Close,
 // ErrClosed.
 func (l *Lock) Extend(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
+	}
+	if ctx.Err() != nil {
+		// Nothing sent (issue 44 item 3); a lock that can no longer be
+		// extended says so first.
+		if err := l.usable(); err != nil {
+			return err
+		}
+		return ctxDoneBefore(ctx)
 	}
 	return l.extend(ctx, time.Time{})
 }
@@ -83,8 +92,13 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 // re-arm where ours, set where absent), as the registered round p, and
 // returns the round.
 func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
+	return l.startExtendWith(ctx, p, l.extendCalls())
+}
+
+// startExtendWith is startExtend with the calls ext, one per node
+// (Resume's re-arm without heal, handover.go).
+func (l *Lock) startExtendWith(ctx context.Context, p *node.Pending, ext []scripts.Prepared) *quorum.Round[reply] {
 	c := l.c
-	ext := l.extendCalls()
 	bounds := make([]int64, len(c.nodes)) // per node: its not-after bound (step 4, internal/node/clock.go)
 	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
@@ -126,7 +140,7 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 	if obs := l.cfg.obs; obs != nil {
 		defer func() {
 			info := ExtendInfo{Lock: l.id, Resource: l.resource, Renewal: !due.IsZero(), Latency: t.Elapsed,
-				Confirmed: t.Yes, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
+				Confirmed: t.Yes, Pending: t.Pending, Healed: healed, Quorum: c.quorum, Nodes: n, Err: err, NodeErrors: c.nodeErrors(t)}
 			if !due.IsZero() && err == nil {
 				info.Lag = max(time.Since(due), 0)
 			}

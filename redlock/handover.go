@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -101,10 +102,14 @@ func (l *Lock) leaveQueues() {
 // lock to a worker, which resumes, renews and releases it, as aioredlock's
 // get_lock and redis-semaphore's acquiredExternally do). It first asks every
 // node whether the key holds token, writing nothing; only when a majority
-// says so does it run one round of the extension script: where the key
-// holds token its TTL is re-armed, and a node that lost the key gets it
-// again. A refused Resume so never writes the token anywhere: it can never
-// revive a lock that expired or was released. The returned *Lock is then
+// says so does it send a second round, which re-arms the TTL where the key
+// still holds token and sets the key nowhere: the lock is resumed only if
+// a majority re-armed it in that round, and a node that lost the key gets
+// it again from the lock's first renewal, after that majority confirmed
+// (scheduled at once when a node did not confirm). A refused Resume so
+// never writes the token anywhere: it can never revive a lock that expired
+// or was released, also between its two rounds (then it returns an error
+// matching ErrNotHeld). The returned *Lock is then
 // renewed, reported lost, Extended and Unlocked by this Client as if it had
 // acquired it, with the per-call options opts (WithTTL sets the lease it
 // renews to; WithMaxHold counts from the resume). Its Fence is 0: fencing
@@ -151,13 +156,30 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		})
 	})
 	t := r.Collect(ctx, classify, quorum.Majority)
+	if f := testhooks.ResumeRead.Load(); f != nil {
+		(*f)(resource)
+	}
 	if t.Quorum() {
+		// Re-arm only where the key still holds the token, and set it
+		// nowhere it is absent (issue 44 item 5): a key that expired
+		// between the two rounds stays gone, and the lock is resumed only
+		// if a majority still held the token in this round. Absent nodes
+		// are healed by the lock's first renewal, after that majority
+		// confirmed, as any renewal heals them.
 		p, _ := l.register(false)
-		r2 := l.startExtend(ctx, p) // extend.go
+		rearm := make([]scripts.Prepared, n)
+		for i, k := range l.keys {
+			rearm[i] = scripts.PrepareRearm(k, token, cfg.ttl)
+		}
+		r2 := l.startExtendWith(ctx, p, rearm) // extend.go
 		t2 := r2.Collect(ctx, classify, quorum.Majority)
 		deadline := quorum.Deadline(r2.Started(), cfg.ttl, cfg.drift)
 		if t2.Quorum() && quorum.Validity(cfg.ttl, t2.Elapsed, cfg.drift) > 0 {
-			if err := c.hold(ctx, l, deadline, 0); err != nil {
+			first := time.Duration(0) // the renew interval
+			if t2.No+t2.Failed > 0 {
+				first = time.Millisecond // heal the nodes that did not confirm now
+			}
+			if err := c.hold(ctx, l, deadline, first); err != nil {
 				c.abandon(ctx, l, quorum.Tally{})
 				return nil, err
 			}
@@ -170,6 +192,9 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		// Lost between the two rounds, or too slow: what the extension
 		// set is ours to take back, everywhere (step 4).
 		c.abandon(ctx, l, quorum.Tally{})
+		if t2.No > n-c.quorum {
+			return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): the token was gone from %d of %d nodes when Resume re-armed it (expired or released after Resume read it)", ErrNotHeld, resource, t2.No, n), t2)
+		}
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, resource, t2.Yes, n, c.quorum), t2)
 	}
 	switch {

@@ -66,10 +66,14 @@ type Outcome string
 const (
 	OutcomeAcquired    Outcome = "acquired"
 	OutcomeNotObtained Outcome = "not_obtained" // another owner holds it
-	OutcomeNoQuorum    Outcome = "no_quorum"    // too few nodes answered
-	OutcomeCanceled    Outcome = "canceled"     // ctx ended
-	OutcomeClosed      Outcome = "closed"       // the Client was closed
-	OutcomeError       Outcome = "error"        // anything else, e.g. bad input
+	// OutcomeGrantExpired: a majority granted, too late to use
+	// (ErrGrantExpired): the round outlasted the TTL less the drift
+	// allowance, or the process was starved; nobody else need hold it.
+	OutcomeGrantExpired Outcome = "grant_expired"
+	OutcomeNoQuorum     Outcome = "no_quorum" // too few nodes answered
+	OutcomeCanceled     Outcome = "canceled"  // ctx ended
+	OutcomeClosed       Outcome = "closed"    // the Client was closed
+	OutcomeError        Outcome = "error"     // anything else, e.g. bad input
 )
 
 func outcomeOf(err error) Outcome {
@@ -83,6 +87,8 @@ func outcomeOf(err error) Outcome {
 			return OutcomeCanceled
 		}
 		return OutcomeNoQuorum
+	case errors.Is(err, ErrGrantExpired):
+		return OutcomeGrantExpired
 	case errors.Is(err, ErrNotObtained):
 		return OutcomeNotObtained
 	case errors.Is(err, ErrNoQuorum):
@@ -96,7 +102,8 @@ type AttemptInfo struct {
 	Call     uint64 // the Lock or TryLock call it belongs to (see AcquireInfo.Call)
 	Resource string
 	Latency  time.Duration // from the first request to the decision (both phases with fencing)
-	Granted  int           // nodes that granted; Granted − Quorum is the quorum margin
+	Granted  int           // nodes that had granted when the round was decided (see Margin)
+	Pending  int           // nodes that had not answered when the round was decided
 	Quorum   int           // nodes needed
 	Nodes    int
 	Outcome  Outcome
@@ -109,6 +116,18 @@ type AttemptInfo struct {
 	// holder (DESIGN step 9). Latency is then 0.
 	Handoff bool
 }
+
+// Margin is the round's quorum margin: Granted + Pending − Quorum, the
+// nodes that neither failed nor refused by the time the round was
+// decided, less the quorum — how many more of them could have failed
+// without failing the round. A round stops waiting once a majority
+// granted, so Granted alone is the quorum on every healthy round (its
+// margin would read 0 for ever); the nodes it did not wait for count as
+// not failed. A granted round has a margin ≥ 0, a refused or failed one
+// < 0. A node that answers slower than the others (paused, say) shows
+// here only once it fails a round; its timeouts show at once in
+// NodeError.
+func (i AttemptInfo) Margin() int { return i.Granted + i.Pending - i.Quorum }
 
 // AcquireInfo describes a whole Lock or TryLock call.
 type AcquireInfo struct {
@@ -129,14 +148,29 @@ type ExtendInfo struct {
 	Renewal   bool          // by the watchdog (false: an Extend call)
 	Lag       time.Duration // renewals: from when the renewal was due to its confirmation (0 if batched early)
 	Latency   time.Duration // the round itself
-	Confirmed int           // nodes where the key is ours now; Confirmed − Quorum is the margin
-	Healed    int           // of which the key had to be set again (the node had lost it)
+	Confirmed int           // nodes where the key was ours when the round was decided (see Margin)
+	Pending   int           // nodes that had not answered when the round was decided
+	Healed    int           // of the confirmed, where the key had to be set again (the node had lost it)
 	Quorum    int
 	Nodes     int
 	Err       error // nil on success; matches ErrLockLost when the round lost the lock
 	// NodeErrors lists the nodes that failed in this round.
 	NodeErrors []*NodeError
 }
+
+// Margin is the round's quorum margin: Confirmed + Pending − Quorum, the
+// nodes that neither failed nor refused by the time the round was decided,
+// less the quorum — how many more of them could have failed without
+// failing the round: 1 on a healthy round of 3 nodes, 2 of 5; 0 with one
+// of 3 down when its failure came before the decision (a refused
+// connection usually does). A round stops waiting once a majority
+// confirmed, so Confirmed alone is the quorum on every healthy round (its
+// margin would read 0 for ever); the nodes it did not wait for count as
+// not failed. A successful round has a margin ≥ 0, a failed one < 0. A
+// node that answers slower than the others (paused, say) shows here only
+// once it fails a round that needed it; its timeouts show at once in
+// NodeError.
+func (i ExtendInfo) Margin() int { return i.Confirmed + i.Pending - i.Quorum }
 
 // LostInfo describes a lost lock.
 type LostInfo struct {

@@ -185,6 +185,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+func cancelledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 func TestOutcomeOf(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -193,6 +199,9 @@ func TestOutcomeOf(t *testing.T) {
 	}{
 		{nil, OutcomeAcquired},
 		{ErrNotObtained, OutcomeNotObtained},
+		{grantExpired("late"), OutcomeGrantExpired}, // issue 44 item 3: not "another owner holds it"
+		{alreadyHeld("r"), OutcomeNotObtained},
+		{ctxDoneBefore(cancelledCtx()), OutcomeCanceled},
 		{errors.Join(ErrNotObtained, context.DeadlineExceeded), OutcomeCanceled},
 		{ErrNoQuorum, OutcomeNoQuorum},
 		{errors.Join(ErrNoQuorum, context.Canceled), OutcomeNoQuorum},
@@ -269,5 +278,50 @@ func TestHooks_lostOnceBeforeRelease(t *testing.T) {
 	}
 	if len(rec.events) != 21 {
 		t.Errorf("%d locks with events; want 21", len(rec.events))
+	}
+}
+
+// Issue 44 item 4: the margin of a healthy round is nodes − quorum, not 0
+// (the round stops waiting at a majority, so Confirmed alone is the
+// quorum); with a node down it is one less.
+func TestHooks_marginOfHealthyRounds(t *testing.T) {
+	t.Parallel()
+	ms, nodes := miniNodes(t, 3)
+	rec := &recorder{}
+	c := newClient(t, nodes, WithHooks(rec), WithTTL(10*time.Second))
+	l, err := c.Lock(t.Context(), "margin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := l.Extend(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms[2].Close() // down: refuses connections
+	for range 3 {
+		if err := l.Extend(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Unlock(t.Context())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.attempts) != 1 || rec.attempts[0].Margin() != 1 {
+		t.Errorf("attempts %+v; want one with Margin 1 (3 healthy nodes, quorum 2)", rec.attempts)
+	}
+	if len(rec.extends) != 6 {
+		t.Fatalf("%d Extend hooks; want 6", len(rec.extends))
+	}
+	for i, e := range rec.extends {
+		want := 1
+		if i >= 3 {
+			want = 0
+		}
+		// The down node fails fast (refused), so the round is decided with
+		// it failed — or, if it had not failed yet, pending: then 1.
+		if got := e.Margin(); got != want && (i < 3 || got != 1) {
+			t.Errorf("Extend %d: Margin() = %d (Confirmed %d, Pending %d, Quorum %d); want %d", i, got, e.Confirmed, e.Pending, e.Quorum, want)
+		}
 	}
 }

@@ -51,7 +51,8 @@ type Lock struct {
 	cfg          config
 	lost         chan struct{}           // closed once, on loss
 	lostDone     chan struct{}           // closed once the Lost hook has returned (at loss, without hooks)
-	ctx          context.Context         // write-once before the Lock is handed out
+	ctx          context.Context         // write-once before the Lock is handed out; carries the lock (reentry.go)
+	outer        *Lock                   // write-once, with ctx: the lock the acquiring call's ctx carried (reentry.go)
 	cancel       context.CancelCauseFunc // write-once, with ctx
 	extOnce      sync.Once               // builds ext
 	ext          []scripts.Prepared      // per node: the extend call (see extendCalls)

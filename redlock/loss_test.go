@@ -290,6 +290,20 @@ func TestLock_noLossReportForALockNotReturned(t *testing.T) {
 	if len(rec.losts) != 0 {
 		t.Errorf("Lost hook called for %d locks TryLock never returned; want 0", len(rec.losts))
 	}
+	// Issue 44 item 3: a grant that expired is its own outcome, not
+	// "another owner holds it".
+	expired := 0
+	for _, a := range rec.acquires {
+		if errors.Is(a.Err, ErrGrantExpired) {
+			expired++
+			if a.Outcome != OutcomeGrantExpired {
+				t.Errorf("Acquire hook of an expired grant: outcome %q; want %q", a.Outcome, OutcomeGrantExpired)
+			}
+		}
+	}
+	if expired < 2 {
+		t.Errorf("%d Acquire hooks with ErrGrantExpired; want 2 (one per TryLock that reached the pause)", expired)
+	}
 }
 
 // Issue 22, item 3: an interval that leaves a renewal no time to land was

@@ -8,8 +8,9 @@
 //	qlock elect  [flags] NAME -- COMMAND [ARGS...]
 //	qlock status [-n K] [flags] RESOURCE
 //
-// Install it with go install github.com/quorumlock/quorumlock/cmd/qlock@latest;
-// run qlock help for the flags, the exit codes and examples.
+// The module is not published yet: build it from a checkout of the
+// repository with go build ./cmd/qlock (or go install ./cmd/qlock); run
+// qlock help for the flags, the exit codes and examples.
 package main
 
 import (
@@ -256,8 +257,10 @@ func (c *common) flags(name string, stderr io.Writer, withRun bool) *flag.FlagSe
 }
 
 // parse parses args into c and returns the positional arguments: the
-// resource, then the command (after an optional "--").
-func (c *common) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (resource string, command []string, err error) {
+// resource (what names it in errors: RESOURCE or NAME), then the command
+// (after an optional "--"). It checks the arguments before any I/O, so
+// that a bad one is named as qlock's own, not by the library.
+func (c *common) parse(fs *flag.FlagSet, what string, args []string, stdout io.Writer) (resource string, command []string, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -267,9 +270,12 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (resou
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return "", nil, errors.New("missing RESOURCE")
+		return "", nil, errors.New("missing " + what)
 	}
 	resource, command = rest[0], rest[1:]
+	if resource == "" {
+		return "", nil, errors.New(what + " must not be empty")
+	}
 	switch i := slices.Index(command, "--"); {
 	case i == 0:
 		command = command[1:]

@@ -58,7 +58,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // bad usage (reported on stderr).
 func (c *common) parseCommand(cmd, what string, args []string, stdout, stderr io.Writer) (name string, command []string, code int, ok bool) {
 	fs := c.flags(cmd, stderr, true)
-	name, command, err := c.parse(fs, args, stdout)
+	name, command, err := c.parse(fs, what, args, stdout)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return "", nil, 0, false

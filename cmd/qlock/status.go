@@ -44,7 +44,7 @@ type nodeStatus struct {
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := c.flags("status", stderr, false)
-	resource, rest, err := c.parse(fs, args, stdout)
+	resource, rest, err := c.parse(fs, "RESOURCE", args, stdout)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0

@@ -178,6 +178,39 @@ func run() error {
 		return fmt.Errorf("step 8: Unlock = %v", err)
 	}
 	fmt.Println("8. WithKeyPrefix(\"\"): an aioredlock-held key refuses us until it expires (the default prefix would not see it)")
+
+	// 9. aioredlock: await lock_manager.get_active_locks() -> Held(): the
+	//    locks this Client holds now.
+	//    aioredlock: await lock_manager.get_lock(resource, lock_identifier)
+	//    -> Resume(ctx, resource, token), once the holder let go of the
+	//    lock with Detach (here another Client; it may be another process).
+	batch, err := observer.Lock(ctx, "batch")
+	if err != nil {
+		return err
+	}
+	if held := observer.Held(); len(held) != 1 || held[0] != batch {
+		return fmt.Errorf("step 9: Held() = %v; want the lock on \"batch\"", held)
+	}
+	resource, token := batch.Resource(), batch.Token()
+	if err := batch.Detach(); err != nil {
+		return fmt.Errorf("step 9: Detach = %v", err)
+	}
+	worker, err := redlock.Dial(ctx, urls)
+	if err != nil {
+		return err
+	}
+	defer worker.Close()
+	resumed, err := worker.Resume(ctx, resource, token)
+	if err != nil {
+		return fmt.Errorf("step 9: Resume = %v", err)
+	}
+	if len(observer.Held()) != 0 || len(worker.Held()) != 1 || !resumed.Valid() {
+		return fmt.Errorf("step 9: after Resume, Held() = %v and %v, Valid() = %v; want none, the resumed lock, true", observer.Held(), worker.Held(), resumed.Valid())
+	}
+	if err := resumed.Unlock(ctx); err != nil {
+		return fmt.Errorf("step 9: Unlock of the resumed lock = %v", err)
+	}
+	fmt.Println("9. Held() lists a Client's locks (aioredlock: get_active_locks); Detach, then Resume(resource, token) elsewhere takes a lock over (aioredlock: get_lock)")
 	return nil
 }
 

@@ -146,18 +146,25 @@ func run() error {
 	}
 	fmt.Printf("6. WithFencing(true): tokens increase across holders, last %d (Redisson: lockAndGetToken)\n", last)
 
-	// 7. Redisson is reentrant per thread; quorumlock is not. A second Lock
-	//    on a resource this process holds is another owner: it is refused.
-	//    Pass the *Lock down instead of locking again.
+	// 7. Redisson is reentrant per thread; quorumlock is not. Go has no
+	//    thread identity: the caller is known by its ctx. A Lock whose ctx
+	//    comes from the held lock (its Context, or Do's fn ctx) would wait
+	//    for itself, and returns ErrAlreadyHeld at once; any other ctx is
+	//    another caller (another goroutine of this process, say), which
+	//    waits its turn, or with TryLock is refused. Pass the *Lock down
+	//    instead of locking again.
 	outer, err := redisson.Lock(ctx, "reentrant")
 	if err != nil {
 		return err
+	}
+	if _, err := redisson.Lock(outer.Context(), "reentrant"); !errors.Is(err, redlock.ErrAlreadyHeld) {
+		return fmt.Errorf("step 7: Lock under the held lock's ctx = %v; want ErrAlreadyHeld", err)
 	}
 	if _, err := redisson.TryLock(ctx, "reentrant"); !errors.Is(err, redlock.ErrNotObtained) {
 		return fmt.Errorf("step 7: TryLock of a held resource = %v; want ErrNotObtained", err)
 	}
 	outer.Unlock(ctx)
-	fmt.Println("7. locking again in the same process: ErrNotObtained (not reentrant)")
+	fmt.Println("7. locking again under the lock: ErrAlreadyHeld at once; with another ctx, TryLock: ErrNotObtained (not reentrant)")
 	return nil
 }
 

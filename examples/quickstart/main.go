@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,8 +84,11 @@ func newCluster(addrs string) (*cluster, error) {
 		c.clients = append(c.clients, redis.NewClient(&redis.Options{
 			Addr:                  p.Addr(),
 			ContextTimeoutEnabled: true, // a node timeout also frees the connection
-			MaxRetries:            -1,
-			DialTimeout:           200 * time.Millisecond,
+			// No go-redis retries: a refused dial then proves that the
+			// request was never sent, so nothing of it can land later
+			// (internal/node TestDo_refusedDialIsUnsentOnlyWithoutRetries).
+			MaxRetries:  -1,
+			DialTimeout: 200 * time.Millisecond,
 		}))
 	}
 	return c, nil
@@ -141,6 +145,21 @@ func (c *cluster) values(key string) []string {
 		cancel()
 	}
 	return vals
+}
+
+// settled reads key on every node until done holds for what it read, for
+// at most a second, and returns the last read: Unlock returns once a
+// majority answered, and its other releases land just after, in the
+// background.
+func (c *cluster) settled(key string, done func(vals []string) bool) []string {
+	deadline := time.Now().Add(time.Second)
+	for {
+		vals := c.values(key)
+		if done(vals) || time.Now().After(deadline) {
+			return vals
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // whose splits the nodes by what vals says they hold: b's token, a's, or
@@ -286,8 +305,8 @@ func run(addrs string, ttl time.Duration) error {
 		note("%d of %d is a majority, which is all B needs: the nodes where A's key had expired\n"+
 			"granted B's request.", len(heldB), n)
 		if len(heldA) > 0 {
-			note("nodes %v still carry A's key, renewed there until the loss, and refused B;\n"+
-				"B's watchdog sets its key on those at its next renewal.", heldA)
+			note("nodes %v still carry A's key, renewed there until the loss: they refused B,\n"+
+				"and B's request waited in line there.", heldA)
 		}
 		if len(neither) > 0 {
 			note("nodes %v hold neither key just now (A's expired there after B's request was refused,\n"+
@@ -295,14 +314,22 @@ func run(addrs string, ttl time.Duration) error {
 		}
 	}
 	err = lock.Unlock(ctx)
-	say("worker A's late Unlock: %s — it deletes only what is left of its own keys; B still holds the lock on %d nodes",
-		describe(err), c.holders(key, lockB.Token()))
+	vals = c.settled(key, func(vals []string) bool { return !slices.Contains(vals, lock.Token()) })
+	_, leftA, _ := whose(vals, lockB.Token(), lock.Token())
+	say("worker A's late Unlock: %s — it releases only what is left of its own keys; A's keys left on the nodes: %d", describe(err), len(leftA))
+	if len(heldA) > 0 {
+		note("where A's key was, the release hands the key to B if B's entry is still in line there,\n" +
+			"and deletes it otherwise; it never touches B's key. Either way, B's watchdog sets B's key\n" +
+			"on every node at its next renewal.")
+	}
 	time.Sleep(ttl/3 + ttl/10)
 	say("after B's next renewal: B holds it on %d of %d nodes", c.holders(key, lockB.Token()), n)
 	if err := lockB.Unlock(ctx); err != nil {
 		return fmt.Errorf("worker B unlock: %w", err)
 	}
-	say("worker B unlocks; nodes holding the key: %d", c.holders(key, lockB.Token()))
+	vals = c.settled(key, func(vals []string) bool { return !slices.Contains(vals, lockB.Token()) })
+	heldB, _, _ = whose(vals, lockB.Token(), lock.Token())
+	say("worker B unlocks; nodes holding the key: %d", len(heldB))
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,8 @@ type Node struct {
 	Cluster bool // a Redis Cluster client: keys of a lock share a hash tag
 	Health  *Health
 	// noRetries is set for a node client whose go-redis retries are off
-	// (MaxRetries -1): only then does a dial error prove that a request
-	// was never written (see NeverWrote).
+	// (built with MaxRetries -1): only then does a dial error prove that
+	// a request was never written (see NeverWrote).
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
 	// Of a node of a Set (nil otherwise): its identity check and its
@@ -46,12 +47,16 @@ func New(c redis.UniversalClient) Node {
 		noRetries: retriesOff(c), sem: make(chan struct{}, MaxInFlight)}
 }
 
-// retriesOff reports whether go-redis never retries a request of c
-// (MaxRetries -1; 0 means its default, 3). A Cluster client is never
-// counted so: it retries on redirects too.
+// retriesOff reports whether go-redis never retries a request of c: a
+// client built with MaxRetries -1. NewClient stores the options it used,
+// with -1 turned into 0 and 0 (the default) into 3, so the 0 that
+// Options() returns is "no retries" (go-redis v9 options.go init; a
+// negative value there is one below -1, which New refuses, see
+// DroppedCommands). A Cluster client is never counted so: it retries on
+// redirects too.
 func retriesOff(c redis.UniversalClient) bool {
 	rc, ok := c.(*redis.Client)
-	return ok && rc.Options().MaxRetries < 0
+	return ok && rc.Options().MaxRetries == 0
 }
 
 // Do runs fn on node n: the one path of every request of the library. A
@@ -272,6 +277,24 @@ type idKeys struct {
 // errClosing is identify's answer once the Client's Close has begun.
 var errClosing = errors.New("the Client is closing: no identity check starts")
 
+// reachable reports whether a TCP connection to addr opens before ctx
+// ends: a node that refuses it is down, and ForgetIdentity stops there,
+// where a DEL that failed on a node that accepts connections may have met
+// go-redis's record of its failed dials, and is sent again.
+func reachable(ctx context.Context, addr string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// forgetRetry is the pause between ForgetIdentity's DELs to a node that
+// did not answer.
+const forgetRetry = 20 * time.Millisecond
+
 // IdentifyTTL is how long a node's identity key lives (see identify).
 const IdentifyTTL = time.Hour
 
@@ -400,23 +423,35 @@ func (s *Set) Duplicate() error {
 // surely passed on the node's clock). Before, a Lock call's straggler that had
 // not yet sent its identify when Close looked was skipped, and wrote its
 // key after (kept for IdentifyTTL: TestClient_Close beside stress-ng).
-// Only nodes known down (their dials fail) are skipped, and their keys
-// expire with IdentifyTTL: a node that merely looks stuck gets the DEL too,
-// since on a loaded machine a late reply is no proof of a pause (an
-// identity key was left for its hour at load 6 under -race). One bound,
-// timeout, covers the wait and the DEL.
+// No node is skipped: a node whose last dial failed may be back already
+// (its flag lasts until its next probe, up to a second), and skipping it
+// left the key for IdentifyTTL, an hour (issue 44 item 6: 4 of 4 with
+// Close 10ms after the node came back); nor is a node that merely looks
+// stuck, since on a loaded machine a late reply is no proof of a pause
+// (an identity key was left for its hour at load 6 under -race). A DEL
+// that got no answer is sent again until one bound, timeout, which covers
+// the wait and the DELs, as long as the node accepts TCP connections:
+// go-redis may answer the first DEL from its pool's record of failed
+// dials without dialing. A node whose last dial failed gets one node
+// timeout at most, and one that refuses connections gets no second DEL:
+// a node that stays down costs Close one failed DEL (and only if this
+// Client sent it the script).
 func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 	if len(s.Nodes) == 1 || testhooks.CloseKeepsIdentity.Load() {
 		return
 	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		if n.Cluster || n.Health.Down() != nil {
+		if n.Cluster {
 			continue
 		}
 		key := s.idKeys()[i]
+		bound := timeout
+		if n.Health.Down() != nil {
+			bound = min(timeout, s.cfg.Timeout) // it may be back: one node timeout to find out
+		}
 		spawn(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
 			n.id.waitTurn(ctx) // an identify in progress has ended; none starts after
 			if !n.id.idSent.Load() {
@@ -432,7 +467,16 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 					return
 				}
 			}
-			_ = n.C.Del(ctx, key).Err()
+			for !Replied(n.C.Del(ctx, key).Err()) {
+				if !reachable(ctx, n.Addr) {
+					return // down: nothing to delete now (its key expires with IdentifyTTL)
+				}
+				select {
+				case <-time.After(forgetRetry):
+				case <-ctx.Done():
+					return
+				}
+			}
 		})
 	}
 }

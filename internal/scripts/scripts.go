@@ -55,6 +55,11 @@ var (
 	leave           = newScript(queueSrc + leaveSrc)
 	fenced          = newScript(fencedSetSrc)
 
+	// rearm is extend without its heal: it re-arms the key only where it
+	// holds the token, and sets nothing where the key is absent (Resume's
+	// round: issue 44 item 5).
+	rearm = newScript(strings.Replace(extendSrc, healBranch, "", 1))
+
 	// plainSet is the plain lock's scripts; Keys of other kinds carry
 	// their own (rwkeys.go).
 	plainSet = &scriptSet{acquire: acquire, acquireGuarded: acquireGuarded, extend: extend, release: release}
@@ -393,6 +398,15 @@ func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
 	return Prepared{s: s, keys: k.ext, cmd: s.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
 }
 
+// PrepareRearm prepares an Extend of a plain lock's key that re-arms it
+// only where it holds token, and never sets it where it is absent: run it
+// with Prepared.Extend, whose outcome is then never Healed. Resume sends
+// it, so that a key that expired after Resume read it is not set again
+// before a majority confirmed the token in the same round.
+func PrepareRearm(k Keys, token string, ttl time.Duration) Prepared {
+	return Prepared{s: rearm, keys: k.ext, cmd: rearm.evalshaCmd(k.extv, []any{token, ms(ttl), 0})}
+}
+
 // Extend runs a call prepared by PrepareExtend on c, as Extend does, with
 // a not-after bound (see AcquireWith; nil or 0: none).
 func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64) (Extended, error) {
@@ -494,6 +508,13 @@ func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Rel
 	}
 	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
 }
+
+// healBranch is the branch of extend.lua that sets an absent key again;
+// rearm is extend.lua without it.
+const healBranch = `elseif v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  r = 2
+`
 
 // tieRule is the line of queue.lua that breaks a tie of tickets by member.
 const tieRule = "return ticket < t or (ticket == t and bytesLess(member, head))"

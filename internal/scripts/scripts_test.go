@@ -808,3 +808,31 @@ func TestQueue_oldFormWithLapseHash(t *testing.T) {
 		t.Errorf("the new waiter's field after Leave = %q; want none", f)
 	}
 }
+
+// PrepareRearm re-arms where the key holds our token and sets nothing
+// where it is absent (issue 44 item 5: Resume's round must not revive a key
+// that expired after Resume read it).
+func TestRearm_neverHeals(t *testing.T) {
+	if rearm.Hash() == extend.Hash() {
+		t.Fatal("rearm is extend: the heal branch of extend.lua was not found")
+	}
+	ctx := t.Context()
+	m, c := newNode(t)
+	const key, tok = "lock:r", "tok-a"
+	k := NewKeys(key, "", tok)
+	if got, err := PrepareRearm(k, tok, 5*time.Second).Extend(ctx, c, nil); got != Refused || err != nil {
+		t.Errorf("Rearm of an absent key = %v, %v; want Refused, nil", got, err)
+	}
+	if m.Exists(key) {
+		t.Fatal("Rearm set an absent key")
+	}
+	if ok, err := acquire1(ctx, c, k, tok, time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if got, err := PrepareRearm(k, tok, 5*time.Second).Extend(ctx, c, nil); got != Extended(1) || err != nil {
+		t.Errorf("Rearm of our key = %v, %v; want re-armed (1), nil", got, err)
+	}
+	if got := m.TTL(key); got != 5*time.Second {
+		t.Errorf("TTL after Rearm = %v; want 5s", got)
+	}
+}

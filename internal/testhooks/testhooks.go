@@ -25,6 +25,11 @@ func BeforeExtendSend() {
 	}
 }
 
+// ResumeRead, when set, is called by Resume with its resource once its
+// read round is decided, before its re-arm round is sent: a test deletes
+// the key there to play a lock that expires between the two rounds.
+var ResumeRead atomic.Pointer[func(resource string)]
+
 // AfterHold, when set, is called by redlock with the resource of every
 // lock granted, after it is held and before Lock makes its last validity
 // check: a test pauses there to play a process starved between the grant

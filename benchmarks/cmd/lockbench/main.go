@@ -80,6 +80,8 @@ type config struct {
 	many      int
 	count     int
 	cpuprof   string
+	blockprof string
+	mutexprof string
 	// nodeLatency puts every node behind a proxy adding this delay to each
 	// direction (0: direct).
 	nodeLatency time.Duration
@@ -94,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.n, "n", 5, "number of embedded nodes")
 	fs.StringVar(&c.embedded, "embedded", "auto", "embedded nodes: auto (redis-server if on PATH, else miniredis), redis-server or miniredis")
 	fs.DurationVar(&c.ttl, "ttl", 8*time.Second, "lock TTL for every library (8s is redsync's default expiry)")
-	fs.IntVar(&c.clients, "clients", 8, "goroutines in the contended and parallel scenarios")
+	fs.IntVar(&c.clients, "clients", 8, "goroutines in the contended, parallel and mixed scenarios; instances in clients and shared")
 	fs.IntVar(&c.resources, "resources", 1, "resources the contended scenario's clients share (client i uses resource i mod resources)")
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measuring time per library and scenario, per run")
 	fs.IntVar(&c.count, "count", 1, "runs of each library × scenario, interleaved (round 1 of every pair, then round 2, …); tables show the medians over the runs and their spread")
@@ -111,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.markdown, "markdown", false, "print the tables as Markdown")
 	fs.IntVar(&c.many, "many", 0, "also hold this many auto-renewed quorumlock locks for -duration, batched and unbatched, and report renewal lag, CPU and round trips (0: off; see cmd/holdbench for more)")
 	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (clients of every library, and embedded miniredis nodes) to this `file`, for go tool pprof")
+	fs.StringVar(&c.blockprof, "blockprofile", "", "write a profile of where goroutines blocked (channels, mutexes, selects; every event) during the whole run to this `file`, for go tool pprof")
+	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a profile of mutex contention (every event) during the whole run to this `file`, for go tool pprof")
 	fs.StringVar(&c.progress, "progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lockbench [flags]\n\nMeasures lock latency and throughput of quorumlock, redsync and redislock next to\nthe floor (one parallel round of SET NX PX / DEL). Scenarios:\n")
@@ -224,6 +228,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
+	for _, p := range []struct {
+		path, name string
+		on, off    func()
+	}{
+		{cfg.blockprof, "block", func() { runtime.SetBlockProfileRate(1) }, func() { runtime.SetBlockProfileRate(0) }},
+		{cfg.mutexprof, "mutex", func() { runtime.SetMutexProfileFraction(1) }, func() { runtime.SetMutexProfileFraction(0) }},
+	} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err != nil {
+			return err
+		}
+		p.on()
+		defer func() {
+			_ = pprof.Lookup(p.name).WriteTo(f, 0)
+			p.off()
+			f.Close()
+		}()
+	}
+
 	// Nodes: the user's, or embedded ones that we stop on the way out,
 	// whatever happens (Ctrl-C cancels ctx; deferred calls still run).
 	var opts []*redis.Options
@@ -285,7 +311,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer nodes.CloseAll(fast)
 	versions := readVersions(ctx, fast, miniredis)
 
-	e := &env{fast: fast, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow, faults: faults}
+	e := &env{fast: fast, opts: opts, clients: cfg.clients, resources: cfg.resources, hold: cfg.hold, slowBy: cfg.slow, faults: faults}
 	if hasScenario(selScen, "slow") {
 		// The slow node sits behind a proxy of our own (redistest.Proxy,
 		// not toxiproxy): every byte each way waits cfg.slow.
@@ -433,30 +459,17 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 		note = strings.TrimPrefix(note+"; single-node library: node 0 only", "; ")
 	}
 	res := &Result{Scenario: s.name, Lib: lib.Name, Nodes: len(ns), Note: note}
-	lk, err := lib.New(ns, cfg.ttl)
+	lks, err := instances(e, s, lib, ns, cfg.ttl)
+	defer func() {
+		for _, l := range lks[1:] {
+			l.Close()
+		}
+	}()
 	if err != nil {
 		res.Err = err.Error()
 		return res
 	}
-	lks := []libs.Locker{lk}
-	if s.runMany != nil {
-		for len(lks) < e.clients {
-			more, err := lib.New(ns, cfg.ttl)
-			if err != nil {
-				res.Err = err.Error()
-				break
-			}
-			lks = append(lks, more)
-		}
-		defer func() {
-			for _, more := range lks[1:] {
-				more.Close()
-			}
-		}()
-		if res.Err != "" {
-			return res
-		}
-	}
+	lk := lks[0]
 	rec := &recorder{}
 	hard, cancelHard := context.WithTimeout(ctx, cfg.duration+cfg.grace)
 	defer cancelHard()
@@ -466,6 +479,8 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	res.Load = loadAverage()
 	statsBefore, cpuBefore := commandStats(ctx, ns), serverCPU(ctx, ns)
 	clientBefore := processCPU()
+	pooled := nodeClientsOf(lks, ns)
+	poolBefore := poolStats(pooled)
 	start := time.Now()
 	name := fmt.Sprintf("lockbench:%s:%s:%d", lib.Name, s.name, start.UnixNano())
 	if s.runMany != nil {
@@ -475,6 +490,7 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	}
 	res.Elapsed = time.Since(start)
 	client := processCPU() - clientBefore
+	poolAfter := poolStats(pooled)
 	statsAfter, cpuAfter := commandStats(ctx, ns), serverCPU(ctx, ns)
 	cpu := cpuAfter - cpuBefore
 	if cerr := lk.Close(); err == nil {
@@ -499,6 +515,9 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 			res.ServerUS += c.Usec
 		}
 	}
+	if res.Ops > 0 {
+		res.Pool = poolPerOp(poolBefore, poolAfter, res.Ops)
+	}
 	if res.Ops > 0 && cpuBefore >= 0 && cpuAfter >= 0 && cpu > 0 {
 		res.ServerCPUUS = cpu / float64(res.Ops)
 	}
@@ -515,6 +534,78 @@ func runOne(ctx context.Context, e *env, s scenario, lib libs.Lib, cfg config, p
 	}
 	return res
 }
+
+// instances returns the lockers lib runs scenario s with: one over ns, or
+// for a scenario of several instances (runMany) s.instances(e) of them (or
+// e.clients), over ns or, with s.ownNodes, each over node clients of its
+// own, closed when it is. On error it returns what it built, lks[0] a
+// closed placeholder if nothing was: the caller closes lks[1:].
+func instances(e *env, s scenario, lib libs.Lib, ns []redis.UniversalClient, ttl time.Duration) ([]libs.Locker, error) {
+	n := 1
+	if s.runMany != nil {
+		n = e.clients
+		if s.instances != nil {
+			n = s.instances(e)
+		}
+	}
+	lks := []libs.Locker{}
+	for len(lks) < n {
+		var (
+			l   libs.Locker
+			err error
+		)
+		if s.ownNodes && s.runMany != nil && e.opts != nil {
+			own := nodes.Clients(e.opts)
+			// A connection to each node before the timed region, as the
+			// shared clients have from earlier runs: a run measures
+			// locking, not dialing.
+			warm(own)
+			l, err = lib.New(lib.Nodes(own), ttl)
+			if err == nil {
+				l = ownedNodes{l, own}
+			} else {
+				nodes.CloseAll(own)
+			}
+		} else {
+			l, err = lib.New(ns, ttl)
+		}
+		if err != nil {
+			if len(lks) == 0 {
+				lks = append(lks, nopLocker{})
+			}
+			return lks, err
+		}
+		lks = append(lks, l)
+	}
+	return lks, nil
+}
+
+// warm opens a connection to each node of cs (a PING, errors ignored:
+// the run reports them).
+func warm(cs []redis.UniversalClient) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, c := range cs {
+		_ = c.Ping(ctx).Err()
+	}
+}
+
+// ownedNodes is a Locker over node clients of its own, which Close closes
+// after the Locker.
+type ownedNodes struct {
+	libs.Locker
+	nodes []redis.UniversalClient
+}
+
+func (o ownedNodes) Close() error {
+	return errors.Join(o.Locker.Close(), nodes.CloseAll(o.nodes))
+}
+
+// nopLocker stands for a Locker that could not be built.
+type nopLocker struct{}
+
+func (nopLocker) Lock(context.Context, string) (libs.Held, error) { return nil, errors.ErrUnsupported }
+func (nopLocker) Close() error                                    { return nil }
 
 // ratios fills VsFloor and VsRedsync from the p50s of the same scenario.
 func ratios(rs []*Result) {

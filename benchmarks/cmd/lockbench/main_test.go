@@ -102,22 +102,10 @@ func TestRun_nodeLatency(t *testing.T) {
 	// Not parallel: a run of 2ms round trips beside the other runs of this
 	// package under -race once completed no operation in 200ms.
 	dir := t.TempDir()
-	var stdout bytes.Buffer
 	args := []string{"-n", "3", "-duration", "500ms", "-grace", "5s", "-scenarios", "uncontended", "-libs", "quorumlock+poll,redsync",
 		"-node-latency", "2ms", "-commands", "-json", filepath.Join(dir, "r.json")}
-	if err := run(t.Context(), args, &stdout, io.Discard); err != nil {
-		t.Fatalf("run(%q) = %v\n%s", args, err, &stdout)
-	}
-	out := stdout.String()
-	for _, want := range []string{"each behind a proxy adding 2ms per direction", "uncontended  quorumlock+poll", "EVALSHA", "(all)", "µs/op/node"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "r.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, b := runWants(t, args, filepath.Join(dir, "r.json"),
+		"each behind a proxy adding 2ms per direction", "uncontended  quorumlock+poll", "EVALSHA", "(all)", "µs/op/node")
 	var rep struct {
 		NodeLatency string `json:"node_latency"`
 		Results     []struct {
@@ -143,6 +131,27 @@ func TestRun_nodeLatency(t *testing.T) {
 			t.Errorf("%s: uncontended p50 %v behind 2ms per direction; want at least 8ms (two rounds of two delayed directions)", r.Lib, r.Summary.P50)
 		}
 	}
+}
+
+// runWants runs lockbench with args, checks that its output holds each of
+// wants, and returns the output and the file at jsonPath.
+func runWants(t *testing.T, args []string, jsonPath string, wants ...string) (string, []byte) {
+	t.Helper()
+	var stdout bytes.Buffer
+	if err := run(t.Context(), args, &stdout, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, &stdout)
+	}
+	out := stdout.String()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, b
 }
 
 // TestRun_cancelled checks that an interrupt (ctx cancelled, as Ctrl-C does

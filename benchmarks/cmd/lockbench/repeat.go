@@ -44,6 +44,10 @@ type Run struct {
 	// a script calls count under their own names too; lockbench's INFO
 	// left out). Nil when it could not be read.
 	Commands map[string]CmdCost `json:"commands_per_op,omitempty"`
+	// Pool is what the library's go-redis node clients' pools did per
+	// operation (PoolStats before and after the run, summed over the node
+	// clients the run used, its own or shared). Nil when none was read.
+	Pool *PoolCost `json:"pool_per_op,omitempty"`
 	// Load is the machine's 1-minute load average when the run started
 	// (-1: unknown); merged results keep the lowest and highest.
 	Load    float64 `json:"load"`
@@ -83,6 +87,7 @@ func merge(runs []*Result) *Result {
 	m := &Result{Scenario: first.Scenario, Lib: first.Lib, Nodes: first.Nodes, Note: first.Note, MinRunN: -1}
 	m.Load, m.LoadMax = -1, -1
 	var rates, server, serverCPU, clientCPU []float64
+	var pools []PoolCost
 	cmds := map[string][]CmdCost{}
 	withCmds := 0
 	var p50, p90, p99, mean []time.Duration
@@ -118,6 +123,12 @@ func merge(runs []*Result) *Result {
 			}
 			m.Fair.Handoffs += r.Fair.Handoffs
 			m.Fair.ToOther += r.Fair.ToOther
+			if len(m.Fair.PerInstance) < len(r.Fair.PerInstance) {
+				m.Fair.PerInstance = append(m.Fair.PerInstance, make([]int, len(r.Fair.PerInstance)-len(m.Fair.PerInstance))...)
+			}
+			for i, n := range r.Fair.PerInstance {
+				m.Fair.PerInstance[i] += n
+			}
 		}
 		if r.Summary.N == 0 {
 			continue // a failed run has no figures to take the median of
@@ -126,6 +137,9 @@ func merge(runs []*Result) *Result {
 		server = append(server, r.ServerUS)
 		serverCPU = append(serverCPU, r.ServerCPUUS)
 		clientCPU = append(clientCPU, r.ClientCPUUS)
+		if r.Pool != nil {
+			pools = append(pools, *r.Pool)
+		}
 		if r.Commands != nil {
 			withCmds++
 			for name, c := range r.Commands {
@@ -143,6 +157,9 @@ func merge(runs []*Result) *Result {
 	m.ClientCPUUS = medianFloat(clientCPU)
 	m.Summary.P50, m.Summary.P90, m.Summary.P99, m.Summary.Mean = medianDur(p50), medianDur(p90), medianDur(p99), medianDur(mean)
 	m.Spread = Spread{OpsPerSec: spread(rates), P50: spreadDur(p50), P99: spreadDur(p99), ServerCPU: spread(serverCPU)}
+	if len(pools) > 0 {
+		m.Pool = medianPool(pools)
+	}
 	if withCmds > 0 {
 		// Per command, the median over the runs that read the stats; a
 		// command a run did not call counts 0 there.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -43,8 +44,8 @@ func TestMerge(t *testing.T) {
 		return r
 	}
 	m := merge([]*Result{
-		run(100, &Fairness{LongestWait: 9 * time.Millisecond, Handoffs: 2, ToOther: 2}, ms(1, 2, 3)...),
-		run(300, &Fairness{LongestWait: 40 * time.Millisecond, Handoffs: 3, ToOther: 1}, ms(5, 6, 70)...),
+		run(100, &Fairness{LongestWait: 9 * time.Millisecond, Handoffs: 2, ToOther: 2, PerInstance: []int{1, 2}}, ms(1, 2, 3)...),
+		run(300, &Fairness{LongestWait: 40 * time.Millisecond, Handoffs: 3, ToOther: 1, PerInstance: []int{3, 0}}, ms(5, 6, 70)...),
 		run(200, &Fairness{LongestWait: 12 * time.Millisecond, Handoffs: 1, ToOther: 1}, ms(3, 4)...),
 		{Scenario: "contended", Lib: "quorumlock", Nodes: 5, Run: Run{Err: "boom", Errors: 1}},
 	})
@@ -64,6 +65,9 @@ func TestMerge(t *testing.T) {
 	}
 	if f := m.Fair; f == nil || f.Handoffs != 6 || f.ToOther != 4 || f.LongestWait != 40*time.Millisecond {
 		t.Errorf("merged fairness = %+v; want 6 handoffs, 4 to another, longest 40ms", f)
+	}
+	if got := m.Fair.PerInstance; !slices.Equal(got, []int{4, 2}) {
+		t.Errorf("merged per instance = %v; want the sums [4 2]", got)
 	}
 	if m.Err != "boom" || m.Errors != 1 {
 		t.Errorf("merge kept error %q (%d); want the failed run's", m.Err, m.Errors)

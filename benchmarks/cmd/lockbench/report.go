@@ -158,7 +158,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		fmt.Fprintf(w, "* ops/s, p50, p90, p99: medians over %d runs; ops and max: all runs; spread: (max − min) / median over the runs\n", rep.Count)
 	}
 	if hasFairness(rep) {
-		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients) other than the releaser; longest wait: the longest single Lock call")
+		fmt.Fprintln(w, "* to another: share of handoffs that went to a goroutine (contended) or an instance (clients, shared, mixed) other than the one that held it before; longest wait: the longest single Lock call; per instance: each instance's share of the acquisitions (lowest–highest beyond 4 instances)")
 	}
 	if len(thin) > 0 {
 		fmt.Fprintf(w, "† fewer than %d samples in a run (%s): p90 and p99 are among its top few samples, close to the max; run longer (-duration)\n",
@@ -170,7 +170,7 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		}
 	}
 
-	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "server CPU µs/acq"}}
+	ft := &table{head: []string{"contenders", "lib", "nodes", "acquisitions", "acq/s", "longest wait in Lock", "handoffs", "to another", "per instance", "server CPU µs/acq"}}
 	for _, r := range rep.Results {
 		if r.Fair == nil {
 			continue
@@ -179,16 +179,13 @@ func writeTables(w io.Writer, rep *Report, markdown bool) {
 		if r.Fair.Censored {
 			wait += " (still waiting at the end)"
 		}
-		who := fmt.Sprintf("%d goroutines / %d res.", rep.Clients, rep.Resources)
-		if r.Scenario == "clients" {
-			who = fmt.Sprintf("%d instances / 1 res.", rep.Clients)
-		}
+		who := contenders(r, rep)
 		cpu := "–"
 		if r.ServerCPUUS > 0 {
 			cpu = strconv.FormatFloat(r.ServerCPUUS, 'f', 0, 64)
 		}
 		ft.add(who, r.Lib, strconv.Itoa(r.Nodes), strconv.Itoa(r.Ops), fmtRate(r.OpsPerSec),
-			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), cpu)
+			wait, strconv.Itoa(r.Fair.Handoffs), fmtShare(r.Fair), fmtShares(r.Fair), cpu)
 	}
 	if len(ft.rows) > 0 {
 		fmt.Fprintln(w)
@@ -244,7 +241,7 @@ func writeCost(w io.Writer, rep *Report, markdown bool) {
 	}
 	fmt.Fprintln(w)
 	ct.write(w, markdown)
-	fmt.Fprintln(w, "* per operation (an acquisition in contended and clients), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included), summed over the nodes; client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too; with -node-latency, the proxies too); CPU µs: server CPU + client CPU, what the operation cost the machine; load: the 1-minute load average as the runs started (lowest–highest)")
+	fmt.Fprintln(w, "* per operation (an acquisition in the scenarios of contenders: contended, clients, shared, mixed), each read before and after the run: server µs: the nodes' command time (INFO commandstats: wall time in commands; a command called from a script counts in the script's time and again under its own name; network I/O left out); server CPU µs: the node processes' CPU time (INFO cpu: used_cpu_user + used_cpu_sys; network I/O included), summed over the nodes; client CPU µs: lockbench's own process CPU time (getrusage: the library's client side, network I/O included; with embedded miniredis, the nodes too; with -node-latency, the proxies too); CPU µs: server CPU + client CPU, what the operation cost the machine; load: the 1-minute load average as the runs started (lowest–highest)")
 }
 
 // writeCommands prints, for every result that read INFO commandstats, the
@@ -284,12 +281,25 @@ func writeCommands(w io.Writer, rep *Report, markdown bool) {
 		}
 		ct.add(r.Scenario, r.Lib, "(all)", num(calls/n), "", num(usec/n))
 	}
+	pt := &table{head: []string{"scenario", "lib", "pool waits/op", "pool wait µs/op", "dials/op", "pool timeouts/op"}}
+	for _, r := range rep.Results {
+		if r.Summary.N == 0 || r.Pool == nil {
+			continue
+		}
+		pc := r.Pool
+		pt.add(r.Scenario, r.Lib, num(pc.Waits), num(pc.WaitUS), num(pc.Dials), num(pc.Timeouts))
+	}
+	if len(pt.rows) > 0 {
+		fmt.Fprintln(w)
+		pt.write(w, markdown)
+		fmt.Fprintln(w, "* the go-redis pools of the node clients the library used (each instance's own, or the shared ones), PoolStats before and after each run, summed over them and divided by the operations (medians over the runs): a wait is a request that found every connection of its pool busy; a dial a connection the pool had to open")
+	}
 	if len(ct.rows) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	ct.write(w, markdown)
-	fmt.Fprintln(w, "* commands per operation (an acquisition in contended and clients) on one node: INFO commandstats before and after each run, summed over the nodes and divided by the operations and the nodes (medians over the runs); a command a script calls (GET, ZADD, …) is listed under its own name and its time counts again in EVALSHA's, so (all) counts it twice; lockbench's own INFO is left out")
+	fmt.Fprintln(w, "* commands per operation (an acquisition in the scenarios of contenders: contended, clients, shared, mixed) on one node: INFO commandstats before and after each run, summed over the nodes and divided by the operations and the nodes (medians over the runs); a command a script calls (GET, ZADD, …) is listed under its own name and its time counts again in EVALSHA's, so (all) counts it twice; lockbench's own INFO is left out")
 }
 
 // fmtLoad prints a load average, or the range of several, "–" when unknown.
@@ -305,6 +315,38 @@ func fmtLoad(lo, hi float64) string {
 
 func hasFairness(rep *Report) bool {
 	return slices.ContainsFunc(rep.Results, func(r *Result) bool { return r.Fair != nil })
+}
+
+// contenders names who contended in r's scenario.
+func contenders(r *Result, rep *Report) string {
+	n := len(r.Fair.PerInstance)
+	switch r.Scenario {
+	case "clients":
+		return fmt.Sprintf("%d instances / 1 res.", n)
+	case "shared":
+		return fmt.Sprintf("%d Clients, shared nodes / 1 res.", n)
+	case "mixed":
+		return fmt.Sprintf("%d instances × %d goroutines / 1 res.", n, max(rep.Clients, n)/max(n, 1))
+	}
+	return fmt.Sprintf("%d goroutines / %d res.", rep.Clients, rep.Resources)
+}
+
+// fmtShares prints each instance's share of the acquisitions when there
+// are at most 4 instances, else the lowest and highest share; "–" for none.
+func fmtShares(f *Fairness) string {
+	sh := f.Shares()
+	if len(sh) == 0 {
+		return "–"
+	}
+	pct := func(x float64) string { return strconv.FormatFloat(100*x, 'f', 0, 64) + "%" }
+	if len(sh) <= 4 {
+		parts := make([]string, len(sh))
+		for i, x := range sh {
+			parts[i] = pct(x)
+		}
+		return strings.Join(parts, " / ")
+	}
+	return pct(slices.Min(sh)) + "–" + pct(slices.Max(sh))
 }
 
 func fmtShare(f *Fairness) string { return strconv.FormatFloat(100*f.Share(), 'f', 1, 64) + "%" }

@@ -18,7 +18,11 @@ import (
 
 // env is what a scenario runs against.
 type env struct {
-	fast      []redis.UniversalClient // every node, directly
+	fast []redis.UniversalClient // every node, directly
+	// opts are the settings fast was built from (through the -node-latency
+	// proxies, if any): instances of a scenario with ownNodes open clients
+	// of their own with them.
+	opts      []*redis.Options
 	slow      []redis.UniversalClient // node 0 through the delaying proxy, the others directly
 	slowBy    time.Duration           // added to each direction of node 0 in slow
 	clients   int
@@ -54,10 +58,14 @@ type scenario struct {
 	// a faulty node fails it).
 	noFloor bool
 	run     func(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error
-	// runMany, when set, replaces run: it gets -clients lockers of the
-	// library, each its own instance (a Client of its own, like a process
-	// of its own), over the same nodes.
-	runMany func(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error
+	// runMany, when set, replaces run: it gets instances(e) lockers of
+	// the library (-clients when instances is nil), each its own instance
+	// (a Client of its own), over the same nodes.
+	runMany   func(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error
+	instances func(e *env) int
+	// ownNodes: each instance of runMany gets go-redis node clients of its
+	// own, as a process of its own would; otherwise they all share e.fast.
+	ownNodes bool
 	// only, when set, names the one library that takes part (a scenario of
 	// an API the others lack: rwlock).
 	only string
@@ -90,10 +98,27 @@ var scenarios = []scenario{
 	},
 	{
 		name:       "clients",
-		about:      "-clients instances of the library (like processes) Lock+Unlock one resource; sample = wait in Lock",
+		about:      "-clients instances of the library, each with node clients of its own (like processes), Lock+Unlock one resource; sample = wait in Lock",
 		waits:      true,
 		concurrent: true,
 		runMany:    runClients,
+		ownNodes:   true,
+	},
+	{
+		name:       "shared",
+		about:      "-clients instances of the library over one shared set of node clients (a Client per goroutine of one process) Lock+Unlock one resource; sample = wait in Lock",
+		waits:      true,
+		concurrent: true,
+		runMany:    runClients,
+	},
+	{
+		name:       "mixed",
+		about:      "2 instances, each with node clients of its own, × -clients/2 goroutines each Lock+Unlock one resource; sample = wait in Lock; share = acquisitions per instance",
+		waits:      true,
+		concurrent: true,
+		runMany:    runMixed,
+		instances:  func(*env) int { return 2 },
+		ownNodes:   true,
 	},
 	{
 		name:  "handoff",
@@ -201,6 +226,29 @@ type Fairness struct {
 	// resource; ToOther those where the acquirer was not the releaser.
 	Handoffs int `json:"handoffs"`
 	ToOther  int `json:"to_other"`
+	// PerInstance counts the acquisitions of each instance, in the
+	// scenarios of several instances (clients, shared, mixed); nil in
+	// contended.
+	PerInstance []int `json:"per_instance,omitempty"`
+}
+
+// Shares returns each instance's share of the acquisitions (nil without
+// PerInstance).
+func (f *Fairness) Shares() []float64 {
+	if f == nil || len(f.PerInstance) == 0 {
+		return nil
+	}
+	total := 0
+	for _, n := range f.PerInstance {
+		total += n
+	}
+	out := make([]float64, len(f.PerInstance))
+	for i, n := range f.PerInstance {
+		if total > 0 {
+			out[i] = float64(n) / float64(total)
+		}
+	}
+	return out
 }
 
 // Share returns the share of handoffs that went to another goroutine.
@@ -328,26 +376,37 @@ func runMinority(ctx context.Context, e *env, lk libs.Locker, res string, r *rec
 // runContended runs e.clients goroutines; goroutine i uses resource
 // i % e.resources. Each sample is the time one Lock call waited.
 // runClients is runContended with one resource and a locker per
-// goroutine: fairness across instances, as across processes.
+// goroutine: fairness across instances, as across processes (clients) or
+// across Clients of one process (shared). runMixed has several goroutines
+// per instance: goroutine g uses instance g % len(lks).
 func runClients(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error {
 	ce := *e
 	ce.resources = 1
-	return contend(ctx, &ce, func(g int) libs.Locker { return lks[g] }, res, r)
+	return contend(ctx, &ce, func(g int) (libs.Locker, int) { return lks[g], g }, len(lks), res, r)
+}
+
+func runMixed(ctx context.Context, e *env, lks []libs.Locker, res string, r *recorder) error {
+	ce := *e
+	ce.resources = 1
+	ce.clients = max(e.clients, len(lks))
+	return contend(ctx, &ce, func(g int) (libs.Locker, int) { return lks[g%len(lks)], g % len(lks) }, len(lks), res, r)
 }
 
 func runContended(ctx context.Context, e *env, lk libs.Locker, res string, r *recorder) error {
-	return contend(ctx, e, func(int) libs.Locker { return lk }, res, r)
+	return contend(ctx, e, func(g int) (libs.Locker, int) { return lk, g }, 0, res, r)
 }
 
 // contend runs e.clients goroutines that Lock and Unlock e.resources
-// resources, goroutine g with locker(g), and records each wait in Lock and
-// who took each lock after whom.
-func contend(ctx context.Context, e *env, locker func(g int) libs.Locker, res string, r *recorder) error {
+// resources, goroutine g with the locker of locker(g), and records each
+// wait in Lock and who took each lock after whom: who is the second result
+// of locker(g), a goroutine or an instance. With instances > 0 it also
+// counts the acquisitions of each (Fairness.PerInstance).
+func contend(ctx context.Context, e *env, locker func(g int) (libs.Locker, int), instances int, res string, r *recorder) error {
 	hard := hardCtx(ctx)
 	nres := max(1, min(e.resources, e.clients))
 	type resState struct {
 		mu   sync.Mutex // protects last
-		last int        // goroutine that released last, -1 before the first release
+		last int        // goroutine or instance that took it last, -1 before the first
 	}
 	states := make([]*resState, nres)
 	for i := range states {
@@ -358,10 +417,13 @@ func contend(ctx context.Context, e *env, locker func(g int) libs.Locker, res st
 		fair Fairness
 		wg   sync.WaitGroup
 	)
+	if instances > 0 {
+		fair.PerInstance = make([]int, instances)
+	}
 	for g := range e.clients {
 		st := states[g%nres]
 		name := fmt.Sprintf("%s:%d", res, g%nres)
-		lk := locker(g)
+		lk, who := locker(g)
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				start := time.Now()
@@ -380,7 +442,7 @@ func contend(ctx context.Context, e *env, locker func(g int) libs.Locker, res st
 				}
 				st.mu.Lock()
 				last := st.last
-				st.last = g
+				st.last = who
 				st.mu.Unlock()
 				mu.Lock()
 				if wait > fair.LongestWait {
@@ -388,9 +450,12 @@ func contend(ctx context.Context, e *env, locker func(g int) libs.Locker, res st
 				}
 				if last >= 0 {
 					fair.Handoffs++
-					if last != g {
+					if last != who {
 						fair.ToOther++
 					}
+				}
+				if instances > 0 {
+					fair.PerInstance[who]++
 				}
 				mu.Unlock()
 				r.add(g, wait)

@@ -1,0 +1,84 @@
+package election_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestElection_handoverSplitRoundNodePaused reproduces, without load, the
+// 2.09s handover TestElection_handoverNodePaused saw in the full suite
+// (issue 44): the leader a holds 2 of 3 nodes (its request to node 2
+// landed late and changed nothing, which load makes likelier), so the
+// waiter b's attempts take the free node 2 and are refused by the other
+// two. With node 0 paused, b's next attempt is split — node 2 grants,
+// node 1 refuses — and waits for node 0 until the node timeout. a resigns
+// meanwhile and its release hands b the key on node 1, so b holds a
+// majority; but the attempt in flight does not count the handover, and b's
+// Campaign returns only when the attempt gives up on node 0: 1.80-1.91s of
+// the 2s node timeout in 6 of 7 runs (in the 7th, 7ms: no attempt was in
+// flight), where 0.01-0.07s is usual. A
+// liveness defect (the fix is in redlock's waiter rounds), not a bound
+// without slack; it is left for the redlock rounds' owner, so the test
+// runs only with QUORUMLOCK_ISSUE44_SPLIT=1:
+//
+//	QUORUMLOCK_ISSUE44_SPLIT=1 go test -count=1 -v -run TestElection_handoverSplitRoundNodePaused ./election
+func TestElection_handoverSplitRoundNodePaused(t *testing.T) {
+	if os.Getenv("QUORUMLOCK_ISSUE44_SPLIT") == "" {
+		t.Skip("a known liveness defect (issue 44); set QUORUMLOCK_ISSUE44_SPLIT=1 to run it")
+	}
+	const nodeTimeout = 2 * time.Second
+	rc := redistest.Start(t, 3)
+	nodes := rc.Clients()
+	opts := []redlock.Option{redlock.WithNodeTimeout(nodeTimeout)}
+	a := candidateOn(t, nodes, "split", "a", opts)
+	b := candidateOn(t, nodes, "split", "b", opts)
+	ta, err := a.e.Campaign(t.Context())
+	if err != nil {
+		t.Fatalf("a.Campaign: %v", err)
+	}
+	aToken := majorityValue(t, rc, "lock:split")
+	// a's request to node 2 landed late: a holds nodes 0 and 1.
+	if err := rc.Admin(2).Del(t.Context(), "lock:split").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	bch := campaign(ctx, b)
+	if !eventually(10*time.Second, func() bool {
+		for _, i := range []int{0, 1} {
+			if v, _ := rc.Admin(i).Get(ctx, "lock:split").Result(); v != aToken {
+				return false
+			}
+			if n, err := rc.Admin(i).ZCard(ctx, "lock:split:queue").Result(); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("b is not queued on nodes 0 and 1 10s after its Campaign began")
+	}
+	rc.Pause(0)
+	t.Cleanup(func() { rc.Resume(0) })
+	// b's next attempt (one retry delay, 250ms at most) is in flight,
+	// split, waiting for node 0.
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := ta.Resign(t.Context()); err != nil {
+		t.Fatalf("a.Resign: %v", err)
+	}
+	r := waitResult(t, bch, 10*time.Second, "b.Campaign after a resigned")
+	if r.err != nil {
+		t.Fatalf("b.Campaign: %v", r.err)
+	}
+	handover := r.at.Sub(start)
+	t.Logf("node 0 paused, b's attempt split: Resign → b's Campaign returned %v", handover)
+	if handover > time.Second {
+		t.Errorf("handover took %v with b's attempt split and node 0 paused; want ≤ 1s (b held a majority after the release)", handover)
+	}
+	_ = r.t.Resign(context.Background())
+}

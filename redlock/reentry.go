@@ -1,0 +1,65 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// A call never waits for itself (DESIGN, rules of the contract). Go has no
+// goroutine identity, so a Client cannot tell the goroutine that holds a
+// lock from another goroutine of the process that wants it: the second
+// must wait (its Lock is served when the first unlocks), the first would
+// wait for ever. What does tell them apart is the ctx: a Lock's Context,
+// and Do's fn ctx, carry the lock (holderKey), and so does every ctx
+// derived from them. A Lock, TryLock, RLock, WLock or LockAll call whose
+// ctx carries a lock of this Client that is still held on an overlapping
+// resource is the holder locking again: it returns ErrAlreadyHeld at once,
+// with no I/O (readers excepted: a reader's RLock of the resource it reads
+// shares). A ctx that does not come from the lock (context.Background(),
+// a request's ctx) is another caller, and waits its turn.
+
+// holderKey is the ctx key under which a Lock's Context carries the lock.
+type holderKey struct{}
+
+// withHolder returns ctx carrying l as its holder.
+func withHolder(ctx context.Context, l *Lock) context.Context {
+	return context.WithValue(ctx, holderKey{}, l)
+}
+
+// holderOf returns the innermost lock ctx carries, or nil. The others
+// follow through Lock.outer.
+func holderOf(ctx context.Context) *Lock {
+	l, _ := ctx.Value(holderKey{}).(*Lock)
+	return l
+}
+
+// callerHolds returns an error matching ErrAlreadyHeld when ctx carries a
+// lock of c, still held, that a call of kind cfg.mode on resource would
+// wait for: the call would wait for itself.
+func (c *Client) callerHolds(ctx context.Context, resource string, cfg config) error {
+	for h := holderOf(ctx); h != nil; h = h.outer {
+		if h.c != c || (cfg.mode == ModeRead && h.cfg.mode == ModeRead) {
+			continue
+		}
+		h.mu.Lock()
+		held := h.state == stateHeld
+		h.mu.Unlock()
+		if !held {
+			continue
+		}
+		for _, r := range h.Resources() {
+			if cfg.mode == ModeMulti && slices.Contains(cfg.resources, r) || cfg.mode != ModeMulti && r == resource {
+				return alreadyHeld(fmt.Sprintf("%q: ctx comes from this Client's %v lock on %q, still held", resource, h.cfg.mode, r))
+			}
+		}
+	}
+	return nil
+}
+
+// alreadyHeld is the error of a call that would wait for the caller's own
+// lock: it matches ErrAlreadyHeld and ErrNotObtained.
+func alreadyHeld(detail string) error {
+	return &classed{msg: "redlock: not obtained: the caller holds the lock already (locks are not reentrant: pass the *Lock, or Unlock it first): " + detail,
+		class: []error{ErrNotObtained, ErrAlreadyHeld}}
+}

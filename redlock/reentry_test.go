@@ -1,0 +1,190 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// quick is how long a call that must not wait may take: it does no I/O
+// (10ms in the issue's terms), with far more than 5× slack for a loaded
+// machine under -race; before the fix these calls waited until their ctx
+// ended (lockWait), or for ever.
+const quick = time.Second
+
+// lockWait bounds the ctx of a call that would wait for itself, so that the
+// test ends before the fix too.
+const lockWait = 5 * time.Second
+
+// issue 44 item 2: the holder locking again, with a ctx that comes from its
+// lock, gets ErrAlreadyHeld at once; another caller of the same Client
+// (a ctx of its own) still waits its turn and gets the lock on Unlock.
+func TestReentry_holderFailsFastOthersWait(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	l, err := c.Lock(t.Context(), "self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []struct {
+		name string
+		fn   func(ctx context.Context) error
+	}{
+		{"Lock", func(ctx context.Context) error { _, err := c.Lock(ctx, "self"); return err }},
+		{"TryLock", func(ctx context.Context) error { _, err := c.TryLock(ctx, "self"); return err }},
+		{"WLock", func(ctx context.Context) error { _, err := c.WLock(ctx, "self"); return err }},
+		{"RLock", func(ctx context.Context) error { _, err := c.RLock(ctx, "self"); return err }},
+		{"LockAll", func(ctx context.Context) error { _, err := c.LockAll(ctx, []string{"other", "self"}); return err }},
+		{"Do", func(ctx context.Context) error { return c.Do(ctx, "self", func(context.Context) error { return nil }) }},
+	} {
+		ctx, cancel := context.WithTimeout(l.Context(), lockWait)
+		start := time.Now()
+		err := call.fn(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, ErrAlreadyHeld) || !errors.Is(err, ErrNotObtained) || took > quick {
+			t.Errorf("%s with the holder's ctx = %v after %v; want ErrAlreadyHeld (and ErrNotObtained) within %v", call.name, err, took, quick)
+		}
+	}
+	// Another caller of this Client: its ctx does not come from the lock.
+	got := make(chan error, 1)
+	go func() {
+		l2, err := c.Lock(context.Background(), "self")
+		if err == nil {
+			err = l2.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("another caller's Lock returned %v while the lock was held; want it to wait", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("another caller's Lock after Unlock = %v; want the lock", err)
+		}
+	case <-time.After(lockWait):
+		t.Fatal("another caller's Lock did not get the lock after Unlock")
+	}
+	// Once unlocked, the lock's ctx names no holder any more.
+	l3, err := c.Lock(context.WithoutCancel(l.Context()), "self")
+	if err != nil {
+		t.Fatalf("Lock with an unlocked lock's ctx = %v; want the lock", err)
+	}
+	l3.Unlock(t.Context())
+}
+
+// Do's fn ctx carries the lock: a nested Do of the same resource fails
+// fast, one of another resource is granted (and its own fn ctx carries both).
+func TestReentry_nestedDo(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	err := c.Do(t.Context(), "outer", func(ctx context.Context) error {
+		return c.Do(ctx, "inner", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, lockWait)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Lock(ctx, "outer")
+			if !errors.Is(err, ErrAlreadyHeld) || time.Since(start) > quick {
+				t.Errorf("Lock(outer) inside Do(outer) → Do(inner) = %v after %v; want ErrAlreadyHeld at once", err, time.Since(start))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reader reading again shares; a semaphore's holder may take another
+// permit while one is free, and is told at once when it holds them all.
+func TestReentry_readersAndPermits(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	r, err := c.RLock(t.Context(), "rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.RLock(r.Context(), "rw")
+	if err != nil {
+		t.Errorf("RLock with a reader's ctx = %v; want granted (readers share)", err)
+	} else {
+		r2.Unlock(t.Context())
+	}
+	r.Unlock(t.Context())
+
+	s, err := c.Semaphore("sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := s.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Unlock(t.Context())
+	p2, err := s.Acquire(p1.Context())
+	if err != nil {
+		t.Fatalf("Acquire with a permit's ctx, one permit free = %v; want the other permit", err)
+	}
+	defer p2.Unlock(t.Context())
+	ctx, cancel := context.WithTimeout(p2.Context(), lockWait)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Acquire(ctx)
+	if !errors.Is(err, ErrNotObtained) || time.Since(start) > quick {
+		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrNotObtained at once", err, time.Since(start))
+	}
+}
+
+// issue 44 item 3: a ctx done before the call — cancelled, or its deadline
+// passed — sends nothing and says nothing about the nodes: the error
+// matches ctx's error, and neither ErrNoQuorum nor ErrNotObtained (before,
+// a passed deadline read as ErrNoQuorum and a cancel as context.Canceled).
+func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	nodes, count := countingNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(time.Minute)) // no renewal within the test
+	held, err := c.Lock(t.Context(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	past, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{{"cancelled", cancelled, context.Canceled}, {"deadline passed", past, context.DeadlineExceeded}} {
+		for _, call := range []struct {
+			name string
+			fn   func(ctx context.Context) error
+		}{
+			{"Lock", func(ctx context.Context) error { _, err := c.Lock(ctx, "done"); return err }},
+			{"TryLock", func(ctx context.Context) error { _, err := c.TryLock(ctx, "done"); return err }},
+			{"Do", func(ctx context.Context) error { return c.Do(ctx, "done", func(context.Context) error { return nil }) }},
+			{"IsLocked", func(ctx context.Context) error { _, err := c.IsLocked(ctx, "done"); return err }},
+			{"Extend", func(ctx context.Context) error { return held.Extend(ctx) }},
+		} {
+			before := count.n.Load()
+			err := call.fn(tc.ctx)
+			if !errors.Is(err, tc.want) || errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotObtained) {
+				t.Errorf("%s with ctx %s = %v; want %v, neither ErrNoQuorum nor ErrNotObtained", call.name, tc.name, err, tc.want)
+			}
+			if n := count.n.Load() - before; n != 0 {
+				t.Errorf("%s with ctx %s sent %d commands; want none", call.name, tc.name, n)
+			}
+		}
+	}
+}
