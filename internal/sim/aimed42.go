@@ -44,7 +44,7 @@ import (
 //     goroutine and a second Extend starts while it waits, and one
 //     hand-over in two slows a single node other than the last;
 //   - handed locks held past their first renewal (Plan.LongQuietHolds):
-//     one Lock hold in five in the quiet phase lasts 0.6–1.4 s, past the
+//     one Lock hold in three in the quiet phase lasts 0.6–1.4 s, past the
 //     reservation a handoff sets and past its first renewal;
 //   - a semaphore of K = 3 (Plan.SemK) with three workers per Client (6–9
 //     callers for 3 permits) in one semaphore seed of three.
