@@ -43,7 +43,15 @@
 // from that majority), a yield episode (a waiter frozen right after it
 // yielded and kept half of 4 nodes: yield-kept), unlock-not-held (Unlock
 // of a valid lock never says no node held it) and rw-liveness (the
-// read-write lock's waiters are not kept out while nobody holds). The simulator's power is measured by mutation:
+// read-write lock's waiters are not kept out while nobody holds). Issue
+// 42 added the residue check (residue.go: every key of every kind on every
+// node belongs to a token a Client sent, lives no longer than its kind's
+// bound, and is gone within a bound once its token was given up or its
+// Client closed), leader-current (Leader names the term that holds while
+// no fault is under way), and plans aimed at the code written since
+// (aimed42.go: latency in the quiet phase, slow clock probes, delayed
+// handoff messages, a mid-run Close, an Extend started while Detach
+// waits, long holds in the quiet phase, K = 3 semaphores). The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

@@ -188,10 +188,10 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r, r2 *rand.
 		h.Violate("invalid-lock", "c%d %s %s returned a lock with Valid() false (ValidUntil %v)", c, op, res, h.since(l.ValidUntil()))
 	}
 	// Handed locks held past their first renewal (issue 42): one Lock
-	// hold in five in the quiet phase lasts 0.6-1.4 s, past a handoff's
+	// hold in three in the quiet phase lasts 0.6-1.4 s, past a handoff's
 	// reservation and its first renewal.
 	var atLeast time.Duration
-	if k := r2.IntN(5); env.Plan.LongQuietHolds && !try && k == 0 && time.Since(env.start) >= env.Plan.Healed() {
+	if k := r2.IntN(3); env.Plan.LongQuietHolds && !try && k == 0 && time.Since(env.start) >= env.Plan.Healed() {
 		atLeast = 600*time.Millisecond + time.Duration(r2.Int64N(int64(800*time.Millisecond)))
 	}
 	p.holdFor(env, r, x, l.Lost(), l, nil, atLeast)

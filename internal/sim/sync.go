@@ -542,11 +542,11 @@ func profilesFor(s uint64) []Profile {
 func semBound(p Plan) time.Duration { return 3 * p.WaitBound() / 2 }
 
 // quietHold is how long at least a hold of the quiet phase lasts (issue
-// 42's LongQuietHolds): one in five lasts 0.6-1.4 s, past a handoff's
+// 42's LongQuietHolds): one in three lasts 0.6-1.4 s, past a handoff's
 // reservation and past the first renewal (a reader's mark, a permit's
 // key), else 0.
 func quietHold(env *Env, r2 *rand.Rand) time.Duration {
-	k := r2.IntN(5)
+	k := r2.IntN(3)
 	d := 600*time.Millisecond + time.Duration(r2.Int64N(int64(800*time.Millisecond)))
 	if k != 0 || !env.Plan.LongQuietHolds || time.Since(env.start) < env.Plan.Healed() {
 		return 0
