@@ -141,8 +141,60 @@ func TestReentry_readersAndPermits(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = s.Acquire(ctx)
-	if !errors.Is(err, ErrNotObtained) || time.Since(start) > quick {
-		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrNotObtained at once", err, time.Since(start))
+	if !errors.Is(err, ErrAlreadyHeld) || !errors.Is(err, ErrNotObtained) || time.Since(start) > quick {
+		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrAlreadyHeld (and ErrNotObtained) at once", err, time.Since(start))
+	}
+}
+
+// The holder of every permit calling Acquire with its permit's ctx while
+// another caller waits in line: it used to join the line behind that
+// waiter, which waits for the caller's permit, and wait for itself until
+// ctx ended (issue 44 review, D2). It returns ErrAlreadyHeld at once.
+func TestReentry_allPermitsHolderWithAWaiter(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	s, err := c.Semaphore("sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 4*lockWait)
+	defer wcancel()
+	got := make(chan error, 1)
+	go func() {
+		q, err := s.Acquire(wctx)
+		if err == nil {
+			err = q.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	// The other caller is in line once it holds the waiters' lock.
+	inLine := time.Now().Add(lockWait)
+	for {
+		if held, err := c.IsLocked(t.Context(), "sem"+turnstileSuffix); err == nil && held {
+			break
+		}
+		if time.Now().After(inLine) {
+			t.Fatal("the other caller never joined the line")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(p.Context(), lockWait)
+	defer cancel()
+	start := time.Now()
+	if q, err := s.Acquire(ctx); !errors.Is(err, ErrAlreadyHeld) || time.Since(start) > quick {
+		t.Errorf("Acquire by the holder of every permit, another waiter in line = %v after %v; want ErrAlreadyHeld at once", err, time.Since(start))
+		if err == nil {
+			q.Unlock(t.Context())
+		}
+	}
+	p.Unlock(t.Context())
+	if err := <-got; err != nil {
+		t.Errorf("the waiter, after the permit was released: %v", err)
 	}
 }
 
