@@ -106,7 +106,7 @@ func (l *Lock) leaveQueues() {
 // still holds token and sets the key nowhere: the lock is resumed only if
 // a majority re-armed it in that round, and a node that lost the key gets
 // it again from the lock's first renewal, after that majority confirmed
-// (scheduled at once when a node did not confirm). A refused Resume so
+// (scheduled at once when any node did not confirm, pending ones included). A refused Resume so
 // never writes the token anywhere: it can never revive a lock that expired
 // or was released, also between its two rounds (then it returns an error
 // matching ErrNotHeld). The returned *Lock is then
@@ -176,8 +176,10 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		deadline := quorum.Deadline(r2.Started(), cfg.ttl, cfg.drift)
 		if t2.Quorum() && quorum.Validity(cfg.ttl, t2.Elapsed, cfg.drift) > 0 {
 			first := time.Duration(0) // the renew interval
-			if t2.No+t2.Failed > 0 {
-				first = time.Millisecond // heal the nodes that did not confirm now
+			// Heal now the nodes that did not confirm: the round stops at a
+			// majority, so some may not have answered yet (issue 44 review D3).
+			if t2.Yes < n {
+				first = time.Millisecond
 			}
 			if err := c.hold(ctx, l, deadline, first); err != nil {
 				c.abandon(ctx, l, quorum.Tally{})
