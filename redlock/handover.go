@@ -127,7 +127,8 @@ func (l *Lock) leaveQueues() {
 // nodes answered to tell (the keys that held the token are left alone
 // then, so Resume may be retried); ErrInvalidArgument for an empty
 // resource, a token that is not one this library makes (a UUID), bad
-// options, or a token this Client already holds; ErrClosed after Close.
+// options, or a token this Client already holds; ErrClosed after Close;
+// ctx's error alone when ctx was done before the call (nothing is sent).
 func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
@@ -144,6 +145,9 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 	c.noteTimeout(cfg.timeout())
 	if c.holdsToken(token) {
 		return nil, invalid("Resume: this Client holds that lock already")
+	}
+	if ctx.Err() != nil {
+		return nil, ctxDoneBefore(ctx) // nothing sent, nothing known (issue 44 item 3)
 	}
 	l := c.newLockToken(resource, cfg, token)
 	n := len(c.nodes)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // quick is how long a call that must not wait may take: it does no I/O
@@ -279,6 +281,7 @@ func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
 			{"Do", func(ctx context.Context) error { return c.Do(ctx, "done", func(context.Context) error { return nil }) }},
 			{"IsLocked", func(ctx context.Context) error { _, err := c.IsLocked(ctx, "done"); return err }},
 			{"Extend", func(ctx context.Context) error { return held.Extend(ctx) }},
+			{"Resume", func(ctx context.Context) error { _, err := c.Resume(ctx, "done", uuid.NewString()); return err }},
 		} {
 			before := count.n.Load()
 			err := call.fn(tc.ctx)
