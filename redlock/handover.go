@@ -124,10 +124,11 @@ func (l *Lock) leaveQueues() {
 // lock expired, was released, or the token is wrong), after releasing the
 // token where a node still held it (Resume waits for a majority of
 // answers, as Unlock does); ErrNoQuorum with the node errors when too few
-// nodes answered to tell (the keys that held the token are left alone
-// then, so Resume may be retried); ErrInvalidArgument for an empty
-// resource, a token that is not one this library makes (a UUID), bad
-// options, or a token this Client already holds; ErrClosed after Close;
+// nodes answered to tell, in either round (the keys that held the token
+// are left alone then, so Resume may be retried); ErrInvalidArgument for
+// an empty resource, a token that is not one this library makes (a
+// UUID), bad options, or a token this Client already holds; ErrClosed
+// after Close;
 // ctx's error alone when ctx was done before the call (nothing is sent).
 func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig(resource, opts)
@@ -195,12 +196,20 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 			c.drop(ctx, l)
 			return nil, fmt.Errorf("%w: Resume(%q): its validity ran out before Resume could return it", ErrNotHeld, resource)
 		}
-		// Lost between the two rounds, or too slow: what the extension
-		// set is ours to take back, everywhere (step 4).
-		c.abandon(ctx, l, quorum.Tally{})
 		if t2.No > n-c.quorum {
+			// Lost between the two rounds: what a minority still holds is
+			// released, after the re-arm requests there (abandon's guards,
+			// step 4).
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): the token was gone from %d of %d nodes when Resume re-armed it (expired or released after Resume read it)", ErrNotHeld, resource, t2.No, n), t2)
 		}
+		// Too few answers, or too slow: the lock may still be valid, and
+		// the re-arm wrote no key, so the keys are left alone, as after a
+		// first round without quorum, and Resume may be retried (issue 44
+		// review D4; it used to release them). The lock was never held
+		// (newLockToken) and nothing is released, so a re-arm request
+		// still in flight lands after no release of ours; its not-after
+		// bound voids it if it lands late.
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, resource, t2.Yes, n, c.quorum), t2)
 	}
 	switch {
