@@ -52,8 +52,8 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 	to := p.NodeTimeout
 	if r.IntN(2) == 0 {
 		q := &QuietLag{
-			At:    time.Duration(r.Int64N(int64(500 * time.Millisecond))),
-			For:   800*time.Millisecond + time.Duration(r.Int64N(int64(700*time.Millisecond))),
+			At:  time.Duration(r.Int64N(int64(500 * time.Millisecond))),
+			For: 800*time.Millisecond + time.Duration(r.Int64N(int64(700*time.Millisecond))),
 			// A tenth to a fifth of a node timeout each way: a request
 			// over a new connection pays two round trips (the dial and
 			// go-redis's HELLO first), and at a quarter to 0.45 each way
