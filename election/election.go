@@ -349,10 +349,13 @@ func (e *Election) withdraw(ctx context.Context, value, term string, lease time.
 // or until the redlock Client is closed; it is never renewed past a loss:
 // to lead again after a loss, campaign again.
 //
-// It returns the errors of redlock.Client.Lock (ctx's error joined to
-// redlock.ErrNotObtained or ErrNoQuorum when ctx ended; redlock.ErrClosed;
-// redlock.ErrInvalidArgument), or ErrNoQuorum joined with node errors when
-// too few nodes took the identity (the lock is then released).
+// It returns the errors of redlock.Client.Lock, unchanged: ctx's error
+// joined to redlock.ErrNotObtained or ErrNoQuorum when ctx ended while it
+// waited, ctx's error alone when ctx was done before the call (nothing is
+// sent), redlock.ErrAlreadyHeld when ctx comes from this candidate's own
+// term, redlock.ErrClosed, redlock.ErrInvalidArgument; or ErrNoQuorum
+// joined with node errors when too few nodes took the identity (the lock
+// is then released).
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	start := time.Now()
 	l, err := e.client.Lock(ctx, e.name, e.cfg.lockOpts...)

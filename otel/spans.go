@@ -179,9 +179,10 @@ func (h *Hooks) acquireSpan(ctx context.Context, i redlock.AcquireInfo) {
 }
 
 // outcomeStatus marks a span failed unless the lock was acquired or
-// refused: a refusal is the lock working, not a fault.
+// refused (also as the caller's own lock: already_held): a refusal is the
+// lock working, not a fault.
 func outcomeStatus(s trace.Span, o redlock.Outcome, err error) {
-	if o == redlock.OutcomeAcquired || o == redlock.OutcomeNotObtained || err == nil {
+	if o == redlock.OutcomeAcquired || o == redlock.OutcomeNotObtained || o == redlock.OutcomeAlreadyHeld || err == nil {
 		return
 	}
 	s.SetStatus(codes.Error, err.Error())

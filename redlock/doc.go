@@ -20,9 +20,9 @@
 // A call never waits for itself. Locks are not reentrant, and Go has no
 // goroutine identity: the caller is known by its ctx. A lock's
 // [Lock.Context] and [Client.Do]'s fn ctx carry the lock, and a Lock,
-// TryLock, WLock, RLock (but for a reader reading again, which shares),
-// LockAll or Do whose ctx comes from them while the lock is held returns
-// [ErrAlreadyHeld] at once, with no I/O; a [Semaphore] skips the permits
+// TryLock, WLock, RLock (a reader reading again too: it would queue
+// behind a waiting writer that waits for it), LockAll or Do whose ctx
+// comes from them while the lock is held returns [ErrAlreadyHeld] at once, with no I/O; a [Semaphore] skips the permits
 // its caller holds. Any other ctx is another caller's — another goroutine
 // sharing the Client, as a process's goroutines do — and waits its turn;
 // the holder calling again with such a ctx (context.Background(), say)

@@ -29,9 +29,10 @@ var (
 	// ErrAlreadyHeld means the call would wait for a lock its caller holds:
 	// its ctx comes from the Context of a lock of this Client that is still
 	// held on the resource (a Lock's Context, Do's fn ctx, or a ctx derived
-	// from them), so Lock, TryLock, RLock (but for a reader of the resource
-	// it reads), WLock, LockAll and Do return it at once, with no I/O. Locks
-	// are not reentrant. A ctx that does not come from the lock is another
+	// from them), so Lock, TryLock, RLock, WLock, LockAll and Do return it
+	// at once, with no I/O. Locks are not reentrant, and neither is reading:
+	// a reader's RLock would queue behind a writer that waits for the
+	// reader, as with sync.RWMutex. A ctx that does not come from the lock is another
 	// caller's, which waits for the lock like a caller in another process
 	// (goroutines of one process share a Client that way). The error also
 	// matches ErrNotObtained.

@@ -106,7 +106,7 @@ func (l *Lock) leaveQueues() {
 // still holds token and sets the key nowhere: the lock is resumed only if
 // a majority re-armed it in that round, and a node that lost the key gets
 // it again from the lock's first renewal, after that majority confirmed
-// (scheduled at once when a node did not confirm). A refused Resume so
+// (scheduled at once when any node did not confirm, pending ones included). A refused Resume so
 // never writes the token anywhere: it can never revive a lock that expired
 // or was released, also between its two rounds (then it returns an error
 // matching ErrNotHeld). The returned *Lock is then
@@ -124,10 +124,12 @@ func (l *Lock) leaveQueues() {
 // lock expired, was released, or the token is wrong), after releasing the
 // token where a node still held it (Resume waits for a majority of
 // answers, as Unlock does); ErrNoQuorum with the node errors when too few
-// nodes answered to tell (the keys that held the token are left alone
-// then, so Resume may be retried); ErrInvalidArgument for an empty
-// resource, a token that is not one this library makes (a UUID), bad
-// options, or a token this Client already holds; ErrClosed after Close.
+// nodes answered to tell, in either round (the keys that held the token
+// are left alone then, so Resume may be retried); ErrInvalidArgument for
+// an empty resource, a token that is not one this library makes (a
+// UUID), bad options, or a token this Client already holds; ErrClosed
+// after Close;
+// ctx's error alone when ctx was done before the call (nothing is sent).
 func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
@@ -144,6 +146,9 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 	c.noteTimeout(cfg.timeout())
 	if c.holdsToken(token) {
 		return nil, invalid("Resume: this Client holds that lock already")
+	}
+	if ctx.Err() != nil {
+		return nil, ctxDoneBefore(ctx) // nothing sent, nothing known (issue 44 item 3)
 	}
 	l := c.newLockToken(resource, cfg, token)
 	n := len(c.nodes)
@@ -176,8 +181,10 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		deadline := quorum.Deadline(r2.Started(), cfg.ttl, cfg.drift)
 		if t2.Quorum() && quorum.Validity(cfg.ttl, t2.Elapsed, cfg.drift) > 0 {
 			first := time.Duration(0) // the renew interval
-			if t2.No+t2.Failed > 0 {
-				first = time.Millisecond // heal the nodes that did not confirm now
+			// Heal now the nodes that did not confirm: the round stops at a
+			// majority, so some may not have answered yet (issue 44 review D3).
+			if t2.Yes < n {
+				first = time.Millisecond
 			}
 			if err := c.hold(ctx, l, deadline, first); err != nil {
 				c.abandon(ctx, l, quorum.Tally{})
@@ -189,12 +196,20 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 			c.drop(ctx, l)
 			return nil, fmt.Errorf("%w: Resume(%q): its validity ran out before Resume could return it", ErrNotHeld, resource)
 		}
-		// Lost between the two rounds, or too slow: what the extension
-		// set is ours to take back, everywhere (step 4).
-		c.abandon(ctx, l, quorum.Tally{})
 		if t2.No > n-c.quorum {
+			// Lost between the two rounds: what a minority still holds is
+			// released, after the re-arm requests there (abandon's guards,
+			// step 4).
+			c.abandon(ctx, l, quorum.Tally{})
 			return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): the token was gone from %d of %d nodes when Resume re-armed it (expired or released after Resume read it)", ErrNotHeld, resource, t2.No, n), t2)
 		}
+		// Too few answers, or too slow: the lock may still be valid, and
+		// the re-arm wrote no key, so the keys are left alone, as after a
+		// first round without quorum, and Resume may be retried (issue 44
+		// review D4; it used to release them). The lock was never held
+		// (newLockToken) and nothing is released, so a re-arm request
+		// still in flight lands after no release of ours; its not-after
+		// bound voids it if it lands late.
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, resource, t2.Yes, n, c.quorum), t2)
 	}
 	switch {

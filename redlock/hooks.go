@@ -70,10 +70,14 @@ const (
 	// (ErrGrantExpired): the round outlasted the TTL less the drift
 	// allowance, or the process was starved; nobody else need hold it.
 	OutcomeGrantExpired Outcome = "grant_expired"
-	OutcomeNoQuorum     Outcome = "no_quorum" // too few nodes answered
-	OutcomeCanceled     Outcome = "canceled"  // ctx ended
-	OutcomeClosed       Outcome = "closed"    // the Client was closed
-	OutcomeError        Outcome = "error"     // anything else, e.g. bad input
+	// OutcomeAlreadyHeld: the caller holds the lock already (ErrAlreadyHeld,
+	// its ctx comes from its own lock); the call returned at once, with no
+	// round, so only a call (AcquireInfo), never an attempt, ends so.
+	OutcomeAlreadyHeld Outcome = "already_held"
+	OutcomeNoQuorum    Outcome = "no_quorum" // too few nodes answered
+	OutcomeCanceled    Outcome = "canceled"  // ctx ended
+	OutcomeClosed      Outcome = "closed"    // the Client was closed
+	OutcomeError       Outcome = "error"     // anything else, e.g. bad input
 )
 
 func outcomeOf(err error) Outcome {
@@ -89,6 +93,8 @@ func outcomeOf(err error) Outcome {
 		return OutcomeNoQuorum
 	case errors.Is(err, ErrGrantExpired):
 		return OutcomeGrantExpired
+	case errors.Is(err, ErrAlreadyHeld):
+		return OutcomeAlreadyHeld
 	case errors.Is(err, ErrNotObtained):
 		return OutcomeNotObtained
 	case errors.Is(err, ErrNoQuorum):
@@ -303,7 +309,7 @@ func (h logHooks) Attempt(ctx context.Context, _ AttemptInfo) {}
 
 func (h logHooks) Acquire(ctx context.Context, i AcquireInfo) {
 	lvl := slog.LevelDebug
-	if i.Outcome != OutcomeAcquired && i.Outcome != OutcomeNotObtained && i.Outcome != OutcomeCanceled {
+	if i.Outcome != OutcomeAcquired && i.Outcome != OutcomeNotObtained && i.Outcome != OutcomeAlreadyHeld && i.Outcome != OutcomeCanceled {
 		lvl = slog.LevelWarn
 	}
 	h.l.Log(ctx, lvl, "redlock: acquire", "resource", i.Resource, "outcome", string(i.Outcome),

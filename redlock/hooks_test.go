@@ -200,7 +200,8 @@ func TestOutcomeOf(t *testing.T) {
 		{nil, OutcomeAcquired},
 		{ErrNotObtained, OutcomeNotObtained},
 		{grantExpired("late"), OutcomeGrantExpired}, // issue 44 item 3: not "another owner holds it"
-		{alreadyHeld("r"), OutcomeNotObtained},
+		{alreadyHeld("r"), OutcomeAlreadyHeld},      // not "another owner holds it"
+		{errors.Join(alreadyHeld("r"), context.Canceled), OutcomeCanceled},
 		{ctxDoneBefore(cancelledCtx()), OutcomeCanceled},
 		{errors.Join(ErrNotObtained, context.DeadlineExceeded), OutcomeCanceled},
 		{ErrNoQuorum, OutcomeNoQuorum},

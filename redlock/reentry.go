@@ -15,8 +15,10 @@ import (
 // derived from them. A Lock, TryLock, RLock, WLock or LockAll call whose
 // ctx carries a lock of this Client that is still held on an overlapping
 // resource is the holder locking again: it returns ErrAlreadyHeld at once,
-// with no I/O (readers excepted: a reader's RLock of the resource it reads
-// shares). A ctx that does not come from the lock (context.Background(),
+// with no I/O. Readers too: a reader's RLock of the resource it reads is
+// not let through, since a writer that began waiting before it goes first
+// (rw.lua) and that writer waits for our reader — recursive read locking
+// deadlocks, as it does with sync.RWMutex. A ctx that does not come from the lock (context.Background(),
 // a request's ctx) is another caller, and waits its turn.
 
 // holderKey is the ctx key under which a Lock's Context carries the lock.
@@ -39,7 +41,7 @@ func holderOf(ctx context.Context) *Lock {
 // wait for: the call would wait for itself.
 func (c *Client) callerHolds(ctx context.Context, resource string, cfg config) error {
 	for h := holderOf(ctx); h != nil; h = h.outer {
-		if h.c != c || (cfg.mode == ModeRead && h.cfg.mode == ModeRead) {
+		if h.c != c {
 			continue
 		}
 		h.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // quick is how long a call that must not wait may take: it does no I/O
@@ -104,8 +106,9 @@ func TestReentry_nestedDo(t *testing.T) {
 	}
 }
 
-// A reader reading again shares; a semaphore's holder may take another
-// permit while one is free, and is told at once when it holds them all.
+// A reader reading again is refused at once (no recursive read locking);
+// a semaphore's holder may take another permit while one is free, and is
+// told at once when it holds them all.
 func TestReentry_readersAndPermits(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
@@ -114,11 +117,11 @@ func TestReentry_readersAndPermits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := c.RLock(r.Context(), "rw")
-	if err != nil {
-		t.Errorf("RLock with a reader's ctx = %v; want granted (readers share)", err)
-	} else {
-		r2.Unlock(t.Context())
+	if r2, err := c.RLock(r.Context(), "rw"); !errors.Is(err, ErrAlreadyHeld) {
+		t.Errorf("RLock with a reader's ctx = %v; want ErrAlreadyHeld (no recursive read locking)", err)
+		if err == nil {
+			r2.Unlock(t.Context())
+		}
 	}
 	r.Unlock(t.Context())
 
@@ -140,8 +143,110 @@ func TestReentry_readersAndPermits(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = s.Acquire(ctx)
-	if !errors.Is(err, ErrNotObtained) || time.Since(start) > quick {
-		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrNotObtained at once", err, time.Since(start))
+	if !errors.Is(err, ErrAlreadyHeld) || !errors.Is(err, ErrNotObtained) || time.Since(start) > quick {
+		t.Errorf("Acquire by the holder of every permit = %v after %v; want ErrAlreadyHeld (and ErrNotObtained) at once", err, time.Since(start))
+	}
+}
+
+// The holder of every permit calling Acquire with its permit's ctx while
+// another caller waits in line: it used to join the line behind that
+// waiter, which waits for the caller's permit, and wait for itself until
+// ctx ended (issue 44 review, D2). It returns ErrAlreadyHeld at once.
+func TestReentry_allPermitsHolderWithAWaiter(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	s, err := c.Semaphore("sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 4*lockWait)
+	defer wcancel()
+	got := make(chan error, 1)
+	go func() {
+		q, err := s.Acquire(wctx)
+		if err == nil {
+			err = q.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	// The other caller is in line once it holds the waiters' lock.
+	inLine := time.Now().Add(lockWait)
+	for {
+		if held, err := c.IsLocked(t.Context(), "sem"+turnstileSuffix); err == nil && held {
+			break
+		}
+		if time.Now().After(inLine) {
+			t.Fatal("the other caller never joined the line")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(p.Context(), lockWait)
+	defer cancel()
+	start := time.Now()
+	if q, err := s.Acquire(ctx); !errors.Is(err, ErrAlreadyHeld) || time.Since(start) > quick {
+		t.Errorf("Acquire by the holder of every permit, another waiter in line = %v after %v; want ErrAlreadyHeld at once", err, time.Since(start))
+		if err == nil {
+			q.Unlock(t.Context())
+		}
+	}
+	p.Unlock(t.Context())
+	if err := <-got; err != nil {
+		t.Errorf("the waiter, after the permit was released: %v", err)
+	}
+}
+
+// A reader's RLock with its lock's ctx while a writer waits: rw.lua queues
+// the new reader behind the writer, which waits for our reader, so letting
+// it through waited for itself until ctx ended (issue 44 review, D1). It
+// returns ErrAlreadyHeld at once.
+func TestReentry_readerAgainWhileAWriterWaits(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second))
+	r, err := c.RLock(t.Context(), "rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 4*lockWait)
+	defer wcancel()
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := c.WLock(wctx, "rw")
+		if err == nil {
+			err = w.Unlock(context.Background())
+		}
+		wrote <- err
+	}()
+	// The writer waits once another caller's reader is refused.
+	waiting := time.Now().Add(lockWait)
+	for {
+		o, err := c.TryRLock(t.Context(), "rw")
+		if err != nil {
+			break
+		}
+		o.Unlock(t.Context())
+		if time.Now().After(waiting) {
+			t.Fatal("the writer never waited")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), lockWait)
+	defer cancel()
+	start := time.Now()
+	if r2, err := c.RLock(ctx, "rw"); !errors.Is(err, ErrAlreadyHeld) || time.Since(start) > quick {
+		t.Errorf("RLock with a reader's ctx while a writer waits = %v after %v; want ErrAlreadyHeld at once", err, time.Since(start))
+		if err == nil {
+			r2.Unlock(t.Context())
+		}
+	}
+	r.Unlock(t.Context())
+	if err := <-wrote; err != nil {
+		t.Errorf("the writer, after the reader unlocked: %v", err)
 	}
 }
 
@@ -176,6 +281,7 @@ func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
 			{"Do", func(ctx context.Context) error { return c.Do(ctx, "done", func(context.Context) error { return nil }) }},
 			{"IsLocked", func(ctx context.Context) error { _, err := c.IsLocked(ctx, "done"); return err }},
 			{"Extend", func(ctx context.Context) error { return held.Extend(ctx) }},
+			{"Resume", func(ctx context.Context) error { _, err := c.Resume(ctx, "done", uuid.NewString()); return err }},
 		} {
 			before := count.n.Load()
 			err := call.fn(tc.ctx)

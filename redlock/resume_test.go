@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +76,54 @@ func TestReal_resumeNeverRevivesAKeyGoneAfterItsRead(t *testing.T) {
 	// confirm: well before the renew interval (10s).
 	if !eventually(5*time.Second, func() bool { return keyOn(t, rc, 2, "lock:resume-one-gone") == l.Token() }) {
 		t.Errorf("node 2 does not hold the resumed token 5s after Resume; want it healed by the first renewal")
+	}
+}
+
+// A re-arm round that fails for want of answers (ErrNoQuorum) leaves the
+// keys alone, so that the Resume may be retried: it once released the
+// token everywhere (abandon), so that 0 of 3 nodes held it and the retry
+// got ErrNotHeld (issue 44 review D4). Nodes 1 and 2 are paused right
+// after the read round, so the re-arm round gets one answer of three.
+// Not parallel: the seam is process-wide.
+func TestReal_resumeNoQuorumInReArmLeavesTheKeys(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	holder := newClient(t, rc.Clients(), WithTTL(30*time.Second))
+	resumer := newClient(t, rc.Clients(), WithTTL(30*time.Second), WithNodeTimeout(300*time.Millisecond))
+	const resource = "resume-rearm-no-quorum"
+	var paused atomic.Bool
+	f := func(r string) {
+		if r == resource && paused.CompareAndSwap(false, true) {
+			rc.Pause(1)
+			rc.Pause(2)
+		}
+	}
+	testhooks.ResumeRead.Store(&f)
+	t.Cleanup(func() { testhooks.ResumeRead.Store(nil) })
+	t.Cleanup(func() { rc.Resume(1); rc.Resume(2) })
+	l := lockedEverywhere(t, rc, holder, resource)
+	if err := l.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := resumer.Resume(t.Context(), resource, l.Token())
+	if !errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Resume with 2 of 3 nodes paused after its read = %v; want ErrNoQuorum", err)
+	}
+	rc.Resume(1)
+	rc.Resume(2)
+	// Nothing releases the token: every node keeps it, for ten node
+	// timeouts after the call.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := holders(t, rc, "lock:"+resource, l.Token()); n != 3 {
+			t.Fatalf("%d of 3 nodes hold the token after a Resume that failed for want of answers; want 3 (keys left alone)", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r, err := resumer.Resume(t.Context(), resource, l.Token())
+	if err != nil {
+		t.Fatalf("retried Resume = %v; want the lock", err)
+	}
+	if err := r.Unlock(context.Background()); err != nil {
+		t.Errorf("Unlock of the resumed lock: %v", err)
 	}
 }

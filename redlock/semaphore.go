@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,7 +135,8 @@ func (s *Semaphore) callOpts(opts []Option) []Option {
 //
 // ctx bounds the call, not the permit. It returns an error matching
 // ErrNotObtained when all K permits are held (every permit refused by its
-// holder), ErrNoQuorum (joined with the node errors) when too few nodes
+// holder; matching ErrAlreadyHeld too when ctx comes from permits of this
+// Client that are all K), ErrNoQuorum (joined with the node errors) when too few nodes
 // answered for some permit that is not known to be held, ErrInvalidArgument
 // on bad options, ErrClosed after Close; joined with ctx's error when ctx
 // ended.
@@ -207,6 +209,9 @@ func contended(err error) bool {
 // ctx's error when ctx ended.
 func (s *Semaphore) verdict(ctx context.Context, errs []error) error {
 	err := fmt.Errorf("%w: semaphore %q: all %d permits are held", ErrNotObtained, s.name, len(s.slots))
+	if !slices.ContainsFunc(errs, func(e error) bool { return !errors.Is(e, ErrAlreadyHeld) }) {
+		err = alreadyHeld(fmt.Sprintf("semaphore %q: ctx comes from this Client's holder of all %d permits", s.name, len(s.slots)))
+	}
 	for _, e := range errs {
 		if !errors.Is(e, ErrNotObtained) {
 			err = fmt.Errorf("semaphore %q: %w", s.name, e)
@@ -249,13 +254,15 @@ func (s *Semaphore) giveBack(ctx context.Context, ls []*Lock) {
 // trips). The returned *Lock is the permit (see TryAcquire).
 //
 // ctx bounds the call, not the permit. It returns the errors of
-// TryAcquire (ErrNotObtained once ctx ended, joined with ctx's error) and
-// of Lock on the waiters' lock: ErrNoQuorum with the node errors when too
+// TryAcquire (ErrNotObtained once ctx ended, joined with ctx's error;
+// ErrAlreadyHeld at once, without waiting in line, when ctx comes from the
+// holder of every permit, which would wait for itself) and of Lock on the waiters' lock: ErrNoQuorum with the node errors when too
 // few nodes answered, ErrClosed after Close.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	opts = s.callOpts(opts)
 	l, err := s.try(ctx, opts)
-	if err == nil || !contended(err) || ctx.Err() != nil {
+	// A caller that holds every permit would wait in line for itself.
+	if err == nil || !contended(err) || ctx.Err() != nil || errors.Is(err, ErrAlreadyHeld) {
 		return l, err
 	}
 	// The verdict of the last round that ended before ctx did: a call cut
