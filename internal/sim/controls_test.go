@@ -87,10 +87,10 @@ var controls = []control{
 	// A lock held from handoffs renews first at the end of its validity
 	// (issue 42): held past its reservations (the quiet phase's long
 	// holds), it is lost with nothing wrong.
-	{"first-renewal-late", []*atomic.Bool{&testhooks.FirstRenewalLate}, "spurious-loss", 13, false},
+	{"first-renewal-late", []*atomic.Bool{&testhooks.FirstRenewalLate}, "spurious-loss", 166, false},
 	// Every release is swallowed on its way: a resigned term's lock
 	// stays for its TTL, and nobody takes office (issue 42).
-	{"releases-dropped", []*atomic.Bool{&releasesDropped, &electionSeeds}, "leader-liveness", 18, false},
+	{"releases-dropped", []*atomic.Bool{&releasesDropped, &electionSeeds}, "leader-liveness", 28, false},
 	// Every withdrawal of an election identity is swallowed: a resigned
 	// term's identity stays for its lease (issue 42). Wanted as close-left
 	// (the terms resigned at the run's end, seed 8); left-behind sees it
