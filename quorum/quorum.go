@@ -71,6 +71,14 @@ type Reply[T any] struct {
 //
 // Collect must be called at most once per Round.
 func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Reply[T]) (Vote, error), decide Decider) Tally {
+	return r.CollectWake(ctx, classify, decide, nil)
+}
+
+// CollectWake is Collect that also asks decide again whenever wake
+// delivers, without a new reply: for a decider that depends on something
+// besides the tally (redlock counts a key handed over to the attempt by a
+// node that refused it). A nil wake never delivers.
+func (r *Round[T]) CollectWake(ctx context.Context, classify func(node int, rep Reply[T]) (Vote, error), decide Decider, wake <-chan struct{}) Tally {
 	n := len(r.slots)
 	t := Tally{Pending: n}
 	if n <= smallN {
@@ -124,6 +132,7 @@ func (r *Round[T]) Collect(ctx context.Context, classify func(node int, rep Repl
 			}
 		case <-late:
 			t.failPending(&TimeoutError{After: r.timeout}, false)
+		case <-wake: // decide is asked again
 		case <-ctx.Done():
 			r.callerEnded(ctx, &t)
 		}

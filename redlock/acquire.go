@@ -92,7 +92,7 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 		return nil, err
 	}
 	*attempts = 1
-	o := c.attempt(ctx, callID, l, scripts.Waiter{})
+	o := c.attempt(ctx, callID, l, scripts.Waiter{}, nil)
 	if err := o.err; err == nil {
 		if l.handOut() {
 			return l, nil
@@ -252,10 +252,11 @@ type outcome struct {
 
 // attempt is one acquisition round for l (DESIGN steps 1–3, and 8 with
 // fencing), queued as w says (its zero value: not queued): on success l is
-// held.
-func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.Waiter) outcome {
+// held. With h (nil: none), a key handed to the attempt by a node that
+// refused it counts too (see inFlight).
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.Waiter, h *inFlight) outcome {
 	start := time.Now()
-	o := c.try(ctx, l, w)
+	o := c.try(ctx, l, w, h)
 	if obs := l.cfg.obs; obs != nil {
 		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes, Pending: o.t.Pending,
 			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(o.err), Err: o.err, NodeErrors: c.nodeErrors(o.t)})
@@ -264,7 +265,7 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.
 }
 
 // try is attempt without the hook.
-func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter) outcome {
+func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight) outcome {
 	cfg := l.cfg
 	// The arguments are boxed once for every node; each node's not-after
 	// bound (step 4) is the node layer's (node.Request).
@@ -286,8 +287,18 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter) outcome {
 			return reply{ours: ok, fence: fence}, err
 		})
 	})
-	// Step 2: decide as soon as a majority granted or became impossible.
-	t := r.Collect(ctx, classify, quorum.Majority)
+	// Step 2: decide as soon as a majority granted or became impossible,
+	// or, queued, granted or was handed to us (step 9).
+	var t quorum.Tally
+	if h == nil {
+		t = r.Collect(ctx, classify, quorum.Majority)
+	} else {
+		t = r.CollectWake(ctx, classify, h.decide, h.wake())
+		if until, ok := h.validity(t, r.Started()); ok {
+			return outcome{t, r, c.hold(ctx, l, until, testhooks.FirstRenewal(firstRenewal(cfg, until), until)), true}
+		}
+		h.rewake()
+	}
 	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
 	// Step 3: validity, from before the first request was sent.
 	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {

@@ -126,7 +126,7 @@ func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int)
 	}
 	w := l.waiter
 	if w.Member == "" {
-		return c.attempt(ctx, callID, l, w)
+		return c.attempt(ctx, callID, l, w, nil)
 	}
 	l.waiter.Attempt = int64(attempt)
 	w.Attempt = l.waiter.Attempt
@@ -135,11 +135,117 @@ func (q *waiting) step(ctx context.Context, callID uint64, l *Lock, attempt int)
 	}
 	w.Fresh = !q.queueSent
 	q.queueSent = true
-	o := c.attempt(ctx, callID, l, w)
+	var h *inFlight
+	if q.w != nil && !queuesFor(q.cfg.mode) && !l.cfg.fencing && l.cfg.autoRenew {
+		h = &inFlight{q: q, l: l, attempt: w.Attempt, before: q.w.handedAttempts(l.token), woken: len(q.w.c) > 0}
+	}
+	o := c.attempt(ctx, callID, l, w, h)
 	if o.r != nil {
 		q.noteStart(w.Attempt, o.r.Started())
 	}
 	return o
+}
+
+// inFlight lets a queued attempt in flight count a key handed to it (step
+// 9) by a node that refused its request: without it, an attempt granted on
+// one node of three, refused on a second and waiting for a paused third
+// waited the whole node timeout, although the release of the holder had
+// made the second ours meanwhile (issue 44: a 1.9s handover).
+//
+// Only a handoff whose message names this attempt counts: the release
+// served the entry this attempt's request (refused there) queued or
+// refreshed, so it set the key after the round's start, for the
+// reservation; a message naming an earlier attempt may be older than the
+// refusal. Not with fencing (its counters come with a round) nor a fixed
+// lease (no renewal extends the reservation), like handedTo.
+type inFlight struct {
+	q       *waiting
+	l       *Lock
+	attempt int64
+	before  []int64 // the handoffs recorded before the round (rewake)
+	woken   bool    // a wake-up was pending when the round began
+}
+
+// wake is the channel that tells of handoffs.
+func (h *inFlight) wake() <-chan struct{} { return h.q.w.c }
+
+// handed returns, per node, whether t refused it and a release handed the
+// key to this attempt there since.
+func (h *inFlight) handed(t quorum.Tally) []bool {
+	att := h.q.w.handedAttempts(h.l.token)
+	if att == nil {
+		return nil
+	}
+	var on []bool
+	for i, a := range att {
+		if a == h.attempt && i < len(t.Votes) && t.Votes[i] == quorum.No {
+			if on == nil {
+				on = make([]bool, len(att))
+			}
+			on[i] = true
+		}
+	}
+	return on
+}
+
+// decide is quorum.Majority, settled also by grants and handoffs that
+// make a majority together.
+func (h *inFlight) decide(t quorum.Tally) bool {
+	if quorum.Majority(t) {
+		return true
+	}
+	n := t.Yes
+	for _, on := range h.handed(t) {
+		if on {
+			n++
+		}
+	}
+	return n >= h.q.c.quorum
+}
+
+// validity says whether the grants of t and the handoffs to this attempt
+// make a majority, and until when it holds: the q-th latest of the nodes'
+// deadlines, measured from the round's start (before its first request) —
+// the TTL where a node granted, the reservation where one handed the key
+// over after refusing — less the drift allowance (steps 3 and 9). A
+// majority with less validity left than handoffMin does not count (no
+// time for the first renewal): the attempt fails as it would have.
+func (h *inFlight) validity(t quorum.Tally, start time.Time) (time.Time, bool) {
+	if t.Quorum() {
+		return time.Time{}, false // the usual path decides
+	}
+	cfg := h.l.cfg
+	var ds []time.Time
+	for i, on := range h.handed(t) {
+		if on {
+			ds = append(ds, quorum.Deadline(start, cfg.reservation(), cfg.drift))
+		} else if t.Votes[i] == quorum.Yes {
+			ds = append(ds, quorum.Deadline(start, cfg.ttl, cfg.drift))
+		}
+	}
+	if len(ds) < h.q.c.quorum {
+		return time.Time{}, false
+	}
+	slices.SortFunc(ds, func(a, b time.Time) int { return b.Compare(a) })
+	until := ds[h.q.c.quorum-1]
+	if time.Until(until) < cfg.handoffMin() {
+		return time.Time{}, false
+	}
+	return until, true
+}
+
+// rewake gives back a wake-up the round may have taken, so that the wait
+// after a failed attempt still sees it (handedTo tells what it means):
+// only when one was pending before it or a handoff was recorded during
+// it, or every attempt after a first handoff would be made at once.
+func (h *inFlight) rewake() {
+	if !h.woken && slices.Equal(h.before, h.q.w.handedAttempts(h.l.token)) {
+		return
+	}
+	select {
+	case h.q.w.c <- struct{}{}:
+	default:
+	}
 }
 
 // noteDequeued records the nodes whose handoff to l took its entry out
