@@ -321,7 +321,8 @@ func (k *conn) close() {
 // once and then reads, so a request held here is one that was sent and
 // will land late.
 //
-// Up, the next chunk is read only once the one before was delivered.
+// Up, the next chunk (a write of up to upChunk bytes) is read only once
+// the one before was delivered.
 // Down, the server's writes are always accepted (queued, see queueDown):
 // miniredis writes a published message to its subscribers under its
 // server-wide lock, so a write that waited for a frozen client would stop
@@ -429,10 +430,20 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 	}
 }
 
+// upChunk is the most a client's write the up-forwarder accepts at once:
+// go-redis writes a request or a pipeline in writes of at most its
+// pipeline buffer (DefaultPipelineBufferSize, 128 KiB), and a write is
+// accepted whole, as into a socket's send buffer. With 4 KB (until seed
+// 2702, docs/simulation.md) a larger request (the rw scripts' EVAL, 7.6
+// KB) was accepted a chunk per one-way delay: a client whose node timeout
+// ended mid-write lost the rest, and the node got a truncated command,
+// where TCP delivers the whole request late.
+const upChunk = 128 << 10
+
 // readUp returns the chunks of src as they are read, one at a time; false
 // at its end.
 func (k *conn) readUp(src net.Conn) func() ([]byte, bool) {
-	buf := make([]byte, 4096)
+	buf := make([]byte, upChunk)
 	var err error
 	return func() ([]byte, bool) {
 		for err == nil {
