@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,4 +167,31 @@ func TestTally_recordAndCounted(t *testing.T) {
 	if !tl.Quorum() {
 		t.Fatal("2 of 3 yes is a quorum")
 	}
+}
+
+// CollectWake asks decide again when wake delivers, without a reply: a
+// decider that depends on more than the tally settles the round then, not
+// at the node timeout.
+func TestCollectWake_decidesOnWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes := []node{{time.Millisecond, Yes, false}, {time.Millisecond, No, false}, {time.Second, Yes, false}}
+		r := Start(t.Context(), len(nodes), 500*time.Millisecond, nil, func(ctx context.Context, i int) (Vote, error) {
+			select {
+			case <-time.After(nodes[i].delay):
+				return nodes[i].vote, nil
+			case <-ctx.Done():
+				return Failed, ctx.Err()
+			}
+		})
+		defer r.Wait()
+		wake := make(chan struct{}, 1)
+		var extra atomic.Bool // the outside fact the decider counts
+		time.AfterFunc(20*time.Millisecond, func() { extra.Store(true); wake <- struct{}{} })
+		got := r.CollectWake(t.Context(), func(_ int, rep Reply[Vote]) (Vote, error) { return rep.Val, rep.Err },
+			func(t Tally) bool { return Majority(t) || extra.Load() }, wake)
+		if got.Elapsed != 20*time.Millisecond || got.Yes != 1 || got.No != 1 || got.Pending != 1 {
+			t.Errorf("tally yes %d no %d pending %d after %v; want yes 1 no 1 pending 1 after 20ms (the wake-up)",
+				got.Yes, got.No, got.Pending, got.Elapsed)
+		}
+	})
 }
