@@ -3,10 +3,13 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
 
 	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/scripts"
@@ -110,7 +113,7 @@ func (r *residue) scan(i int) (occ []occurrence, ids []string) {
 			_, tok, _ := strings.Cut(k, scripts.GuardSuffix)
 			occ = append(occ, occurrence{k, "guard", tok, cl.clientDur(i, m.TTL(k))})
 		case strings.HasSuffix(k, scripts.QueueSuffix):
-			zs, err := m.SortedSet(k)
+			zs, err := sortedSet(m, k)
 			if err != nil {
 				continue
 			}
@@ -126,7 +129,7 @@ func (r *residue) scan(i int) (occ []occurrence, ids []string) {
 				occ = append(occ, occurrence{k, "queue entry", f[2], life(float64(dl))})
 			}
 		case strings.HasSuffix(k, scripts.ReadersSuffix):
-			zs, err := m.SortedSet(k)
+			zs, err := sortedSet(m, k)
 			if err != nil {
 				continue
 			}
@@ -136,8 +139,8 @@ func (r *residue) scan(i int) (occ []occurrence, ids []string) {
 				}
 			}
 		case strings.HasSuffix(k, scripts.RWWaitSuffix):
-			lapse, _ := m.SortedSet(k + ":lapse")
-			zs, err := m.SortedSet(k)
+			lapse, _ := sortedSet(m, k+":lapse")
+			zs, err := sortedSet(m, k)
 			if err != nil {
 				continue
 			}
@@ -285,4 +288,19 @@ func (r *residue) finish() {
 			r.env.History.Violate("ownership", "%s", what)
 		}
 	}
+}
+
+// sortedSet returns a copy of the sorted set k of node m. miniredis's
+// SortedSet hands out its own map and releases its lock before returning,
+// so ranging over that map races with the node's commands (a script's
+// ZPOPMAX deletes from it); the copy is taken under the node's lock, the
+// one miniredis's commands hold while they write.
+func sortedSet(m *miniredis.Miniredis, k string) (map[string]float64, error) {
+	zs, err := m.SortedSet(k)
+	if err != nil {
+		return nil, err
+	}
+	m.Lock()
+	defer m.Unlock()
+	return maps.Clone(zs), nil
 }
