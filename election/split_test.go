@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ func TestElection_handoverSplitRoundNodePaused(t *testing.T) {
 	nodes := rc.Clients()
 	opts := []redlock.Option{redlock.WithNodeTimeout(nodeTimeout)}
 	a := candidateOn(t, nodes, "split", "a", opts)
-	b := candidateOn(t, nodes, "split", "b", opts)
+	bh := &grantedAttempts{}
+	b := candidateOn(t, nodes, "split", "b", append(opts[:len(opts):len(opts)], redlock.WithHooks(bh)))
 	ta, err := a.e.Campaign(t.Context())
 	if err != nil {
 		t.Fatalf("a.Campaign: %v", err)
@@ -75,5 +77,31 @@ func TestElection_handoverSplitRoundNodePaused(t *testing.T) {
 	if handover > 500*time.Millisecond {
 		t.Errorf("handover took %v with b's attempt split and node 0 paused; want ≤ 500ms (b held a majority after the release)", handover)
 	}
+	// The attempt that won counts the node handed to it as granted: hooks
+	// and metrics never see a success with fewer grants than the quorum.
+	if got := bh.last(); got.Granted < got.Quorum || got.Granted+got.Pending-got.Quorum < 0 {
+		t.Errorf("b's successful attempt reported Granted %d, Pending %d, Quorum %d; want Granted >= Quorum and a margin >= 0", got.Granted, got.Pending, got.Quorum)
+	}
 	_ = r.t.Resign(context.Background())
+}
+
+// grantedAttempts records the last successful attempt a Client reported.
+type grantedAttempts struct {
+	redlock.NoHooks
+	mu   sync.Mutex // protects info
+	info redlock.AttemptInfo
+}
+
+func (g *grantedAttempts) Attempt(_ context.Context, info redlock.AttemptInfo) {
+	if info.Err == nil {
+		g.mu.Lock()
+		g.info = info
+		g.mu.Unlock()
+	}
+}
+
+func (g *grantedAttempts) last() redlock.AttemptInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.info
 }

@@ -293,9 +293,10 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight
 	if h == nil {
 		t = r.Collect(ctx, classify, quorum.Majority)
 	} else {
+		h.start = r.Started()
 		t = r.CollectWake(ctx, classify, h.decide, h.wake())
-		if until, ok := h.validity(t, r.Started()); ok {
-			return outcome{t, r, c.hold(ctx, l, until, testhooks.FirstRenewal(firstRenewal(cfg, until), until)), true}
+		if until := h.until; !until.IsZero() && !t.Quorum() {
+			return outcome{h.granted(t), r, c.hold(ctx, l, until, testhooks.FirstRenewal(firstRenewal(cfg, until), until)), true}
 		}
 		h.rewake()
 	}

@@ -162,8 +162,10 @@ type inFlight struct {
 	q       *waiting
 	l       *Lock
 	attempt int64
-	before  []int64 // the handoffs recorded before the round (rewake)
-	woken   bool    // a wake-up was pending when the round began
+	before  []int64   // the handoffs recorded before the round (rewake)
+	woken   bool      // a wake-up was pending when the round began
+	start   time.Time // the round's start, set before it is collected
+	until   time.Time // set by decide when grants and handoffs settled it
 }
 
 // wake is the channel that tells of handoffs.
@@ -189,18 +191,32 @@ func (h *inFlight) handed(t quorum.Tally) []bool {
 }
 
 // decide is quorum.Majority, settled also by grants and handoffs that
-// make a majority together.
+// make a majority together with validity enough to use (the test the
+// outcome applies, so the round never stops early on a majority it then
+// refuses: a slow node that would have granted is still waited for).
 func (h *inFlight) decide(t quorum.Tally) bool {
 	if quorum.Majority(t) {
 		return true
 	}
-	n := t.Yes
-	for _, on := range h.handed(t) {
-		if on {
-			n++
+	until, ok := h.validity(t, h.start)
+	if ok {
+		h.until = until
+	}
+	return ok
+}
+
+// granted returns t with the nodes handed to this attempt counted as
+// granted, which is what they are: hooks and metrics see a majority
+// (and a margin >= 0) for an attempt that succeeded that way.
+func (h *inFlight) granted(t quorum.Tally) quorum.Tally {
+	on := h.handed(t)
+	t.Votes, t.Errs = slices.Clone(t.Votes), slices.Clone(t.Errs)
+	for i, yes := range on {
+		if yes {
+			t.Record(i, quorum.Yes, nil)
 		}
 	}
-	return n >= h.q.c.quorum
+	return t
 }
 
 // validity says whether the grants of t and the handoffs to this attempt
