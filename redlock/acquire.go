@@ -218,15 +218,18 @@ func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
 func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	n := len(c.nodes)
 	l := &Lock{
-		c:        c,
-		resource: resource,
-		keys:     make([]scripts.Keys, n),
-		token:    token,
-		cfg:      cfg,
+		lease: &lease{
+			c:        c,
+			resource: resource,
+			keys:     make([]scripts.Keys, n),
+			token:    token,
+			cfg:      cfg,
+			state:    stateFinished, // held only once hold has run
+		},
 		lost:     make(chan struct{}),
 		lostDone: make(chan struct{}),
-		state:    stateFinished, // held only once hold has run
 	}
+	l.cur = l
 	for i := range c.nodes {
 		// Plain nodes share one set of keys; Cluster nodes need hash tags.
 		if i > 0 && !c.nodes[i].Cluster && !c.nodes[i-1].Cluster {
@@ -346,9 +349,10 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 	l.validUntil = validUntil
 	l.mu.Unlock()
 	l.acquired = time.Now()
+	l.taken = l.acquired
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	l.outer, l.ctx = holderOf(ctx), withHolder(l.ctx, l) // a call on this ctx is the holder's (reentry.go)
+	l.outer, l.ctx = heldBy(ctx), withHolder(l.ctx, l) // a call on this ctx is the holder's (reentry.go)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

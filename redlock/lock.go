@@ -34,33 +34,53 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // is false, Lost returns a closed channel, Context returns a cancelled
 // context.
 //
+// A Lock is a handle on a lease (what the nodes hold: the token, its keys,
+// validity and renewal). A lease passed to another goroutine of the same
+// Client without a round trip (a local handoff, cohort.go) gets a new
+// handle: the old one is unlocked at once (its Context is cancelled with
+// ErrUnlocked, Unlock and Extend return ErrNotHeld), the new one carries
+// the lease on.
+//
 // Values of this type must not be copied.
 type Lock struct {
+	*lease // shared by the handles a lease was passed through; cur names the one that holds it
+	// The acquisition's own, write-once before the Lock is handed out:
+	id       uint64                  // the lock's ID for hooks
+	acquired time.Time               // when this handle got the lease
+	ctx      context.Context         // carries the lock (reentry.go)
+	cancel   context.CancelCauseFunc // cancels ctx
+	outer    []*Lock                 // the other locks ctx carried, held at acquisition (reentry.go)
+	lost     chan struct{}           // closed once, on the lease's loss while this handle held it
+	lostDone chan struct{}           // closed once the Lost hook has returned (at loss, without hooks)
+}
+
+// lease is what the nodes hold for a lock: its token, keys, validity,
+// renewal and release, shared by every handle it was passed through.
+type lease struct {
 	c        *Client
 	resource string
 	keys     []scripts.Keys // per node
 	token    string
-	fence    int64     // write-once before the Lock is handed out
-	acquired time.Time // write-once before the Lock is handed out
+	fence    int64 // write-once before the Lock is handed out
+	// taken is when the lease was taken on the nodes (the local handoffs'
+	// time budget counts from it); write-once before it is handed out.
+	taken time.Time
 	// firstRenewal is when the lock renews first (0: the interval): a lock
 	// held from handoffs renews within its reservation (step 9).
 	// Write-once before the Lock is handed out.
 	firstRenewal time.Duration
-	id           uint64 // write-once: the lock's ID for hooks
 	cfg          config
-	lost         chan struct{}           // closed once, on loss
-	lostDone     chan struct{}           // closed once the Lost hook has returned (at loss, without hooks)
-	ctx          context.Context         // write-once before the Lock is handed out; carries the lock (reentry.go)
-	outer        *Lock                   // write-once, with ctx: the lock the acquiring call's ctx carried (reentry.go)
-	cancel       context.CancelCauseFunc // write-once, with ctx
-	extOnce      sync.Once               // builds ext
-	ext          []scripts.Prepared      // per node: the extend call (see extendCalls)
+	extOnce      sync.Once          // builds ext
+	ext          []scripts.Prepared // per node: the extend call (see extendCalls)
 
 	mu         sync.Mutex // protects the fields below
 	state      state
 	validUntil time.Time
 	lostErr    error
 	handle     *renew.Handle
+	// cur is the handle that holds the lease now: the only one of its
+	// handles that is not unlocked. A local handoff moves it (cohort.go).
+	cur *Lock
 	// returned is set by handOut: Lock's last check before it returns the
 	// lock (step 6). Only then is the
 	// lock registered with the renewal scheduler, so that no loss is
@@ -141,7 +161,7 @@ func (l *Lock) Valid() bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == stateHeld && time.Now().Before(l.validUntil)
+	return l.cur == l && l.state == stateHeld && time.Now().Before(l.validUntil)
 }
 
 // handOut is Lock's last check before it returns l (step 6): Valid, and,
@@ -149,7 +169,7 @@ func (l *Lock) Valid() bool {
 // (watch), so that the scheduler only ever watches a lock the caller got.
 func (l *Lock) handOut() bool {
 	l.mu.Lock()
-	ok := l.state == stateHeld && time.Now().Before(l.validUntil)
+	ok := l.cur == l && l.state == stateHeld && time.Now().Before(l.validUntil)
 	first := ok && !l.returned
 	if first {
 		l.returned = true
@@ -246,6 +266,9 @@ func (l *Lock) Context() context.Context {
 func (l *Lock) usable() error {
 	l.mu.Lock()
 	st, until, lostErr := l.state, l.validUntil, l.lostErr
+	if l.cur != l {
+		st = stateUnlocked // passed on (cohort.go)
+	}
 	l.mu.Unlock()
 	switch st {
 	case stateLost:
@@ -302,21 +325,21 @@ func (l *Lock) lose(err error) {
 		return
 	}
 	l.state, l.lostErr = stateLost, err
-	h, returned := l.handle, l.returned
+	h, returned, cur := l.handle, l.returned, l.cur // the lease's loss is its holder's
 	l.stopMaxHold()
 	l.mu.Unlock()
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.
-	l.cancel(err)
-	close(l.lost)
+	cur.cancel(err)
+	close(cur.lost)
 	if h != nil {
 		h.Cancel()
 	}
 	if !returned {
-		close(l.lostDone)
+		close(cur.lostDone)
 		return
 	}
-	l.c.lossCallbacks(l, err, time.Since(l.acquired))
+	l.c.lossCallbacks(cur, err, time.Since(cur.acquired))
 }
 
 // reportExpiry declares the loss of a lock whose validity has run out
@@ -336,7 +359,7 @@ func (l *Lock) reportExpiry() {
 // ErrUnlocked, ErrClosed, or ErrClosed for a lock never handed out.
 func (l *Lock) finish(cause error) {
 	l.mu.Lock()
-	if l.state == stateHeld {
+	if l.state == stateHeld && l.cur == l { // a handle passed on has no say on the lease
 		switch cause {
 		case ErrUnlocked:
 			l.state = stateUnlocked

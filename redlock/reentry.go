@@ -30,24 +30,48 @@ func withHolder(ctx context.Context, l *Lock) context.Context {
 }
 
 // holderOf returns the innermost lock ctx carries, or nil. The others
-// follow through Lock.outer.
+// it carried when that lock was acquired are in its outer.
 func holderOf(ctx context.Context) *Lock {
 	l, _ := ctx.Value(holderKey{}).(*Lock)
 	return l
+}
+
+// heldBy returns the locks ctx carries that are still held: a lock
+// acquired on ctx records them as its outer. Only held ones are kept, so
+// the list stays as long as the locks held at once, also under
+// hand-over-hand locking, where each lock's ctx comes from the previous,
+// released one (it grew by one lock per acquisition before).
+func heldBy(ctx context.Context) []*Lock {
+	h := holderOf(ctx)
+	if h == nil {
+		return nil
+	}
+	var out []*Lock
+	for _, l := range append([]*Lock{h}, h.outer...) {
+		if l.holds() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// holds reports whether l holds its lease now: held, and not passed on.
+func (l *Lock) holds() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur == l && l.state == stateHeld
 }
 
 // callerHolds returns an error matching ErrAlreadyHeld when ctx carries a
 // lock of c, still held, that a call of kind cfg.mode on resource would
 // wait for: the call would wait for itself.
 func (c *Client) callerHolds(ctx context.Context, resource string, cfg config) error {
-	for h := holderOf(ctx); h != nil; h = h.outer {
-		if h.c != c {
-			continue
-		}
-		h.mu.Lock()
-		held := h.state == stateHeld
-		h.mu.Unlock()
-		if !held {
+	h := holderOf(ctx)
+	if h == nil {
+		return nil
+	}
+	for _, h := range append([]*Lock{h}, h.outer...) {
+		if h.c != c || !h.holds() {
 			continue
 		}
 		for _, r := range h.Resources() {

@@ -294,3 +294,39 @@ func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
 		}
 	}
 }
+
+// Hand-over-hand locking, each lock taken on the previous one's Context and
+// that one unlocked after: the locks a ctx carries are pruned to those
+// still held, so the list stays short (it grew by one per lock before: the
+// 1,000th lock carried 999 released ones), and the holder is still told
+// it holds the lock it holds.
+func TestReentry_handOverHandChainBounded(t *testing.T) {
+	t.Parallel()
+	_, nodes := miniNodes(t, 3)
+	c := newClient(t, nodes, WithTTL(10*time.Second), WithAutoRenew(false))
+	prev, err := c.Lock(t.Context(), "hoh:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := 0
+	for i := 1; i <= 1000; i++ {
+		l, err := c.Lock(prev.Context(), "hoh:"+string(rune('a'+i%2)))
+		if err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		if err := prev.Unlock(t.Context()); err != nil {
+			t.Fatalf("unlock %d: %v", i-1, err)
+		}
+		longest = max(longest, len(l.outer))
+		prev = l
+	}
+	if longest > 1 {
+		t.Errorf("longest outer list = %d; want ≤ 1 (one lock held at a time beside the new one)", longest)
+	}
+	if _, err := c.Lock(prev.Context(), prev.Resource()); !errors.Is(err, ErrAlreadyHeld) {
+		t.Errorf("Lock of the held resource on its Context = %v; want ErrAlreadyHeld", err)
+	}
+	if err := prev.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

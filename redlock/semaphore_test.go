@@ -131,7 +131,7 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	if got, want := sb.Permit(l), sa.Permit(held[1]); got != want {
 		t.Errorf("permit after release = %d; want the released one, %d", got, want)
 	}
-	if got := sa.Permit(&Lock{resource: "jobs:permit:3"}); got != -1 {
+	if got := sa.Permit(&Lock{lease: &lease{resource: "jobs:permit:3"}}); got != -1 {
 		t.Errorf("Permit(jobs:permit:3) = %d; want -1", got)
 	}
 	for _, l := range append(held, l) {
