@@ -32,6 +32,7 @@ const (
 	keyFence     = attribute.Key("redlock.fence")
 	keyGranted   = attribute.Key("redlock.granted")
 	keyHandoff   = attribute.Key("redlock.handoff") // granted by releases, no round of its own
+	keyLocal     = attribute.Key("redlock.local")   // passed between goroutines of one Client, no node involved (redlock.WithLocalHandoff)
 	keyConfirmed = attribute.Key("redlock.confirmed")
 	keyHealed    = attribute.Key("redlock.healed")
 	keyQuorum    = attribute.Key("redlock.quorum")
@@ -153,6 +154,9 @@ func (h *Hooks) acquireSpan(ctx context.Context, i redlock.AcquireInfo) {
 	if i.Fence != 0 {
 		attrs = append(attrs, keyFence.Int64(i.Fence))
 	}
+	if i.Local {
+		attrs = append(attrs, keyLocal.Bool(true))
+	}
 	cctx, span := h.tracer.Start(ctx, "redlock.acquire", trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	first := i.Attempts - len(recs) + 1 // attempts beyond the cap were dropped, oldest first
@@ -229,6 +233,9 @@ func (h *Hooks) releaseSpan(ctx context.Context, i redlock.ReleaseInfo) {
 	_, s := h.tracer.Start(ctx, "redlock.release", trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(KeyResource.String(i.Resource), keyHeldFor.Float64(i.HeldFor.Seconds()),
 			keyWasLost.Bool(i.WasLost), keyReleased.Int(i.Released)))
+	if i.Local {
+		s.SetAttributes(keyLocal.Bool(true))
+	}
 	nodeEvents(s, nodeErrorsIn(i.Err), now)
 	if i.Err != nil {
 		s.SetStatus(codes.Error, i.Err.Error())

@@ -115,12 +115,10 @@ func lockUntil(c *Client, ctx context.Context, resource string, cfg config, call
 	if cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
 		// Fairness within this Client: its Lock calls on one resource take
 		// turns in arrival order, and only the first contends on the
-		// nodes. A goroutine that unlocks and locks again goes to the back.
-		leave, err := c.line(ctx, resource)
-		if err != nil {
-			return nil, err
-		}
-		defer leave()
+		// nodes; a lock unlocked may pass to the next without a round
+		// trip (cohort.go). A goroutine that unlocks and locks again goes
+		// to the back.
+		return c.inLine(ctx, callID, resource, cfg, attempts)
 	}
 	return c.acquire(ctx, callID, resource, cfg, attempts)
 }

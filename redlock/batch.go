@@ -20,7 +20,7 @@ type batcher struct{ c *Client }
 func (b batcher) RenewBatch(ctx context.Context, ts []renew.Target, dues []time.Time) []error {
 	locks := make([]*Lock, len(ts))
 	for j, t := range ts {
-		locks[j] = t.(watch).l
+		locks[j] = t.(watch).l.current() // the handle that holds the lease now (cohort.go)
 	}
 	errs := b.c.extendBatch(ctx, locks, dues)
 	for j, err := range errs {

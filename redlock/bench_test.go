@@ -230,7 +230,7 @@ func BenchmarkTryLockRefused(b *testing.B) {
 
 // requestsServed sums the calls of every top-level command the nodes
 // served but INFO (a script's own commands are not requests).
-func requestsServed(b *testing.B, nodes []redis.UniversalClient) int64 {
+func requestsServed(b testing.TB, nodes []redis.UniversalClient) int64 {
 	b.Helper()
 	var n int64
 	for _, nd := range nodes {

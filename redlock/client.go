@@ -97,8 +97,8 @@ type Client struct {
 	// wakeArgs is the scripts' wake-up argument (see wakeArg).
 	wakeArgs string
 
-	lineMu sync.Mutex                 // protects lines
-	lines  map[string][]chan struct{} // per resource: this Client's Lock calls in arrival order
+	lineMu  sync.Mutex         // protects cohorts
+	cohorts map[string]*cohort // per resource: this Client's Lock calls in line (cohort.go)
 
 	mu      sync.Mutex // protects closed, locks, maxWait
 	closed  bool
@@ -156,7 +156,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		closing: make(chan struct{}),
 		locks:   make(map[*Lock]struct{}),
 		held:    make(map[string]int),
-		lines:   make(map[string][]chan struct{}),
+		cohorts: make(map[string]*cohort),
 		maxWait: cfg.timeout(),
 	}
 	c.closeDone = make(chan struct{})

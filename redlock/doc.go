@@ -29,6 +29,29 @@
 // waits for itself until that ctx ends. Pass the *Lock, or its Context,
 // to the code that runs under it.
 //
+// # Local handoff
+//
+// A Client's Lock calls on one resource wait in one line, and only the
+// first contends on the nodes. When a goroutine unlocks while another
+// goroutine of the same Client waits in Lock for the same resource, Unlock
+// passes the lock to it without a round trip (lock cohorting, after Dice,
+// Marathe and Shavit, PPoPP 2012): the waiter's Lock returns a new *Lock
+// over the same lease — same Token, ValidUntil, renewal — and the old
+// *Lock is unlocked at once (Valid is false, its Context is cancelled with
+// [ErrUnlocked], Unlock, Extend and Detach return [ErrNotHeld]; its Lost
+// is never closed after). Hooks report it as an acquisition and a release
+// with Local set. The handoff is bounded ([WithLocalHandoff]: 16 times,
+// within 10ms of the acquisition on the nodes, by default): then the lock
+// goes back through the nodes, where other Clients' waiters are served in
+// their order, so one of them queued there waits for this Client's lease
+// at most that time plus one hold and a release. Only plain exclusive
+// locks are passed on: Lock and Do calls with no per-call option, without
+// fencing (a fence is taken on the nodes: a former holder's writes are
+// refused by [FencedSet] once the next holder, served through the nodes,
+// has written) and without [WithMaxHold]. Read-write locks, multi-locks,
+// semaphore permits, TryLock and [Client.Resume] never hand off locally;
+// a detached lock is never passed on.
+//
 // Build node clients with ContextTimeoutEnabled: true: the node timeout is
 // enforced by the fan-out either way, but only then does go-redis also free
 // the connection of a request that timed out.

@@ -34,7 +34,7 @@ var _ renew.Batcher = batcher{}
 // when Extend is called sends nothing, and the error matches ctx's alone. After Unlock it returns ErrNotHeld; after Close,
 // ErrClosed.
 func (l *Lock) Extend(ctx context.Context) error {
-	if l == nil {
+	if l == nil || l.current() != l { // nil, or passed on to another goroutine (cohort.go)
 		return ErrNotHeld
 	}
 	if ctx.Err() != nil {

@@ -58,12 +58,13 @@ func (l *Lock) Detach() error {
 	}
 	defer c.end()
 	l.mu.Lock()
-	held := l.state == stateHeld
+	held := l.state == stateHeld && l.cur == l
 	h := l.handle
 	l.mu.Unlock()
 	if !held {
 		return ErrNotHeld
 	}
+	defer c.cohortFree(l.lease) // the next Lock call of the line contends (cohort.go)
 	if h != nil {
 		h.Stop()
 	}
@@ -253,7 +254,7 @@ func (c *Client) Held() []*Lock {
 	out := ls[:0]
 	for _, l := range ls {
 		l.mu.Lock()
-		ok := l.returned && l.state == stateHeld && time.Now().Before(l.validUntil)
+		ok := l.returned && l.cur == l && l.state == stateHeld && time.Now().Before(l.validUntil)
 		l.mu.Unlock()
 		if ok {
 			out = append(out, l)

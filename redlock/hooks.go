@@ -145,6 +145,10 @@ type AcquireInfo struct {
 	Outcome  Outcome
 	Fence    int64 // with WithFencing, the lock's token
 	Err      error
+	// Local is set when the lock was passed to the call by another
+	// goroutine of this Client that unlocked it (a local handoff, see
+	// WithLocalHandoff): an acquisition with no round (Attempts is 0).
+	Local bool
 }
 
 // ExtendInfo describes one extension round.
@@ -197,6 +201,11 @@ type ReleaseInfo struct {
 	Err      error
 	// NodeErrors lists the nodes that failed in the release round.
 	NodeErrors []*NodeError
+	// Local is set when the lock was not released but passed to another
+	// goroutine of this Client waiting for it (a local handoff, see
+	// WithLocalHandoff): no node was sent anything, and the next holder's
+	// Lock call reports an acquisition with Local set.
+	Local bool
 }
 
 // NodeErrorInfo describes one failed request to one node.
@@ -341,7 +350,7 @@ func (c *Client) observe(ctx context.Context, cfg config, callID uint64, resourc
 		info := AcquireInfo{Call: callID, Resource: resource, Wait: time.Since(start), Attempts: *attempts,
 			Outcome: outcomeOf(err), Fence: l.Fence(), Err: err}
 		if l != nil {
-			info.Lock = l.id
+			info.Lock, info.Local = l.id, *attempts == 0
 		}
 		obs.Acquire(ctx, info)
 	}

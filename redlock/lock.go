@@ -81,12 +81,15 @@ type lease struct {
 	// cur is the handle that holds the lease now: the only one of its
 	// handles that is not unlocked. A local handoff moves it (cohort.go).
 	cur *Lock
+	// handoffs counts the local handoffs of the lease (cohort.go).
+	handoffs int
 	// returned is set by handOut: Lock's last check before it returns the
 	// lock (step 6). Only then is the
 	// lock registered with the renewal scheduler, so that no loss is
 	// reported, and no hook or OnLost called, for a lock Lock did not
 	// return.
 	returned bool
+	watched  bool // set by the first handOut: the lease is watched (watch)
 	// tok is the lock's token as the node layer sees it (node.Token):
 	// every round and release of the lock goes through it; rounds
 	// register under mu, in one step with the check of state (rounds.go).
@@ -165,14 +168,19 @@ func (l *Lock) Valid() bool {
 }
 
 // handOut is Lock's last check before it returns l (step 6): Valid, and,
-// the first time it holds, the registration with the renewal scheduler
-// (watch), so that the scheduler only ever watches a lock the caller got.
+// the first time the lease holds, the registration with the renewal
+// scheduler (watch), so that the scheduler only ever watches a lock the
+// caller got. A handle a lease was passed to (cohort.go) is checked the
+// same way; its lease is watched already.
 func (l *Lock) handOut() bool {
 	l.mu.Lock()
 	ok := l.cur == l && l.state == stateHeld && time.Now().Before(l.validUntil)
-	first := ok && !l.returned
-	if first {
+	if ok {
 		l.returned = true
+	}
+	first := ok && !l.watched
+	if first {
+		l.watched = true
 	}
 	l.mu.Unlock()
 	if first {
@@ -205,7 +213,7 @@ type watch struct{ l *Lock }
 var _ renew.Target = watch{}
 
 func (w watch) Renew(ctx context.Context, due time.Time) error {
-	return renewError(w.l.extend(ctx, due))
+	return renewError(w.l.current().extend(ctx, due)) // the handle that holds the lease now reports it
 }
 
 // renewError marks the errors that end a lock's renewal for good.
@@ -335,6 +343,7 @@ func (l *Lock) lose(err error) {
 	if h != nil {
 		h.Cancel()
 	}
+	l.c.cohortFree(l.lease) // the next Lock call of the line contends (cohort.go)
 	if !returned {
 		close(cur.lostDone)
 		return

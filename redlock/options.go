@@ -19,6 +19,12 @@ const (
 	DefaultDriftFactor   = 0.01                   // share of the TTL given up to clock drift (plus 2ms)
 	DefaultKeyPrefix     = "lock:"                // prefix of every lock key
 	MaxNodeTimeout       = time.Second            // cap of the derived node timeout (TTL/10)
+	// DefaultLocalHandoffs is how many times a lease is passed between
+	// goroutines of one Client before it goes back through the nodes.
+	DefaultLocalHandoffs = 16
+	// DefaultLocalHandoffTime is how long after it was taken on the nodes
+	// a lease may still be passed between goroutines of one Client.
+	DefaultLocalHandoffTime = 10 * time.Millisecond
 )
 
 // Option configures a Client (defaults for every lock) or one Lock, TryLock
@@ -52,6 +58,11 @@ type config struct {
 	renewBatch    int
 	renewBatchSet bool          // WithRenewBatch was given (invalid per call)
 	restartGuard  time.Duration // 0: off; see WithRestartGuard (guard.go)
+	localMax      int           // WithLocalHandoff's count (0: off)
+	localFor      time.Duration // WithLocalHandoff's time budget
+	// plain is set for a call with no per-call option: only such calls
+	// pass a lease between them (cohort.go).
+	plain bool
 	// mode is the kind of lock of a call (rwlock.go), set by the call,
 	// never by an option; resources are a multi-lock's (multilock.go).
 	mode      Mode
@@ -68,6 +79,8 @@ func defaultConfig() config {
 		drift:      DefaultDriftFactor,
 		keyPrefix:  DefaultKeyPrefix,
 		renewBatch: DefaultRenewBatch,
+		localMax:   DefaultLocalHandoffs,
+		localFor:   DefaultLocalHandoffTime,
 	}
 }
 
@@ -145,6 +158,8 @@ func (c *config) validate() error {
 		return invalid("WithRetryCount: count must be ≥ 0 (0 = until ctx is done), got %d", c.retryCount)
 	case c.renewBatch < 0:
 		return invalid("WithRenewBatch: size must be ≥ 0, got %d", c.renewBatch)
+	case c.localMax < 0 || c.localFor < 0 || (c.localMax > 0 && c.localFor == 0):
+		return invalid("WithLocalHandoff: need n ≥ 0 and d ≥ 0, d > 0 when n > 0, got n %d, d %v", c.localMax, c.localFor)
 	case c.retryMin < 0 || c.retryMax < c.retryMin:
 		return invalid("WithRetryDelay: need 0 ≤ min ≤ max, got min %v, max %v", c.retryMin, c.retryMax)
 	}
@@ -244,6 +259,27 @@ func WithWakeUp(on bool) Option {
 	return optionFunc(func(c *config) { c.wakeUp = on })
 }
 
+// WithLocalHandoff bounds the local handoff: a lock passed by Unlock to
+// another goroutine of this Client waiting in Lock for the same resource,
+// without a round trip (lock cohorting; the new holder's Lock returns a new
+// *Lock over the same lease, and the old *Lock is unlocked at once). A
+// lease is passed on at most n times, and only within d of when it was
+// taken on the nodes; then Unlock releases it on the nodes, where waiters
+// of other Clients are served in their order. So a waiter of another Client
+// queued on the nodes waits for this Client's lease at most d plus the
+// hold of the goroutine that holds it when d runs out (and a release round
+// trip). The defaults are 16 ([DefaultLocalHandoffs]) and 10ms
+// ([DefaultLocalHandoffTime]); n = 0 turns local handoff off. It needs
+// n ≥ 0, d ≥ 0, and d > 0 when n > 0.
+//
+// Only plain exclusive locks are passed on: Lock and Do calls with no
+// per-call option, on a Client without WithFencing (a fence is taken on
+// the nodes) and without WithMaxHold. Read-write locks, multi-locks,
+// semaphores, TryLock and Resume never hand off locally.
+func WithLocalHandoff(n int, d time.Duration) Option {
+	return optionFunc(func(c *config) { c.localMax, c.localFor = n, d })
+}
+
 // WithOnLost sets a function called once when the lock is lost, with an
 // error matching ErrLockLost that says how many nodes confirmed and why the
 // rest failed. It runs after the loss is signalled (Lost() closed,
@@ -338,6 +374,7 @@ func WithMaxHold(d time.Duration) Option {
 // the result.
 func (c *Client) callConfig(resource string, opts []Option) (config, error) {
 	cfg := buildConfig(c.cfg, opts)
+	cfg.plain = len(opts) == 0
 	if err := c.checkResource(resource); err != nil {
 		return cfg, err
 	}

@@ -40,6 +40,11 @@ import (
 // released in the background either way. Unlock after an Unlock that
 // returned nil or ErrNotHeld returns ErrNotHeld without I/O; after one
 // that returned ErrNoQuorum it sends the release again.
+//
+// When another goroutine of this Client waits in Lock for the resource,
+// Unlock may pass the lock to it instead, with no I/O (a local handoff,
+// see WithLocalHandoff): Unlock returns nil, and this Lock is unlocked as
+// after a release; the lease goes on under the other goroutine's *Lock.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil || l.detached.Load() {
 		return ErrNotHeld // handed over by Detach: not ours to release
@@ -49,6 +54,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return err
 	}
 	defer c.end()
+	// One Unlock of the lease at a time: a handle passed on (below) must
+	// not stop the renewal of the lease its successor holds.
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if l.current() != l {
+		return ErrNotHeld // passed on (cohort.go): not ours any more
+	}
+	if c.handOn(ctx, l) {
+		return nil
+	}
+	defer c.cohortFree(l.lease) // released: the next Lock call of the line contends
 	l.mu.Lock()
 	h := l.handle
 	l.mu.Unlock()
@@ -60,8 +76,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	c.mu.Lock()
 	c.forget(l)
 	c.mu.Unlock()
-	l.relMu.Lock()
-	defer l.relMu.Unlock()
 	if l.released {
 		// An earlier Unlock reached a majority; the Client finishes the
 		// rest. Sending again could find our key on a node the first

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -20,46 +18,6 @@ import (
 // attempts of waiters on one host (a local round trip is ~0.1ms), short
 // against any retry delay.
 func splitPause() time.Duration { return rand.N(3 * time.Millisecond) }
-
-// line queues a Lock call behind this Client's earlier calls on resource
-// and returns when it is first. leave must be called when the call is done
-// contending: it hands the turn to the next in line.
-func (c *Client) line(ctx context.Context, resource string) (leave func(), err error) {
-	turn := make(chan struct{})
-	c.lineMu.Lock()
-	q := append(c.lines[resource], turn)
-	c.lines[resource] = q
-	ahead := len(q) - 1
-	c.lineMu.Unlock()
-	leave = func() {
-		c.lineMu.Lock()
-		defer c.lineMu.Unlock()
-		q := c.lines[resource]
-		i := slices.Index(q, turn)
-		q = slices.Delete(q, i, i+1)
-		if len(q) == 0 {
-			delete(c.lines, resource)
-			return
-		}
-		c.lines[resource] = q
-		if i == 0 {
-			close(q[0]) // the next caller's turn
-		}
-	}
-	if ahead == 0 {
-		return leave, nil
-	}
-	select {
-	case <-turn:
-		return leave, nil
-	case <-ctx.Done():
-		leave()
-		return nil, errors.Join(fmt.Errorf("%w: %d earlier Lock calls of this client were waiting for it", ErrNotObtained, ahead), ctx.Err())
-	case <-c.closing:
-		leave()
-		return nil, ErrClosed
-	}
-}
 
 // final returns t, the tally of l's last attempt at its decision, with the
 // votes of the nodes that had not answered then: it waits for them, each
