@@ -141,7 +141,9 @@ func (h *History) released(x *Hold, err error) {
 		return // the first release counts (Close's, before its worker's Unlock)
 	}
 	x.Released = time.Now()
-	if o := h.owners[x.Token]; o != nil && o.released.IsZero() {
+	// A token passed on by a local handoff (cohort.go) is given up by its
+	// last hold only.
+	if o := h.owners[x.Token]; o != nil && o.released.IsZero() && h.byTok[x.Token] == x {
 		o.released = x.Released
 	}
 	if err != nil {
@@ -178,6 +180,9 @@ func (h *History) own(tok string, client int, what string) {
 
 func (h *History) ownLocked(tok string, client int, what string) {
 	if o, ok := h.owners[tok]; ok {
+		if o.client == client {
+			o.released = time.Time{} // passed on within the Client (a local handoff, cohort.go)
+		}
 		o.client, o.what = client, what // resumed by another Client
 		return
 	}

@@ -97,6 +97,8 @@ type Plan struct {
 	DetachRace     bool
 	LongQuietHolds bool
 	SemK           int
+
+	Cohort *Cohort // the local-handoff workload (cohort.go; nil: none)
 }
 
 // FaultKind names a fault.
@@ -187,6 +189,7 @@ func NewPlan(seed uint64) Plan {
 	p.drawPhases(rand.New(rand.NewPCG(seed, 0x34)))
 	p.drawHandoff(rand.New(rand.NewPCG(seed, 0x35)))
 	p.drawIssue42(rand.New(rand.NewPCG(seed, 0x42)))
+	p.drawCohort(rand.New(rand.NewPCG(seed, 0x41)))
 	p.YieldKeep = p.Nodes == 4
 	return p
 }
@@ -338,13 +341,17 @@ func (p Plan) Options(client int) []redlock.Option {
 	if client < len(p.Queue) {
 		q = p.Queue[client]
 	}
-	return []redlock.Option{
+	opts := []redlock.Option{
 		redlock.WithTTL(p.TTL),
 		redlock.WithNodeTimeout(p.NodeTimeout),
 		redlock.WithRetryDelay(p.RetryMin, p.RetryMax),
 		redlock.WithFencing(client >= len(p.NoFence) || !p.NoFence[client]),
 		redlock.WithWakeUp(q),
 	}
+	if co := p.Cohort; co != nil {
+		opts = append(opts, redlock.WithLocalHandoff(co.Handoffs, co.Within))
+	}
+	return opts
 }
 
 // Duration is how long a run lasts in fake time.
