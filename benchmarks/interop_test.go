@@ -15,12 +15,11 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// A rolling migration runs redsync processes beside quorumlock ones on the
-// same nodes and keys (WithKeyPrefix("")). A quorumlock release deletes the
-// lock key, so redsync can take the lock within one round trip of Unlock —
-// also with a subscriber on the node and after a late request of ours.
-func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
-	rc := redistest.Start(t, 5)
+// beside returns a quorumlock Client with the lock keys redsync uses (no
+// prefix) and a redsync over the same nodes: the processes of a rolling
+// migration. The Client is closed when the test ends.
+func beside(t *testing.T, rc *redistest.Cluster) (*redlock.Client, *redsync.Redsync) {
+	t.Helper()
 	q, err := redlock.New(rc.Clients(), redlock.WithKeyPrefix(""))
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +29,16 @@ func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
 	for i, n := range rc.Clients() {
 		pools[i] = goredis.NewPool(n)
 	}
-	rs := redsync.New(pools...)
+	return q, redsync.New(pools...)
+}
+
+// A rolling migration runs redsync processes beside quorumlock ones on the
+// same nodes and keys (WithKeyPrefix("")). A quorumlock release deletes the
+// lock key, so redsync can take the lock within one round trip of Unlock —
+// also with a subscriber on the node and after a late request of ours.
+func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
+	rc := redistest.Start(t, 5)
+	q, rs := beside(t, rc)
 	ctx := t.Context()
 
 	// Someone waits on the resource's wake-up channel on every node.

@@ -34,10 +34,7 @@ import (
 func TestCommandsPerPath(t *testing.T) {
 	rounds := envInt(t, "QUORUMLOCK_PATHS_ROUNDS", 3)
 	rc := redistest.Start(t, 3)
-	admins := make([]redis.UniversalClient, rc.N())
-	for i := range admins {
-		admins[i] = rc.Admin(i)
-	}
+	admins := adminClients(rc)
 	newClient := func(opts ...redlock.Option) *redlock.Client {
 		t.Helper()
 		// A long TTL and retry delay: no renewal and no fallback attempt

@@ -149,3 +149,13 @@ func nodeClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient {
 	t.Cleanup(func() { nodes.CloseAll(cs) })
 	return cs
 }
+
+// adminClients returns rc's admin clients (the harness's own, for INFO and
+// reads of the nodes' state), one a node.
+func adminClients(rc *redistest.Cluster) []redis.UniversalClient {
+	admins := make([]redis.UniversalClient, rc.N())
+	for i := range admins {
+		admins[i] = rc.Admin(i)
+	}
+	return admins
+}
