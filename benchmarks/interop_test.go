@@ -20,11 +20,7 @@ import (
 // migration. The Client is closed when the test ends.
 func beside(t *testing.T, rc *redistest.Cluster) (*redlock.Client, *redsync.Redsync) {
 	t.Helper()
-	q, err := redlock.New(rc.Clients(), redlock.WithKeyPrefix(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
+	q := newRedlock(t, rc.Clients(), redlock.WithKeyPrefix(""))
 	pools := make([]redsyncredis.Pool, rc.N())
 	for i, n := range rc.Clients() {
 		pools[i] = goredis.NewPool(n)
