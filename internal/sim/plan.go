@@ -56,6 +56,8 @@ type Plan struct {
 
 	// LongHold is the long-hold episode (nil: none), see LongHold.
 	LongHold *LongHold
+	// Cohort is the local-handoff workload (cohort.go; nil: none).
+	Cohort *Cohort
 
 	// ExtendRace is the share of holds that end with an Extend racing the
 	// Unlock (the Extend started just before it, on another goroutine).
@@ -97,8 +99,6 @@ type Plan struct {
 	DetachRace     bool
 	LongQuietHolds bool
 	SemK           int
-
-	Cohort *Cohort // the local-handoff workload (cohort.go; nil: none)
 }
 
 // FaultKind names a fault.
@@ -389,6 +389,9 @@ func (p Plan) String() string {
 	if p.LongHold != nil {
 		s += ", " + p.LongHold.String()
 	}
+	if p.Cohort != nil {
+		s += ", " + p.Cohort.String()
+	}
 	if p.DetachLag > 0 {
 		s += fmt.Sprintf(", extend across detach %v", p.DetachLag)
 	}
@@ -428,9 +431,6 @@ func (p Plan) String() string {
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)
-	}
-	if p.Cohort != nil {
-		s += ", " + p.Cohort.String()
 	}
 	return s
 }
