@@ -56,6 +56,7 @@ type network struct {
 	timeDelay time.Duration
 	timeUp    bool
 	msgDelay  map[int]time.Duration
+	rearm     *rearmTrigger // a Resume's re-arm awaited (resumePause)
 	closed    bool
 	serve     func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -367,6 +368,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 				continue
 			}
 			k.noteUp(b)
+			k.n.noteRearm(k.id, b)
 		}
 		d := k.n.chunkDelay(k.id)
 		sent, held := time.Now(), time.Duration(0)
@@ -549,6 +551,20 @@ func (n *network) chunkDelay(id linkID) time.Duration {
 	defer n.mu.Unlock()
 	d := n.base + time.Duration(n.rng.Int64N(int64(n.base)))
 	return d + n.slow[id.node] + n.delay[id.client][id.node]
+}
+
+// maxDelay is the longest one-way latency of any link now: the base
+// latency's most, plus its node's slowness and its own delay.
+func (n *network) maxDelay() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var d time.Duration
+	for c := range n.delay {
+		for i := range n.delay[c] {
+			d = max(d, n.slow[i]+n.delay[c][i])
+		}
+	}
+	return 2*n.base + d
 }
 
 // waitGates waits while the node is paused or the client frozen; false

@@ -86,7 +86,8 @@ type Plan struct {
 	// phase; every clock probe slowed (up, or its reply); one Client's
 	// messages slowed; a mid-run Close of client CloseClient CloseAt
 	// after the settling (0: none; lock profile only); the Detach race;
-	// long holds in the quiet phase; the semaphore's K.
+	// long holds in the quiet phase; the semaphore's K; a majority
+	// paused during a Resume's re-arm; the holder locking again.
 	QuietLag       *QuietLag
 	SlowTime       time.Duration
 	SlowTimeUp     bool
@@ -97,6 +98,8 @@ type Plan struct {
 	DetachRace     bool
 	LongQuietHolds bool
 	SemK           int
+	ResumePause    bool
+	Reentry        bool
 }
 
 // FaultKind names a fault.
@@ -418,6 +421,9 @@ func (p Plan) String() string {
 	}
 	if p.DetachRace {
 		s += ", detach race"
+	}
+	if p.ResumePause {
+		s += ", majority paused in Resume's re-arm"
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)
