@@ -32,7 +32,11 @@ import (
 //     Client takes 0.3–0.45 node timeouts more on its way up or down, for
 //     the whole run, so each clock estimate's error is large and
 //     lopsided: the not-after bounds and the guards' lifetimes
-//     (internal/node guardclock.go) must allow for it;
+//     (internal/node guardclock.go) must allow for it; in half those
+//     seeds (SlowTimeVaries) each probe's delay is drawn up to that, so
+//     that estimates move between probes and a bound sent under an older
+//     estimate can lie past what the current one allows (the guard must
+//     cover it: mc.maxBound);
 //   - handoff messages delayed (Plan.MsgDelay): the messages one Client
 //     with the queue receives on its subscriptions come 0.5–2 node
 //     timeouts late for the whole run, so a handoff sent before a yield
@@ -115,6 +119,7 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 	}
 	p.ResumePause = r.IntN(2) == 0
 	p.Reentry = true
+	p.SlowTimeVaries = p.SlowTime > 0 && r.IntN(2) == 0
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -241,10 +246,20 @@ func (k *conn) timeUpDelay(b []byte) time.Duration {
 		return 0
 	}
 	if n.timeUp {
-		return n.timeDelay
+		return n.probeDelay()
 	}
 	k.timeReplies++
 	return 0
+}
+
+// probeDelay is one clock probe's delay: the plan's, or with its
+// SlowTimeVaries a draw up to it, so that estimates move between probes
+// (n.mu held).
+func (n *network) probeDelay() time.Duration {
+	if !n.timeVaries {
+		return n.timeDelay
+	}
+	return time.Duration(n.rng.Int64N(int64(n.timeDelay) + 1))
 }
 
 // timeDownDelay is the delay of a reply on conn k: the probe's if one is
@@ -258,7 +273,7 @@ func (k *conn) timeDownDelay() time.Duration {
 		return 0
 	}
 	k.timeReplies--
-	return n.timeDelay
+	return n.probeDelay()
 }
 
 // msgDelayOf is the delay of messages (chunks down a subscribed

@@ -53,12 +53,13 @@ type network struct {
 	// timeDelay: every clock probe (TIME) is slowed this much, up
 	// (timeUp) or down; msgDelay: per client, the messages its
 	// subscriptions receive are slowed (aimed42.go).
-	timeDelay time.Duration
-	timeUp    bool
-	msgDelay  map[int]time.Duration
-	rearm     *rearmTrigger // a Resume's re-arm awaited (resumePause)
-	closed    bool
-	serve     func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+	timeDelay  time.Duration
+	timeUp     bool
+	timeVaries bool // each probe's delay drawn up to timeDelay
+	msgDelay   map[int]time.Duration
+	rearm      *rearmTrigger // a Resume's re-arm awaited (resumePause)
+	closed     bool
+	serve      func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
 
 type linkID struct{ client, node int }

@@ -100,6 +100,7 @@ type Plan struct {
 	SemK           int
 	ResumePause    bool
 	Reentry        bool
+	SlowTimeVaries bool
 }
 
 // FaultKind names a fault.
@@ -412,6 +413,9 @@ func (p Plan) String() string {
 			way = "requests"
 		}
 		s += fmt.Sprintf(", TIME %s slowed %v", way, p.SlowTime)
+		if p.SlowTimeVaries {
+			s += " at most"
+		}
 	}
 	if p.MsgDelay > 0 {
 		s += fmt.Sprintf(", c%d's messages slowed %v", p.MsgClient, p.MsgDelay)

@@ -184,6 +184,7 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	if p.SlowTime > 0 {
 		cl.net.slowTime(p.SlowTime, p.SlowTimeUp)
+		cl.net.timeVaries = p.SlowTimeVaries
 	}
 	if p.MsgDelay > 0 {
 		cl.net.mu.Lock()
