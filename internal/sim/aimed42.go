@@ -59,6 +59,10 @@ import (
 //     few answers, Resume returns ErrNoQuorum and must leave the keys for
 //     the retry (resume-honest checks every Resume's error against what
 //     the nodes held);
+//   - a key lost on one node before a Resume (Plan.ResumeEvict, one seed
+//     in two: a third of its hand-overs, evictKey): the re-arm is
+//     confirmed by fewer than all nodes, and Resume must heal that node
+//     at once, not at the first renewal (resume-heal);
 //   - the holder locking again (Plan.Reentry: one Lock or TryLock hold in
 //     eight, reentry): a Lock or TryLock whose ctx comes from the lock
 //     must return ErrAlreadyHeld at once (redlock/reentry.go).
@@ -120,6 +124,7 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 	p.ResumePause = r.IntN(2) == 0
 	p.Reentry = true
 	p.SlowTimeVaries = p.SlowTime > 0 && r.IntN(2) == 0
+	p.ResumeEvict = r.IntN(2) == 0
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -604,5 +609,56 @@ func reentry(env *Env, c int, rc *redlock.Client, l *redlock.Lock, res string, t
 	}
 	if (!errors.Is(err, redlock.ErrAlreadyHeld) || time.Since(start) > 0) && l.Valid() {
 		env.History.Violate("reentry", "c%d's holder of %s locking again with the lock's ctx: %v after %v, want ErrAlreadyHeld at once", c, res, err, time.Since(start))
+	}
+}
+
+// evictKey deletes the lock key of hold x (detached, not yet resumed) on
+// one node, as an eviction or a restart without persistence would, and
+// returns that node (-1: none, the key was not there). Not a fault: a
+// minority lost the key, which a majority's lock survives.
+func evictKey(env *Env, r2 *rand.Rand, x *Hold) int {
+	i := r2.IntN(env.Plan.Nodes)
+	m := env.cl.node(i)
+	if m == nil {
+		return -1
+	}
+	key := redlock.DefaultKeyPrefix + x.Resource
+	env.cl.tick(i, m)
+	if v, err := m.Get(key); err != nil || v != x.Token {
+		return -1
+	}
+	m.Del(key)
+	env.History.Note("n%d loses the key of hold %d before its Resume", i, x.ID)
+	return i
+}
+
+// checkHealed is resume-heal: a Resume whose re-arm node i did not
+// confirm (its key was evicted, evictKey) heals it at once (redlock/
+// handover.go: the first renewal is scheduled in a millisecond), so two
+// node timeouts and the longest round trip after the Resume returned,
+// while the resumed lock is held and valid, node i holds its token,
+// unless a fault was on node i or client c's link to it meanwhile, or
+// another token took the key there.
+func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
+	pl := env.Plan
+	from := time.Now()
+	wait := 2*pl.NodeTimeout + 2*env.cl.net.maxDelay()
+	if !env.SleepUntil(from.Add(wait)) {
+		return
+	}
+	h := env.History
+	h.mu.Lock()
+	ended := !x.End.IsZero()
+	h.mu.Unlock()
+	if ended || !l.Valid() || env.faults.allows(c, i, time.Now(), time.Since(from)) {
+		return
+	}
+	m := env.cl.node(i)
+	if m == nil {
+		return
+	}
+	env.cl.tick(i, m)
+	if v, _ := m.Get(redlock.DefaultKeyPrefix + x.Resource); v == "" {
+		h.Violate("resume-heal", "c%d resumed hold %d at %v without n%d, and n%d still lacks its key %v later", c, x.ID, h.since(from), i, i, wait)
 	}
 }

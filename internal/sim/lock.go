@@ -461,6 +461,10 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 	if env.Plan.ResumePause && r2.IntN(2) == 0 {
 		disarm = resumePause(env, r2, to, x.Token)
 	}
+	evicted := -1
+	if env.Plan.ResumeEvict && r2.IntN(3) == 0 {
+		evicted = evictKey(env, r2, x)
+	}
 	called, before := detached, tokenOn(env, x.Resource, x.Token)
 	l2, err := env.Clients[to].Resume(ctx, x.Resource, x.Token)
 	disarm()
@@ -494,6 +498,9 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 		return true
 	}
 	x2 := h.hold(to, x.Resource, l2.Token(), -1, "Resume")
+	if evicted >= 0 {
+		env.Go(func() { checkHealed(env, to, x2, l2, evicted) })
+	}
 	if !l2.Valid() {
 		h.Violate("invalid-lock", "c%d Resume %s returned a lock with Valid() false", to, x.Resource)
 	}

@@ -101,6 +101,7 @@ type Plan struct {
 	ResumePause    bool
 	Reentry        bool
 	SlowTimeVaries bool
+	ResumeEvict    bool
 }
 
 // FaultKind names a fault.
