@@ -62,7 +62,8 @@ import (
 //   - a key lost on one node before a Resume (Plan.ResumeEvict, one seed
 //     in two: a third of its hand-overs, evictKey): the re-arm is
 //     confirmed by fewer than all nodes, and Resume must heal that node
-//     at once, not at the first renewal (resume-heal);
+//     at once, not at the first renewal (resume-heal); the resumer then
+//     holds two node timeouts at least;
 //   - the holder locking again (Plan.Reentry: one Lock or TryLock hold in
 //     eight, reentry): a Lock or TryLock whose ctx comes from the lock
 //     must return ErrAlreadyHeld at once (redlock/reentry.go).
@@ -382,6 +383,15 @@ var (
 	// on its way: the identity of a resigned term stays for its lease
 	// (left-behind must see it).
 	withdrawsDropped atomic.Bool
+	// reentryForeignCtx: the reentry probe's Lock carries a ctx that does
+	// not come from the lock (the run's): it waits for itself.
+	reentryForeignCtx atomic.Bool
+	// resumeNoQuorumDrops deletes the token's keys everywhere after a
+	// Resume that returned ErrNoQuorum (resume-honest must see it).
+	resumeNoQuorumDrops atomic.Bool
+	// healDropped swallows every extension of a resumed lock to the node
+	// whose key was evicted before its Resume (resume-heal must see it).
+	healDropped atomic.Bool
 )
 
 // withdrawSrc is a line of withdraw.lua's header, which every EVAL of it
@@ -483,6 +493,16 @@ type rearmTrigger struct {
 	client int
 	token  []byte
 	fire   chan struct{}
+	node   int // healDrop: the node whose extensions are swallowed
+}
+
+// dropsHeal reports whether the control heal-dropped swallows chunk b
+// going up link id: an extension carrying the evicted token to its node.
+func (n *network) dropsHeal(id linkID, b []byte) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d := n.healDrop
+	return d != nil && d.node == id.node && bytes.Contains(b, d.token) && isRearm(b)
 }
 
 // noteRearm fires the armed trigger if chunk b, going up link id, is the
@@ -594,7 +614,11 @@ func reentry(env *Env, c int, rc *redlock.Client, l *redlock.Lock, res string, t
 	if !l.Valid() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(l.Context(), 2*env.Plan.NodeTimeout)
+	parent := l.Context()
+	if reentryForeignCtx.Load() {
+		parent = env.ctx
+	}
+	ctx, cancel := context.WithTimeout(parent, 2*env.Plan.NodeTimeout)
 	defer cancel()
 	start := time.Now()
 	var l2 *redlock.Lock
@@ -629,20 +653,26 @@ func evictKey(env *Env, r2 *rand.Rand, x *Hold) int {
 	}
 	m.Del(key)
 	env.History.Note("n%d loses the key of hold %d before its Resume", i, x.ID)
+	if healDropped.Load() {
+		n := env.cl.net
+		n.mu.Lock()
+		n.healDrop = &rearmTrigger{client: -1, token: []byte(x.Token), node: i}
+		n.mu.Unlock()
+	}
 	return i
 }
 
 // checkHealed is resume-heal: a Resume whose re-arm node i did not
 // confirm (its key was evicted, evictKey) heals it at once (redlock/
-// handover.go: the first renewal is scheduled in a millisecond), so two
-// node timeouts and the longest round trip after the Resume returned,
+// handover.go: the first renewal is scheduled in a millisecond), so a
+// node timeout and the longest round trip after the Resume returned,
 // while the resumed lock is held and valid, node i holds its token,
 // unless a fault was on node i or client c's link to it meanwhile, or
 // another token took the key there.
 func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 	pl := env.Plan
 	from := time.Now()
-	wait := 2*pl.NodeTimeout + 2*env.cl.net.maxDelay()
+	wait := pl.NodeTimeout + 2*env.cl.net.maxDelay()
 	if !env.SleepUntil(from.Add(wait)) {
 		return
 	}
@@ -660,5 +690,18 @@ func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 	env.cl.tick(i, m)
 	if v, _ := m.Get(redlock.DefaultKeyPrefix + x.Resource); v == "" {
 		h.Violate("resume-heal", "c%d resumed hold %d at %v without n%d, and n%d still lacks its key %v later", c, x.ID, h.since(from), i, i, wait)
+	}
+}
+
+// dropToken deletes hold x's lock key on every node that holds its token
+// (the control resume-no-quorum-drops).
+func dropToken(env *Env, x *Hold) {
+	key := redlock.DefaultKeyPrefix + x.Resource
+	for i := range env.Plan.Nodes {
+		if m := env.cl.node(i); m != nil {
+			if v, err := m.Get(key); err == nil && v == x.Token {
+				m.Del(key)
+			}
+		}
 	}
 }

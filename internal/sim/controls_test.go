@@ -99,6 +99,16 @@ var controls = []control{
 	// The nodes hold tokens no Client sent (the fault layer rewrites
 	// them on the way, issue 42): the ownership check must see it.
 	{"tokens-rewritten", []*atomic.Bool{&tokensRewritten}, "ownership", 1, false},
+	// The holder's second Lock carries a ctx not from its lock (issue
+	// 42, third session): it waits for itself, which reentry must see.
+	{"reentry-foreign-ctx", []*atomic.Bool{&reentryForeignCtx}, "reentry", 1, false},
+	// After a Resume without quorum, the keys of its token are deleted
+	// on every node (as a Resume that released them would): resume-honest
+	// must see it.
+	{"resume-no-quorum-drops", []*atomic.Bool{&resumeNoQuorumDrops}, "resume-honest", 21, false},
+	// Every re-arm or renewal to a node whose key was evicted before a
+	// Resume is swallowed: the node is never healed (resume-heal).
+	{"heal-dropped", []*atomic.Bool{&healDropped}, "resume-heal", 1, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -462,7 +462,7 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 		disarm = resumePause(env, r2, to, x.Token)
 	}
 	evicted := -1
-	if env.Plan.ResumeEvict && r2.IntN(3) == 0 {
+	if env.Plan.ResumeEvict && r2.IntN(2) == 0 {
 		evicted = evictKey(env, r2, x)
 	}
 	called, before := detached, tokenOn(env, x.Resource, x.Token)
@@ -474,6 +474,9 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 	for err != nil && errors.Is(err, redlock.ErrNoQuorum) && time.Since(detached) < env.Plan.TTL/2 {
 		if !env.SleepUntil(time.Now().Add(env.Plan.RetryMax)) {
 			break
+		}
+		if resumeNoQuorumDrops.Load() {
+			dropToken(env, x)
 		}
 		checkLeftAlone(env, to, x, called, before, err)
 		called, before = time.Now(), tokenOn(env, x.Resource, x.Token)
@@ -507,7 +510,11 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 	if inFlight {
 		env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(20 * time.Millisecond)))))
 	} else {
-		p.holdFor(env, r, x2, l2.Lost(), l2, nil, 0)
+		var atLeast time.Duration
+		if evicted >= 0 {
+			atLeast = 2 * env.Plan.NodeTimeout // past resume-heal's look
+		}
+		p.holdFor(env, r, x2, l2.Lost(), l2, nil, atLeast)
 	}
 	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
 	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))

@@ -58,6 +58,7 @@ type network struct {
 	timeVaries bool // each probe's delay drawn up to timeDelay
 	msgDelay   map[int]time.Duration
 	rearm      *rearmTrigger // a Resume's re-arm awaited (resumePause)
+	healDrop   *rearmTrigger // the control heal-dropped's target (evictKey)
 	closed     bool
 	serve      func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
@@ -360,7 +361,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
-			if k.n.dropsCommit(k.id, b) || dropsControl(b) {
+			if k.n.dropsCommit(k.id, b) || dropsControl(b) || k.n.dropsHeal(k.id, b) {
 				// Lost on the way, the connection left open: the
 				// client waits for the reply until its node timeout (a
 				// reset would fail the commit at once, and the round
