@@ -667,8 +667,10 @@ func evictKey(env *Env, r2 *rand.Rand, x *Hold) int {
 // handover.go: the first renewal is scheduled in a millisecond), so a
 // node timeout and the longest round trip after the Resume returned,
 // while the resumed lock is held and valid, node i holds its token,
-// unless a fault was on node i or client c's link to it meanwhile, or
-// another token took the key there.
+// unless a fault was on node i or client c's link to it meanwhile, or a
+// request carrying another token reached node i from a node timeout
+// before the Resume returned (it may have held the key when the heal
+// came).
 func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 	pl := env.Plan
 	from := time.Now()
@@ -688,7 +690,12 @@ func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 		return
 	}
 	env.cl.tick(i, m)
-	if v, _ := m.Get(redlock.DefaultKeyPrefix + x.Resource); v == "" {
+	// Another token that reached node i since a node timeout before the
+	// Resume returned may have held the key when the heal came (the heal
+	// is then refused there, and the next renewal heals it; seed 563: the
+	// resumer's own Lock of the resource took the evicted node for a
+	// millisecond).
+	if v, _ := m.Get(redlock.DefaultKeyPrefix + x.Resource); v == "" && !env.cl.net.othersDelivered(i, x.Token, from.Add(-pl.NodeTimeout)) {
 		h.Violate("resume-heal", "c%d resumed hold %d at %v without n%d, and n%d still lacks its key %v later", c, x.ID, h.since(from), i, i, wait)
 	}
 }
@@ -704,4 +711,17 @@ func dropToken(env *Env, x *Hold) {
 			}
 		}
 	}
+}
+
+// othersDelivered reports whether a request carrying a token other than
+// tok was delivered to node i after from.
+func (n *network) othersDelivered(i int, tok string, from time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for t, ts := range n.tokens {
+		if t != tok && ts.last[i].After(from) {
+			return true
+		}
+	}
+	return false
 }

@@ -108,7 +108,7 @@ var controls = []control{
 	{"resume-no-quorum-drops", []*atomic.Bool{&resumeNoQuorumDrops}, "resume-honest", 21, false},
 	// Every re-arm or renewal to a node whose key was evicted before a
 	// Resume is swallowed: the node is never healed (resume-heal).
-	{"heal-dropped", []*atomic.Bool{&healDropped}, "resume-heal", 1, false},
+	{"heal-dropped", []*atomic.Bool{&healDropped}, "resume-heal", 63, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not
