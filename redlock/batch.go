@@ -197,6 +197,11 @@ func pipelined(ctx context.Context, nc redis.UniversalClient, count int, s scrip
 		for lo := 0; lo < len(todo); lo += pipelineChunk {
 			part := todo[lo:min(lo+pipelineChunk, len(todo))]
 			pipe := nc.Pipeline()
+			if s == scripts.ReleaseScript && pass == 0 {
+				// A release must land within its node timeout, whatever
+				// the node's script cache (scripts.Loading).
+				pipe = scripts.Loading(pipe)
+			}
 			for _, k := range part {
 				cmds[k] = queue(pipe, k)
 			}
