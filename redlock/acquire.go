@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -235,7 +236,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
-	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout())
+	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), (*owner)(l))
 	return l
 }
 
@@ -268,24 +269,21 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.
 func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight) outcome {
 	cfg := l.cfg
 	// The arguments are boxed once for every node; each node's not-after
-	// bound (step 4) is the node layer's (node.Request).
+	// bound (step 4) is the node layer's.
 	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
-	// Step 1: one parallel round on every node, registered first (rounds.go),
-	// after our own releases of the key in flight as it is (node.Token.Follow).
-	p, _ := l.register(false)
-	l.tok.Follow(p)
-	r := startRound(ctx, l, p, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		if f := testhooks.AcquirePause.Load(); f != nil { // a test's late request
-			(*f)(l.keys[i].Lock, i)
+	// Step 1: one parallel round on every node, after our own releases of
+	// the key in flight as it is registered (node.Op.Follow).
+	op := node.Op{Name: "acquire", Follow: true, Bound: true}
+	if f := testhooks.AcquirePause.Load(); f != nil { // a test's late request
+		op.Only = func(_ context.Context, i int) (bool, error) { (*f)(l.keys[i].Lock, i); return true, nil }
+	}
+	r, _ := node.Run(ctx, l.tok, op, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (reply, error) {
+		if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
+			ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, notAfter, cfg.restartGuard)
+			return reply{ours: ok, fence: fence}, restartGuardError(err)
 		}
-		return request(c, ctx, l, p, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter, notAfter *int64) (reply, error) {
-			if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
-				ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, notAfter, cfg.restartGuard)
-				return reply{ours: ok, fence: fence}, restartGuardError(err)
-			}
-			ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, notAfter)
-			return reply{ours: ok, fence: fence}, err
-		})
+		ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, notAfter)
+		return reply{ours: ok, fence: fence}, err
 	})
 	// Step 2: decide as soon as a majority granted or became impossible,
 	// or, queued, granted or was handed to us (step 9).

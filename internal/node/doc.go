@@ -6,8 +6,8 @@
 //
 //   - health: a node whose last dial failed is down, and one with requests
 //     in flight past their deadline is stuck; requests to either fail at
-//     once, provably unsent (Health.Refuse), instead of queuing in its
-//     sockets; a node found down is probed until it answers (Set.Probe);
+//     once, provably unsent (Health.refuse), instead of queuing in its
+//     sockets; a node found down is probed until it answers (Set.probeDown);
 //   - the in-flight cap per node;
 //   - identity: before a Client's first lock request to a node, a check
 //     that it is none of the others under another name (node.go, with the
@@ -17,7 +17,7 @@
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for
 //     the bounds sent (Token.GuardTTL);
-//   - what a failed request may have done (Unsent, Answered, NeverWrote):
+//   - what a failed request may have done (Unsent, Answered, neverWrote):
 //     it counts as never sent only when it provably wrote no byte;
 //   - the round as its unit (Token, token.go): per lock token, the
 //     registry of every request in flight, with each round's start — so

@@ -11,9 +11,9 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// MaxInFlight caps the requests one Client has in flight on one node, so
+// maxInFlight caps the requests one Client has in flight on one node, so
 // that a node that hangs cannot pile up goroutines without bound.
-const MaxInFlight = 1024
+const maxInFlight = 1024
 
 // Node is one Redis master as one Client uses it: its client, its health,
 // its in-flight cap, and (in a Set) its identity check and clock.
@@ -21,10 +21,10 @@ type Node struct {
 	C       redis.UniversalClient
 	Addr    string
 	Cluster bool // a Redis Cluster client: keys of a lock share a hash tag
-	Health  *Health
+	Health  *health
 	// noRetries is set for a node client whose go-redis retries are off
 	// (built with MaxRetries -1): only then does a dial error prove that
-	// a request was never written (see NeverWrote).
+	// a request was never written (see neverWrote).
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
 	// Of a node of a Set (nil otherwise): its identity check and its
@@ -36,8 +36,8 @@ type Node struct {
 // New returns the node of client c (no I/O).
 func New(c redis.UniversalClient) Node {
 	_, cluster := c.(*redis.ClusterClient)
-	return Node{C: c, Addr: nodeaddr.Of(c), Cluster: cluster, Health: NewHealth(c),
-		noRetries: retriesOff(c), sem: make(chan struct{}, MaxInFlight)}
+	return Node{C: c, Addr: nodeaddr.Of(c), Cluster: cluster, Health: newHealth(c),
+		noRetries: retriesOff(c), sem: make(chan struct{}, maxInFlight)}
 }
 
 // retriesOff reports whether go-redis never retries a request of c: a
@@ -54,14 +54,14 @@ func retriesOff(c redis.UniversalClient) bool {
 
 // Do runs fn on node n: the one path of every request of the library. A
 // request is not sent, and fails at once with an error matching
-// ErrNotSent, to a node known down (down is called: the caller probes it)
+// errNotSent, to a node known down (down is called: the caller probes it)
 // or stuck, or when the in-flight cap is full (ErrBusy). gate, when set,
 // runs first on the same ctx (the Client's identity check); its error is
 // the request's. fn's error is classified here, before anything wraps it:
-// only one that proves the request was never written matches ErrNotSent
-// (see NeverWrote); a timeout says "no reply within" the round's node
+// only one that proves the request was never written matches errNotSent
+// (see neverWrote); a timeout says "no reply within" the round's node
 // timeout, and one while the node's dials fail carries the dialer's error
-// (see Health.Cause). timeout is the request's budget when ctx has no
+// (see health.Cause). timeout is the request's budget when ctx has no
 // deadline.
 func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	var zero T
@@ -70,7 +70,7 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	if !ok {
 		due = start.Add(timeout)
 	}
-	err, isDown := n.Health.Refuse()
+	err, isDown := n.Health.refuse()
 	if err != nil {
 		if isDown && down != nil {
 			down()
@@ -82,18 +82,18 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	default:
 		return zero, ErrBusy
 	}
-	n.Health.Sent(due)
+	n.Health.sent(due)
 	if gate != nil {
 		err = gate(ctx)
 	}
 	var v T
 	if err == nil {
 		v, err = fn(ctx, n.C)
-		if n.noRetries && NeverWrote(err) {
+		if n.noRetries && neverWrote(err) {
 			err = neverSent(err)
 		}
 	}
-	n.Health.Returned(err, due.Sub(start))
+	n.Health.returned(err, due.Sub(start))
 	<-n.sem
 	if err == nil {
 		return v, nil
@@ -115,7 +115,7 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 // Call runs fn on node i through Do, with the Set's gates: a lock request
 // (lockOp) is refused once two nodes were found to reach one server, and
 // waits for the identity check before this Client's first request to the
-// node; a node found down gets the probe that brings it back (Probe).
+// node; a node found down gets the probe that brings it back (probeDown).
 // Releases and publishes (not lockOp) go out whatever the identity check
 // said: a lock granted before it found two names of one server must still
 // be released. timeout is the request's budget when ctx has no deadline.
@@ -126,9 +126,9 @@ func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.D
 	}
 	var gate func(context.Context) error
 	if lockOp {
-		gate, _ = s.Gate(i)
+		gate, _ = s.gate(i)
 	}
-	return Do(ctx, &s.Nodes[i], timeout, gate, func() { s.Probe(i) }, fn)
+	return Do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
 }
 
 // InFlight returns how many requests of this Client are in flight on the
@@ -183,11 +183,11 @@ func NewSet(clients []redis.UniversalClient, cfg Config) *Set {
 	return s
 }
 
-// Gate returns what Do needs for node i of the Set, for a request sent on
+// gate returns what Do needs for node i of the Set, for a request sent on
 // a client of its own (package election's NewWithNodes): the identity
 // check before this Client's first request there (nil once done), and the
 // probe to start when the node is found down.
-func (s *Set) Gate(i int) (gate func(context.Context) error, down func()) {
+func (s *Set) gate(i int) (gate func(context.Context) error, down func()) {
 	if !s.Nodes[i].id.verified.Load() {
 		gate = func(ctx context.Context) error {
 			if dup := s.Duplicate(); dup != nil {
@@ -196,21 +196,21 @@ func (s *Set) Gate(i int) (gate func(context.Context) error, down func()) {
 			return s.identify(ctx, i)
 		}
 	}
-	return gate, func() { s.Probe(i) }
+	return gate, func() { s.probeDown(i) }
 }
 
-// Probe starts the background probe of node i, known down, unless one
-// runs: a PING every ProbeEvery until the node answers or the Client
+// probeDown starts the background probe of node i, known down, unless one
+// runs: a PING every probeEvery until the node answers or the Client
 // closes.
-func (s *Set) Probe(i int) {
+func (s *Set) probeDown(i int) {
 	h := s.Nodes[i].Health
-	if !h.StartProbe() {
+	if !h.startProbe() {
 		return
 	}
 	timeout := s.cfg.Timeout
 	err := s.cfg.Go(func() {
-		defer h.EndProbe()
-		t := time.NewTicker(ProbeEvery(timeout))
+		defer h.endProbe()
+		t := time.NewTicker(probeEvery(timeout))
 		defer t.Stop()
 		for h.Down() != nil {
 			select {
@@ -222,11 +222,11 @@ func (s *Set) Probe(i int) {
 			err := s.Nodes[i].C.Ping(ctx).Err()
 			cancel()
 			if err == nil {
-				h.SetUp()
+				h.setUp()
 			}
 		}
 	})
 	if err != nil {
-		h.EndProbe()
+		h.endProbe()
 	}
 }

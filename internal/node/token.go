@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -35,104 +33,93 @@ type Token struct {
 	set          *Set           // nil in tests of the registry alone
 	keys         []scripts.Keys // per node
 	ttl, timeout time.Duration  // the lock's TTL and node timeout
+	own          Owner
+	via          []*Node // per node, the client its requests go on (nil: the Set's; see Through)
 
-	mu     sync.Mutex // protects rounds, unsure
-	rounds []Inflight // rounds with requests maybe still in flight
-	unsure []bool     // per node (nil: none): a request there went unanswered
+	mu     sync.Mutex  // protects rounds, unsure
+	rounds []roundView // rounds with requests maybe still in flight
+	unsure []bool      // per node (nil: none): a request there went unanswered
 }
 
 // Token returns the node layer's unit for one lock token whose keys are
-// keys (one per node), with the lock's TTL and node timeout.
-func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration) *Token {
-	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout}
+// keys (one per node), with the lock's TTL and node timeout, kept by own.
+func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration, own Owner) *Token {
+	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout, own: own}
 }
 
-// Inflight is a round of requests of one token, seen by its release: where
+// roundView is a round of requests of one token, seen by its release: where
 // a node has not answered it, a request may still land after the release.
-type Inflight interface {
+type roundView interface {
 	Answered(i int) bool // node i's reply is in, or its request provably never left (see Answered)
 	Settled() bool       // every node has answered or given up
 }
 
-// Pending is a registered round: unanswered everywhere until Send (or
-// Attach) gives it its requests. Start is write-once, before the round is
-// visible to anyone.
-type Pending struct {
+// pendingRound is a registered round: unanswered everywhere until Run gives it
+// its requests (Attach). Start is write-once, before the round is visible
+// to anyone.
+type pendingRound struct {
 	Start time.Time
-	r     Inflight    // written once by Attach, before attached is set
+	r     roundView   // written once by Attach, before attached is set
 	sent  atomic.Bool // r is set
 	// before are, per node, the Client's own releases of the token's keys
 	// in flight when the round was registered, which its requests follow
-	// (Token.Follow; nil: none).
+	// (Op.Follow; nil: none).
 	before [][]chan struct{}
 	// bounds are, per node, the not-after bound its request carries
-	// (Request), in small when there are few nodes.
+	// (Op.Bound), in small when there are few nodes.
 	bounds []int64
 	small  [5]int64
 }
 
-// Register registers a round of the token that starts now, before
-// anything of it is sent, under lk and only if open (nil: always) reports
-// that the token may still send then: lk is the lock under which its
-// owner ends the token (a release, a handover), so a release that comes
-// later sees the round pending — every node unanswered, so it leaves the
-// guard — and a round that would come after it is never registered. It
-// reports false when open did not.
-func (g *Token) Register(lk sync.Locker, open func() bool) (*Pending, bool) {
-	lk.Lock()
-	defer lk.Unlock()
-	if open != nil && !open() {
-		return nil, false
+// register registers a round of the token that starts now, before
+// anything of it is sent. With held, it does so under the owner's lock and
+// only if the owner says the token may still send then (Owner.Open): the
+// owner ends the token (a release, a handover) under that lock, so a
+// release that comes later sees the round pending — every node
+// unanswered, so it leaves the guard — and a round that would come after
+// it is never registered; it then returns the owner's error (Usable).
+// Without held (an acquire attempt, its fence commit and yields, Resume's
+// rounds, Detach's leaving the queues: the lock is not handed out, and its
+// release comes from the same goroutine after the round) it always
+// registers.
+func (g *Token) register(held bool) (*pendingRound, error) {
+	for {
+		g.own.Lock()
+		if !held || g.own.Open() {
+			p := g.newPending()
+			g.track(p)
+			g.own.Unlock()
+			return p, nil
+		}
+		g.own.Unlock()
+		if err := g.own.Usable(); err != nil {
+			return nil, err
+		}
 	}
-	p := &Pending{Start: time.Now()}
+}
+
+// newPending returns a round that starts now, not registered.
+func (g *Token) newPending() *pendingRound {
+	p := &pendingRound{Start: time.Now()}
 	if g.n <= len(p.small) {
 		p.bounds = p.small[:g.n]
 	} else {
 		p.bounds = make([]int64, g.n)
 	}
-	g.Track(p)
-	return p, true
-}
-
-// Follow makes the requests of the round p, just registered, go on each
-// node after the Client's own releases of the token's keys in flight there
-// now (Set.ReleaseBegin): an acquire's, so that its own leftovers never
-// refuse it. A release that begins later is never one it must follow, and
-// may be its own call's cleanup, which waits for the request's answer.
-func (g *Token) Follow(p *Pending) {
-	p.before = g.set.releasesBefore(g.keys)
+	return p
 }
 
 // ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
 func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
 
-// Request runs fn on node i as the request there of the round p of token
-// g, through Call with the Set's gates for a lock request: after the
-// Client's own releases that p follows (Follow), and with node i's
-// not-after bound for the token's key (Set.NotAfter), which fn passes on
-// to its script. The bound is kept in p, and fn gets a pointer to it, so
-// that the script's arguments box it once.
-func Request[T any](ctx context.Context, g *Token, p *Pending, i int, fn func(ctx context.Context, s redis.Scripter, notAfter *int64) (T, error)) (T, error) {
-	awaitReleases(ctx, p.before, i) // our own releases there land first (Follow)
-	return Call(ctx, g.set, i, true, g.timeout, func(ctx context.Context, s redis.Scripter) (T, error) {
-		b, err := g.set.NotAfter(ctx, i, g.keys[i].Lock)
-		if err != nil {
-			var zero T
-			return zero, err
-		}
-		p.bounds[i] = b
-		return fn(ctx, s, &p.bounds[i])
-	})
-}
-
 // Attach gives p its requests.
-func (p *Pending) Attach(r Inflight) {
+func (p *pendingRound) Attach(r roundView) {
 	p.r = r
 	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
 }
 
 // round returns the attached round, or nil before Attach.
-func (p *Pending) round() Inflight {
+func (p *pendingRound) round() roundView {
 	if !p.sent.Load() {
 		return nil
 	}
@@ -140,29 +127,19 @@ func (p *Pending) round() Inflight {
 }
 
 // Answered reports whether node i has answered p's round.
-func (p *Pending) Answered(i int) bool {
+func (p *pendingRound) Answered(i int) bool {
 	r := p.round()
 	return r != nil && r.Answered(i)
 }
 
 // Settled reports whether every node has answered p's round or given up.
-func (p *Pending) Settled() bool {
+func (p *pendingRound) Settled() bool {
 	r := p.round()
 	return r != nil && r.Settled()
 }
 
-// Send sends the registered round p of t to every node, from the start
-// fixed at registration: its requests' deadline is p.Start plus timeout,
-// or ctx's earlier deadline, however late this goroutine runs
-// (quorum.StartAt).
-func Send[T any](ctx context.Context, t *Token, p *Pending, timeout time.Duration, sp quorum.Spawner, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
-	r := quorum.StartAt(ctx, p.Start, t.n, timeout, sp, fn)
-	p.Attach(RoundOf(r))
-	return r
-}
-
-// RoundOf is a round as the ledger sees it.
-func RoundOf[T any](r *quorum.Round[T]) Inflight { return round[T]{r} }
+// roundOf is a round as the ledger sees it.
+func roundOf[T any](r *quorum.Round[T]) roundView { return round[T]{r} }
 
 type round[T any] struct{ r *quorum.Round[T] }
 
@@ -173,10 +150,10 @@ func (p round[T]) Answered(i int) bool {
 
 func (p round[T]) Settled() bool { return p.r.Settled() }
 
-// Track records a round until all its requests have answered or given up;
+// track records a round until all its requests have answered or given up;
 // a node that gave up on one is remembered as unsure for good (its request
 // may land at any later time).
-func (g *Token) Track(r Inflight) {
+func (g *Token) track(r roundView) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	keep := g.rounds[:0]

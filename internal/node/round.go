@@ -1,0 +1,198 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/testhooks"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Owner is what a Token needs of the lock that keeps it (package redlock's
+// Lock): the lock under which the owner ends the token (a release, a
+// handover), whether the token may still send, goroutines the Client owns,
+// and how a failed request is reported.
+type Owner interface {
+	Lock()
+	Unlock()
+	// Open reports, with the owner locked, whether a round that needs the
+	// token held (Op.Held) may still be sent.
+	Open() bool
+	// Usable is the owner's error when Open said no (not locked).
+	Usable() error
+	// Spawner starts requests on goroutines the Client owns.
+	Spawner() quorum.Spawner
+	// Fail is the error of a request of op to node i that failed with err
+	// (package redlock: a *NodeError, reported to the hooks).
+	Fail(ctx context.Context, i int, op string, err error) error
+}
+
+// Op says what a round of a token is for; Run says how it may land.
+type Op struct {
+	// Name is what the requests are for, as a failed one reports it.
+	Name string
+	// Held: the round is registered only while the owner holds the token
+	// (Owner.Open), in one step with that check (an extension).
+	Held bool
+	// Follow: each request goes after the Client's own releases of the
+	// token's keys in flight there when the round was registered, so that
+	// its own leftovers never refuse it (an acquire; see Set.ReleaseBegin).
+	Follow bool
+	// Bound: each request carries its node's not-after bound for the
+	// token's key (Set.notAfter), which fn passes to its script.
+	Bound bool
+	// Release: not a lock request, so it goes out even once two nodes were
+	// found to reach one server (a lock granted before must be released).
+	Release bool
+	// Only, when set, runs first for node i, outside the node's gates: a
+	// request is sent there only if it says so; else node i's reply is
+	// the zero value and its error.
+	Only func(ctx context.Context, i int) (send bool, err error)
+}
+
+// Run sends one round of the token t to every node, as op says: it
+// registers the round before anything of it is sent, with its start (so
+// its deadline, t's node timeout after it, and every request's not-after
+// bound) fixed there (see Token); each node's request then passes the
+// Set's gates (Call), waits for the releases it follows, and gets its
+// bound, which fn passes to its script (nil without op.Bound). A failed
+// request's error is the owner's (Owner.Fail). It returns the owner's
+// error, and sends nothing, when op.Held and the token is no longer held.
+func Run[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) (*quorum.Round[T], error) {
+	if op.Held && testhooks.ExtendRegisterLate.Load() {
+		return runLate(ctx, t, op, fn)
+	}
+	p, err := t.register(op.Held)
+	if err != nil {
+		return nil, err
+	}
+	if op.Follow {
+		p.before = t.set.releasesBefore(t.keys)
+	}
+	if op.Held {
+		testhooks.BeforeExtendSend()
+	}
+	return send(ctx, t, p, op, fn), nil
+}
+
+func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) *quorum.Round[T] {
+	r := quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.own.Spawner(), func(ctx context.Context, i int) (T, error) {
+		var zero T
+		if op.Only != nil {
+			if ok, err := op.Only(ctx, i); !ok || err != nil {
+				return zero, err
+			}
+		}
+		awaitReleases(ctx, p.before, i) // our own releases there land first (Follow)
+		v, err := call(ctx, t, i, !op.Release, func(ctx context.Context, s redis.Scripter) (T, error) {
+			if !op.Bound {
+				return fn(ctx, i, s, nil)
+			}
+			b, err := t.set.notAfter(ctx, i, t.keys[i].Lock)
+			if err != nil {
+				return zero, err
+			}
+			p.bounds[i] = b // kept in p, so that the script's arguments box it once
+			return fn(ctx, i, s, &p.bounds[i])
+		})
+		if err != nil {
+			return zero, t.own.Fail(ctx, i, op.Name, err)
+		}
+		return v, nil
+	})
+	p.Attach(roundOf(r))
+	return r
+}
+
+// Through makes t send its requests on nodes, one per node of its Set (the
+// same server, on a client of its own), with the Set's gates (Set.gate)
+// and clocks: package election, whose deprecated NewWithNodes takes such
+// clients. It returns t.
+func (t *Token) Through(nodes []*Node) *Token {
+	t.via = nodes
+	return t
+}
+
+// call runs fn on node i for a request of t: through Call, or on t's own
+// client of the node (Through) with the Set's gates.
+func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+	if t.via == nil {
+		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
+	}
+	gate, down := t.set.gate(i)
+	return Do(ctx, t.via[i], t.timeout, gate, down, fn)
+}
+
+// runLate is Run under the negative control testhooks.ExtendRegisterLate:
+// the round is sent first, and registered only once it has settled, so a
+// release in between does not see it.
+func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) (*quorum.Round[T], error) {
+	if err := t.own.Usable(); err != nil {
+		return nil, err
+	}
+	testhooks.BeforeExtendSend()
+	p := t.newPending()
+	r := send(ctx, t, p, op, fn)
+	t.own.Spawner().Go(func() {
+		r.Wait()
+		t.track(p)
+	})
+	return r, nil
+}
+
+// Batch sends one round for the tokens ts, all held (Op.Held) and of one
+// Set, with one request per node for all of them: fn gets the indexes of
+// ts still held (live), and their not-after bounds for the request (on a
+// plain node one for all, on a Cluster node one per live token, on its
+// key's master's clock). Each token registers the round as Run would; the
+// round starts at the first registration, so no token's deadline is later
+// than its registration fixed, and its timeout is the shortest of theirs.
+// errs[k] is token k's owner's error when it was not held (nil r when none
+// was); fail is the error of a failed request to node i.
+func Batch[T any](ctx context.Context, ts []*Token, op Op, fail func(ctx context.Context, i int, err error) error, fn func(ctx context.Context, i int, live []int, bounds []int64) (T, error)) (r *quorum.Round[T], live []int, errs []error) {
+	errs = make([]error, len(ts))
+	var pend []*pendingRound
+	var timeout time.Duration
+	for k, t := range ts {
+		p, err := t.register(true)
+		if err != nil {
+			errs[k] = err
+			continue
+		}
+		live = append(live, k)
+		pend = append(pend, p)
+		if timeout == 0 || t.timeout < timeout {
+			timeout = t.timeout
+		}
+	}
+	if len(live) == 0 {
+		return nil, nil, errs
+	}
+	set := ts[live[0]].set
+	r = quorum.StartAt(ctx, pend[0].Start, len(set.Nodes), timeout, ts[live[0]].own.Spawner(), func(ctx context.Context, i int) (T, error) {
+		v, err := Call(ctx, set, i, !op.Release, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) {
+			bounds := make([]int64, 1)
+			if set.Nodes[i].Cluster {
+				bounds = make([]int64, len(live))
+			}
+			for k := range bounds {
+				var err error
+				if bounds[k], err = set.notAfter(ctx, i, ts[live[k]].keys[i].Lock); err != nil {
+					var zero T
+					return zero, err
+				}
+			}
+			return fn(ctx, i, live, bounds)
+		})
+		if err != nil {
+			return v, fail(ctx, i, err)
+		}
+		return v, nil
+	})
+	for _, p := range pend {
+		p.Attach(roundOf(r))
+	}
+	return r, live, errs
+}
