@@ -169,7 +169,7 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 		keys[i] = scripts.Keys{Lock: e.lockKey(i)} // the clock of its master bounds a write (Cluster)
 	}
 	e.own = &owner{goOwned: link.Go, timeout: e.nodeTimeout}
-	e.tok = link.Set.Token(keys, 0, e.nodeTimeout, e.own).Through(e.layer)
+	e.tok = link.Set.Token(keys, 0, e.nodeTimeout, &e.own.mu, e.own, e.own).Through(e.layer)
 	return e, nil
 }
 

@@ -20,10 +20,10 @@ import (
 // owns (node.Linked.Go), so that a straggler left behind by an early
 // decision is waited for by the Client's Close, as the lock's own are.
 type owner struct {
-	sync.Mutex // registers the rounds (node.Owner)
-	goOwned    func(timeout time.Duration, f func()) error
-	timeout    time.Duration
-	closed     atomic.Bool // the Client refused a request: it is closed
+	mu      sync.Mutex // registers the rounds (node.Set.Token)
+	goOwned func(timeout time.Duration, f func()) error
+	timeout time.Duration
+	closed  atomic.Bool // the Client refused a request: it is closed
 }
 
 // Go implements quorum.Spawner. Once the Client is closed, f runs on a
@@ -37,9 +37,8 @@ func (o *owner) Go(f func()) {
 	go f()
 }
 
-func (o *owner) Spawner() quorum.Spawner { return o }
-func (o *owner) Open() bool              { return true }
-func (o *owner) Usable() error           { return nil }
+func (o *owner) Open() bool    { return true }
+func (o *owner) Usable() error { return nil }
 
 // Fail keeps a request's error as it is: nodeErrors wraps it.
 func (o *owner) Fail(_ context.Context, _ int, _ string, err error) error { return err }

@@ -69,7 +69,7 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 	if err := c.callerHolds(ctx, resource, cfg); err != nil {
 		return nil, err // it would wait for itself (reentry.go)
 	}
-	if err := c.begin(); err != nil {
+	if err := c.beginCall(cfg.timeout()); err != nil {
 		return nil, err
 	}
 	defer c.end()
@@ -79,7 +79,6 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 		// passed (issue 44 item 3).
 		return nil, ctxDoneBefore(ctx)
 	}
-	c.noteTimeout(cfg.timeout())
 	return body(c, ctx, resource, cfg, callID, &attempts)
 }
 
@@ -236,7 +235,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
-	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), (*owner)(l))
+	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), &l.mu, &c.wg, (*owner)(l))
 	return l
 }
 
@@ -270,7 +269,7 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight
 	cfg := l.cfg
 	// The arguments are boxed once for every node; each node's not-after
 	// bound (step 4) is the node layer's.
-	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
+	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArgs)
 	// Step 1: one parallel round on every node, after our own releases of
 	// the key in flight as it is registered (node.Op.Follow).
 	op := node.Op{Name: "acquire", Follow: true, Bound: true}
@@ -298,9 +297,8 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight
 		}
 		h.rewake()
 	}
-	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
 	// Step 3: validity, from before the first request was sent.
-	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
+	if deadline, ok := r.Granted(t, cfg.ttl, cfg.drift); ok {
 		if !cfg.fencing {
 			return outcome{t, r, c.hold(ctx, l, deadline, 0), true}
 		}

@@ -9,8 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // How a lock's rounds use the node layer's unit (node.Token, DESIGN step
@@ -18,16 +16,13 @@ import (
 // round is node.Run with a node.Op saying what it is for, and the node
 // layer registers it, fixes its start, orders it and bounds it.
 
-// owner is a Lock as its token's owner: the lock under which Unlock's,
-// Detach's and Close's finish change the state, whether it is held, and
-// how a failed request is reported.
+// owner is a Lock as its token's owner (its mutex, l.mu, is the one under
+// which Unlock's, Detach's and Close's finish change the state): whether it
+// is held, and how a failed request is reported.
 type owner Lock
 
-func (o *owner) Lock()                   { o.mu.Lock() }
-func (o *owner) Unlock()                 { o.mu.Unlock() }
-func (o *owner) Open() bool              { return (*Lock)(o).heldNow() }
-func (o *owner) Usable() error           { return (*Lock)(o).usable() }
-func (o *owner) Spawner() quorum.Spawner { return &o.c.wg }
+func (o *owner) Open() bool    { return (*Lock)(o).heldNow() }
+func (o *owner) Usable() error { return (*Lock)(o).usable() }
 func (o *owner) Fail(ctx context.Context, i int, op string, err error) error {
 	return o.c.nodeError(ctx, i, site{o.cfg.obs, op, o.resource}, err)
 }

@@ -12,8 +12,6 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // What a Client knows of each node's health, so that a call is answered by
@@ -31,11 +29,6 @@ import (
 //
 // Failing a request early is always safe for the algorithm: a node that
 // fails grants nothing, and a request that was never sent cannot land.
-
-// epoch is the origin of the monotonic times kept in atomics.
-var epoch = time.Now()
-
-func monoNow() int64 { return int64(time.Since(epoch)) }
 
 // health is one node's health as seen by one Client.
 type health struct {
@@ -87,25 +80,6 @@ func (d *dialState) set(err error) {
 	d.err.Store(&err)
 }
 
-// up clears the last dial's error: a dial or a request succeeded. It is
-// apart from set, whose err escapes, so that the hot path allocates nothing.
-func (d *dialState) up() {
-	if d.err.Load() != nil { // most calls: a load, no store
-		d.err.Store(nil)
-	}
-}
-
-// down returns the error of the node's last dial, or nil.
-func (d *dialState) down() error {
-	if d == nil {
-		return nil
-	}
-	if p := d.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // dialStates holds one dialState per node client, so that Clients built
 // one after another over the same clients add one hook in all (go-redis has
 // no RemoveHook). Keys are weak: the entry goes with the client.
@@ -145,29 +119,6 @@ func stateFor[T any](c *T, hook func(*dialState)) *dialState {
 	return d
 }
 
-// refuse returns why a request to the node must not be sent now, or nil;
-// down is set when the node is down (its last dial failed): the caller
-// probes it (see probeEvery).
-func (h *health) refuse() (err error, down bool) {
-	if err := h.dials.down(); err != nil {
-		return &ConnError{Err: err, notSent: true}, true
-	}
-	if in := h.inflight.Load(); in > 0 {
-		due := h.due.Load()
-		late := time.Duration(monoNow() - due)
-		// Once a second one request goes through all the same: a request
-		// whose client never times out (ReadTimeout -1) on a link that
-		// dropped it would otherwise keep the node stuck for good.
-		if late >= h.grace && (late < stuckProbe || !h.due.CompareAndSwap(due, monoNow())) {
-			return &stuckError{Late: late, roundView: in}, false
-		}
-	}
-	return nil, false
-}
-
-// stuckProbe is how often a stuck node is sent a request all the same.
-const stuckProbe = time.Second
-
 // lateGrace is the grace of a node client that honours ctx deadlines.
 const lateGrace = 250 * time.Millisecond
 
@@ -186,24 +137,6 @@ func newHealth(n redis.UniversalClient) *health {
 		}
 	}
 	return h
-}
-
-// sent and returned bracket a request in flight on a node; due is the
-// request's deadline, timeout its whole budget (due − its start): while
-// other requests are in flight, the node is late that long after a return.
-func (h *health) sent(due time.Time) {
-	if h.inflight.Add(1) == 1 {
-		h.due.Store(int64(due.Sub(epoch)))
-	}
-}
-
-// returned ends a request that sent began; err is its outcome.
-func (h *health) returned(err error, timeout time.Duration) {
-	h.due.Store(monoNow() + int64(timeout))
-	h.inflight.Add(-1)
-	if h.dials != nil && replied(err) {
-		h.dials.up() // the node answered: it is up
-	}
 }
 
 // Down returns the error of the node's last dial, or nil once a dial or a
@@ -270,7 +203,7 @@ var errMayHaveLanded = errors.New("may have landed")
 // Unsent reports whether a request provably never left the client, so
 // that nothing of it can land on the node later: the node layer kept it
 // back (the in-flight cap was full; the node is down or stuck), or go-redis
-// got it no connection on its only try (see neverWrote, and Do). Every
+// got it no connection on its only try (see neverWrote, and do). Every
 // other failure — a timeout, a broken connection, a dial error after
 // go-redis retried a request it may have written — "may have landed".
 func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
@@ -282,40 +215,6 @@ func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
 // broken connection leaves it unknown whether (and when) the request
 // reaches the node.
 func Answered(err error) bool { return replied(err) || Unsent(err) }
-
-// replied reports whether a request that ended with err got the node's
-// reply: a result, an error reply, or scripts.ErrLate.
-func replied(err error) bool {
-	if err == nil {
-		return true // before the errors.As target, which escapes
-	}
-	var re redis.Error
-	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate)
-}
-
-// neverWrote reports whether err, returned by a node client whose retries
-// are off (MaxRetries -1), says that the request got no connection, so that
-// no byte of it was written: a dial refused or timed out, a name that did
-// not resolve, the pool timed out, exhausted or closed. With retries on
-// (go-redis's default), a dial error may follow a first try that wrote the
-// request and lost its connection, so it proves nothing (issue 30 item 6).
-// An error marked by MayHaveLanded proves nothing either.
-func neverWrote(err error) bool {
-	if err == nil || errors.Is(err, errMayHaveLanded) {
-		return false
-	}
-	var oe *net.OpError
-	var de *net.DNSError
-	switch {
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
-		return true
-	case errors.As(err, &de):
-		return true
-	case errors.As(err, &oe):
-		return oe.Op == "dial"
-	}
-	return false
-}
 
 // MayHaveLanded marks err as the error of a request that may have been
 // written before it failed (a pipeline that sent part of its commands): it
@@ -356,13 +255,13 @@ func (e *ConnError) Unwrap() []error {
 // node is in flight past its deadline, with no reply since. It matches
 // context.DeadlineExceeded and errNotSent.
 type stuckError struct {
-	Late      time.Duration
-	roundView int32
+	Late     time.Duration
+	InFlight int32
 }
 
 func (e *stuckError) Error() string {
 	return fmt.Sprintf("not sent: the node is not answering (%d requests in flight, the oldest past its deadline by %v)",
-		e.roundView, e.Late.Round(time.Millisecond))
+		e.InFlight, e.Late.Round(time.Millisecond))
 }
 
 func (e *stuckError) Unwrap() []error { return []error{errNotSent, context.DeadlineExceeded} }

@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -52,7 +55,7 @@ func retriesOff(c redis.UniversalClient) bool {
 	return ok && rc.Options().MaxRetries == 0
 }
 
-// Do runs fn on node n: the one path of every request of the library. A
+// do runs fn on node n: the one path of every request of the library. A
 // request is not sent, and fails at once with an error matching
 // errNotSent, to a node known down (down is called: the caller probes it)
 // or stuck, or when the in-flight cap is full (ErrBusy). gate, when set,
@@ -63,7 +66,7 @@ func retriesOff(c redis.UniversalClient) bool {
 // timeout, and one while the node's dials fail carries the dialer's error
 // (see health.Cause). timeout is the request's budget when ctx has no
 // deadline.
-func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	var zero T
 	start := time.Now()
 	due, ok := ctx.Deadline()
@@ -112,7 +115,7 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	return zero, n.Health.Cause(err)
 }
 
-// Call runs fn on node i through Do, with the Set's gates: a lock request
+// Call runs fn on node i through do, with the Set's gates: a lock request
 // (lockOp) is refused once two nodes were found to reach one server, and
 // waits for the identity check before this Client's first request to the
 // node; a node found down gets the probe that brings it back (probeDown).
@@ -128,7 +131,7 @@ func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.D
 	if lockOp {
 		gate, _ = s.gate(i)
 	}
-	return Do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
+	return do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
 }
 
 // InFlight returns how many requests of this Client are in flight on the
@@ -183,7 +186,7 @@ func NewSet(clients []redis.UniversalClient, cfg Config) *Set {
 	return s
 }
 
-// gate returns what Do needs for node i of the Set, for a request sent on
+// gate returns what do needs for node i of the Set, for a request sent on
 // a client of its own (package election's NewWithNodes): the identity
 // check before this Client's first request there (nil once done), and the
 // probe to start when the node is found down.
@@ -229,4 +232,107 @@ func (s *Set) probeDown(i int) {
 	if err != nil {
 		h.endProbe()
 	}
+}
+
+// A request's life on a node, as do brackets it: refused while the node
+// is down or stuck, counted in flight until it returns, and what its error
+// proves about whether it was written.
+
+// refuse returns why a request to the node must not be sent now, or nil;
+// down is set when the node is down (its last dial failed): the caller
+// probes it (see probeEvery).
+func (h *health) refuse() (err error, down bool) {
+	if err := h.dials.down(); err != nil {
+		return &ConnError{Err: err, notSent: true}, true
+	}
+	if in := h.inflight.Load(); in > 0 {
+		due := h.due.Load()
+		late := time.Duration(monoNow() - due)
+		// Once a second one request goes through all the same: a request
+		// whose client never times out (ReadTimeout -1) on a link that
+		// dropped it would otherwise keep the node stuck for good.
+		if late >= h.grace && (late < stuckProbe || !h.due.CompareAndSwap(due, monoNow())) {
+			return &stuckError{Late: late, InFlight: in}, false
+		}
+	}
+	return nil, false
+}
+
+// stuckProbe is how often a stuck node is sent a request all the same.
+const stuckProbe = time.Second
+
+// sent and returned bracket a request in flight on a node; due is the
+// request's deadline, timeout its whole budget (due − its start): while
+// other requests are in flight, the node is late that long after a return.
+func (h *health) sent(due time.Time) {
+	if h.inflight.Add(1) == 1 {
+		h.due.Store(int64(due.Sub(epoch)))
+	}
+}
+
+// returned ends a request that sent began; err is its outcome.
+func (h *health) returned(err error, timeout time.Duration) {
+	h.due.Store(monoNow() + int64(timeout))
+	h.inflight.Add(-1)
+	if h.dials != nil && replied(err) {
+		h.dials.up() // the node answered: it is up
+	}
+}
+
+// neverWrote reports whether err, returned by a node client whose retries
+// are off (MaxRetries -1), says that the request got no connection, so that
+// no byte of it was written: a dial refused or timed out, a name that did
+// not resolve, the pool timed out, exhausted or closed. With retries on
+// (go-redis's default), a dial error may follow a first try that wrote the
+// request and lost its connection, so it proves nothing (issue 30 item 6).
+// An error marked by MayHaveLanded proves nothing either.
+func neverWrote(err error) bool {
+	if err == nil || errors.Is(err, errMayHaveLanded) {
+		return false
+	}
+	var oe *net.OpError
+	var de *net.DNSError
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
+		return true
+	case errors.As(err, &de):
+		return true
+	case errors.As(err, &oe):
+		return oe.Op == "dial"
+	}
+	return false
+}
+
+// up clears the last dial's error: a dial or a request succeeded. It is
+// apart from set, whose err escapes, so that the hot path allocates nothing.
+func (d *dialState) up() {
+	if d.err.Load() != nil { // most calls: a load, no store
+		d.err.Store(nil)
+	}
+}
+
+// down returns the error of the node's last dial, or nil.
+func (d *dialState) down() error {
+	if d == nil {
+		return nil
+	}
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// epoch is the origin of the monotonic times kept in atomics.
+var epoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// replied reports whether a request that ended with err got the node's
+// reply: a result, an error reply, or scripts.ErrLate.
+func replied(err error) bool {
+	if err == nil {
+		return true // before the errors.As target, which escapes
+	}
+	var re redis.Error
+	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate)
 }

@@ -2,28 +2,25 @@ package node
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Owner is what a Token needs of the lock that keeps it (package redlock's
-// Lock): the lock under which the owner ends the token (a release, a
-// handover), whether the token may still send, goroutines the Client owns,
+// Lock), beyond its mutex (Set.Token): whether the token may still send,
 // and how a failed request is reported.
 type Owner interface {
-	Lock()
-	Unlock()
-	// Open reports, with the owner locked, whether a round that needs the
-	// token held (Op.Held) may still be sent.
+	// Open reports, with the owner's mutex held, whether a round that
+	// needs the token held (Op.Held) may still be sent.
 	Open() bool
-	// Usable is the owner's error when Open said no (not locked).
+	// Usable is the owner's error when Open said no (mutex not held).
 	Usable() error
-	// Spawner starts requests on goroutines the Client owns.
-	Spawner() quorum.Spawner
 	// Fail is the error of a request of op to node i that failed with err
 	// (package redlock: a *NodeError, reported to the hooks).
 	Fail(ctx context.Context, i int, op string, err error) error
@@ -78,7 +75,7 @@ func Run[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Contex
 }
 
 func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) *quorum.Round[T] {
-	r := quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.own.Spawner(), func(ctx context.Context, i int) (T, error) {
+	r := quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (T, error) {
 		var zero T
 		if op.Only != nil {
 			if ok, err := op.Only(ctx, i); !ok || err != nil {
@@ -122,7 +119,7 @@ func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx 
 		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
 	}
 	gate, down := t.set.gate(i)
-	return Do(ctx, t.via[i], t.timeout, gate, down, fn)
+	return do(ctx, t.via[i], t.timeout, gate, down, fn)
 }
 
 // runLate is Run under the negative control testhooks.ExtendRegisterLate:
@@ -135,7 +132,7 @@ func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Co
 	testhooks.BeforeExtendSend()
 	p := t.newPending()
 	r := send(ctx, t, p, op, fn)
-	t.own.Spawner().Go(func() {
+	t.sp.Go(func() {
 		r.Wait()
 		t.track(p)
 	})
@@ -171,7 +168,7 @@ func Batch[T any](ctx context.Context, ts []*Token, op Op, fail func(ctx context
 		return nil, nil, errs
 	}
 	set := ts[live[0]].set
-	r = quorum.StartAt(ctx, pend[0].Start, len(set.Nodes), timeout, ts[live[0]].own.Spawner(), func(ctx context.Context, i int) (T, error) {
+	r = quorum.StartAt(ctx, pend[0].Start, len(set.Nodes), timeout, ts[live[0]].sp, func(ctx context.Context, i int) (T, error) {
 		v, err := Call(ctx, set, i, !op.Release, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) {
 			bounds := make([]int64, 1)
 			if set.Nodes[i].Cluster {
@@ -195,4 +192,190 @@ func Batch[T any](ctx context.Context, ts []*Token, op Op, fail func(ctx context
 		p.Attach(roundOf(r))
 	}
 	return r, live, errs
+}
+
+// register registers a round of the token that starts now, before
+// anything of it is sent. With held, it does so under the owner's lock and
+// only if the owner says the token may still send then (Owner.Open): the
+// owner ends the token (a release, a handover) under that lock, so a
+// release that comes later sees the round pending — every node
+// unanswered, so it leaves the guard — and a round that would come after
+// it is never registered; it then returns the owner's error (Usable).
+// Without held (an acquire attempt, its fence commit and yields, Resume's
+// rounds, Detach's leaving the queues: the lock is not handed out, and its
+// release comes from the same goroutine after the round) it always
+// registers.
+func (g *Token) register(held bool) (*pendingRound, error) {
+	for {
+		g.ownMu.Lock()
+		if !held || g.own.Open() {
+			p := g.newPending()
+			g.track(p)
+			g.ownMu.Unlock()
+			return p, nil
+		}
+		g.ownMu.Unlock()
+		if err := g.own.Usable(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// newPending returns a round that starts now, not registered.
+func (g *Token) newPending() *pendingRound {
+	p := &pendingRound{Start: time.Now()}
+	if g.n <= len(p.small) {
+		p.bounds = p.small[:g.n]
+	} else {
+		p.bounds = make([]int64, g.n)
+	}
+	return p
+}
+
+// Attach gives p its requests.
+func (p *pendingRound) Attach(r roundView) {
+	p.r = r
+	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
+}
+
+// roundOf is a round as the ledger sees it.
+func roundOf[T any](r *quorum.Round[T]) roundView { return round[T]{r} }
+
+type round[T any] struct{ r *quorum.Round[T] }
+
+func (p round[T]) Answered(i int) bool {
+	rep, ok := p.r.Reply(i)
+	return ok && Answered(rep.Err)
+}
+
+func (p round[T]) Settled() bool { return p.r.Settled() }
+
+// track records a round until all its requests have answered or given up;
+// a node that gave up on one is remembered as unsure for good (its request
+// may land at any later time).
+func (g *Token) track(r roundView) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	keep := g.rounds[:0]
+	for _, old := range g.rounds {
+		if !old.Settled() {
+			keep = append(keep, old)
+			continue
+		}
+		for i := range g.n {
+			if !old.Answered(i) {
+				g.markUnsureLocked(i)
+			}
+		}
+	}
+	clear(g.rounds[len(keep):])
+	g.rounds = append(keep, r)
+}
+
+func (g *Token) markUnsureLocked(i int) {
+	if g.unsure == nil {
+		g.unsure = make([]bool, g.n)
+	}
+	g.unsure[i] = true
+}
+
+// The order of a Client's own requests to one key on one node: an acquire
+// goes after this Client's releases of the key in flight there when its
+// round was registered (Follow, Request), so that its own leftovers never
+// refuse it.
+
+// relKey names a lock key on one node; Set.releasing holds, per
+// relKey, one channel per release of it in flight there, closed when that
+// release ends.
+type relKey struct {
+	key  string // the lock key on the node
+	node int
+}
+
+// ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
+func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
+
+// ReleaseBegin registers a release of keys on node i (under each of its
+// lock keys: a multi-lock's every resource), before it is handed to a
+// goroutine or sent; done ends it. Every sender of a release registers
+// it: Unlock's round, a refused call's cleanup and a lost call's abandon
+// (package redlock's release.go), and the retry loop's pipelines
+// (releaser.go). This Client's next acquire of any of those keys waits on each node for the
+// releases registered there before its round was (Token.Follow), so
+// that its own leftovers never refuse it: a TryLock right after a refused
+// one found the first one's grant still there
+// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
+func (s *Set) ReleaseBegin(keys scripts.Keys, i int) (done func()) {
+	locks := keys.LockKeys()
+	f := make(chan struct{}) // closed when the release has ended
+	s.relMu.Lock()
+	if s.releasing == nil {
+		s.releasing = make(map[relKey][]chan struct{})
+	}
+	for _, key := range locks {
+		k := relKey{key, i}
+		s.releasing[k] = append(s.releasing[k], f)
+	}
+	s.relMu.Unlock()
+	return func() {
+		s.relMu.Lock()
+		for _, key := range locks {
+			k := relKey{key, i}
+			fs := s.releasing[k]
+			if j := slices.Index(fs, f); j >= 0 {
+				fs = slices.Delete(fs, j, j+1)
+			}
+			if len(fs) == 0 {
+				delete(s.releasing, k)
+			} else {
+				s.releasing[k] = fs
+			}
+		}
+		s.relMu.Unlock()
+		close(f)
+	}
+}
+
+// releasesBefore returns, per node, this Client's releases of keys in
+// flight now (nil: none anywhere). An acquire round takes it when it is
+// registered, and each of its requests waits for those only
+// (Request): a release registered later is never one it must
+// follow, and may be its own call's cleanup, which waits for the
+// request's answer — a request that started late waited for it, the two
+// until the node timeout, and every acquire of the key on that node
+// behind them (lockbench's semaphore: waits in steps of one node timeout;
+// TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
+func (s *Set) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if len(s.releasing) == 0 {
+		return nil
+	}
+	var out [][]chan struct{}
+	for i, k := range keys {
+		for _, key := range k.LockKeys() {
+			if fs := s.releasing[relKey{key, i}]; len(fs) > 0 {
+				if out == nil {
+					out = make([][]chan struct{}, len(keys))
+				}
+				out[i] = append(out[i], fs...)
+			}
+		}
+	}
+	return out
+}
+
+// awaitReleases waits until the releases fs took for node i have ended
+// (each within its node timeout), or ctx ends.
+func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
+	if fs == nil {
+		return
+	}
+	for _, f := range fs[i] {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +32,9 @@ type Token struct {
 	keys         []scripts.Keys // per node
 	ttl, timeout time.Duration  // the lock's TTL and node timeout
 	own          Owner
-	via          []*Node // per node, the client its requests go on (nil: the Set's; see Through)
+	ownMu        *sync.Mutex    // the owner's: it ends the token under it
+	sp           quorum.Spawner // starts the requests, on goroutines the Client owns
+	via          []*Node        // per node, the client its requests go on (nil: the Set's; see Through)
 
 	mu     sync.Mutex  // protects rounds, unsure
 	rounds []roundView // rounds with requests maybe still in flight
@@ -42,9 +42,10 @@ type Token struct {
 }
 
 // Token returns the node layer's unit for one lock token whose keys are
-// keys (one per node), with the lock's TTL and node timeout, kept by own.
-func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration, own Owner) *Token {
-	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout, own: own}
+// keys (one per node), with the lock's TTL and node timeout, kept by own,
+// which ends the token under mu; sp starts its requests.
+func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration, mu *sync.Mutex, sp quorum.Spawner, own Owner) *Token {
+	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout, own: own, ownMu: mu, sp: sp}
 }
 
 // roundView is a round of requests of one token, seen by its release: where
@@ -71,53 +72,6 @@ type pendingRound struct {
 	small  [5]int64
 }
 
-// register registers a round of the token that starts now, before
-// anything of it is sent. With held, it does so under the owner's lock and
-// only if the owner says the token may still send then (Owner.Open): the
-// owner ends the token (a release, a handover) under that lock, so a
-// release that comes later sees the round pending — every node
-// unanswered, so it leaves the guard — and a round that would come after
-// it is never registered; it then returns the owner's error (Usable).
-// Without held (an acquire attempt, its fence commit and yields, Resume's
-// rounds, Detach's leaving the queues: the lock is not handed out, and its
-// release comes from the same goroutine after the round) it always
-// registers.
-func (g *Token) register(held bool) (*pendingRound, error) {
-	for {
-		g.own.Lock()
-		if !held || g.own.Open() {
-			p := g.newPending()
-			g.track(p)
-			g.own.Unlock()
-			return p, nil
-		}
-		g.own.Unlock()
-		if err := g.own.Usable(); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// newPending returns a round that starts now, not registered.
-func (g *Token) newPending() *pendingRound {
-	p := &pendingRound{Start: time.Now()}
-	if g.n <= len(p.small) {
-		p.bounds = p.small[:g.n]
-	} else {
-		p.bounds = make([]int64, g.n)
-	}
-	return p
-}
-
-// ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
-func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
-
-// Attach gives p its requests.
-func (p *pendingRound) Attach(r roundView) {
-	p.r = r
-	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
-}
-
 // round returns the attached round, or nil before Attach.
 func (p *pendingRound) round() roundView {
 	if !p.sent.Load() {
@@ -136,47 +90,6 @@ func (p *pendingRound) Answered(i int) bool {
 func (p *pendingRound) Settled() bool {
 	r := p.round()
 	return r != nil && r.Settled()
-}
-
-// roundOf is a round as the ledger sees it.
-func roundOf[T any](r *quorum.Round[T]) roundView { return round[T]{r} }
-
-type round[T any] struct{ r *quorum.Round[T] }
-
-func (p round[T]) Answered(i int) bool {
-	rep, ok := p.r.Reply(i)
-	return ok && Answered(rep.Err)
-}
-
-func (p round[T]) Settled() bool { return p.r.Settled() }
-
-// track records a round until all its requests have answered or given up;
-// a node that gave up on one is remembered as unsure for good (its request
-// may land at any later time).
-func (g *Token) track(r roundView) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	keep := g.rounds[:0]
-	for _, old := range g.rounds {
-		if !old.Settled() {
-			keep = append(keep, old)
-			continue
-		}
-		for i := range g.n {
-			if !old.Answered(i) {
-				g.markUnsureLocked(i)
-			}
-		}
-	}
-	clear(g.rounds[len(keep):])
-	g.rounds = append(keep, r)
-}
-
-func (g *Token) markUnsureLocked(i int) {
-	if g.unsure == nil {
-		g.unsure = make([]bool, g.n)
-	}
-	g.unsure[i] = true
 }
 
 // unanswered reports whether a request of the token may still land on node
@@ -218,102 +131,4 @@ func (g *Token) GuardTTL() time.Duration {
 		return 0 // a negative control of the chaos checker
 	}
 	return g.set.guardLifetime(g.keys, g.ttl, g.timeout)
-}
-
-// The order of a Client's own requests to one key on one node: an acquire
-// goes after this Client's releases of the key in flight there when its
-// round was registered (Follow, Request), so that its own leftovers never
-// refuse it.
-
-// relKey names a lock key on one node; Set.releasing holds, per
-// relKey, one channel per release of it in flight there, closed when that
-// release ends.
-type relKey struct {
-	key  string // the lock key on the node
-	node int
-}
-
-// ReleaseBegin registers a release of keys on node i (under each of its
-// lock keys: a multi-lock's every resource), before it is handed to a
-// goroutine or sent; done ends it. Every sender of a release registers
-// it: Unlock's round, a refused call's cleanup and a lost call's abandon
-// (package redlock's release.go), and the retry loop's pipelines
-// (releaser.go). This Client's next acquire of any of those keys waits on each node for the
-// releases registered there before its round was (Token.Follow), so
-// that its own leftovers never refuse it: a TryLock right after a refused
-// one found the first one's grant still there
-// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (s *Set) ReleaseBegin(keys scripts.Keys, i int) (done func()) {
-	locks := keys.LockKeys()
-	f := make(chan struct{}) // closed when the release has ended
-	s.relMu.Lock()
-	if s.releasing == nil {
-		s.releasing = make(map[relKey][]chan struct{})
-	}
-	for _, key := range locks {
-		k := relKey{key, i}
-		s.releasing[k] = append(s.releasing[k], f)
-	}
-	s.relMu.Unlock()
-	return func() {
-		s.relMu.Lock()
-		for _, key := range locks {
-			k := relKey{key, i}
-			fs := s.releasing[k]
-			if j := slices.Index(fs, f); j >= 0 {
-				fs = slices.Delete(fs, j, j+1)
-			}
-			if len(fs) == 0 {
-				delete(s.releasing, k)
-			} else {
-				s.releasing[k] = fs
-			}
-		}
-		s.relMu.Unlock()
-		close(f)
-	}
-}
-
-// releasesBefore returns, per node, this Client's releases of keys in
-// flight now (nil: none anywhere). An acquire round takes it when it is
-// registered, and each of its requests waits for those only
-// (Request): a release registered later is never one it must
-// follow, and may be its own call's cleanup, which waits for the
-// request's answer — a request that started late waited for it, the two
-// until the node timeout, and every acquire of the key on that node
-// behind them (lockbench's semaphore: waits in steps of one node timeout;
-// TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
-func (s *Set) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
-	s.relMu.Lock()
-	defer s.relMu.Unlock()
-	if len(s.releasing) == 0 {
-		return nil
-	}
-	var out [][]chan struct{}
-	for i, k := range keys {
-		for _, key := range k.LockKeys() {
-			if fs := s.releasing[relKey{key, i}]; len(fs) > 0 {
-				if out == nil {
-					out = make([][]chan struct{}, len(keys))
-				}
-				out[i] = append(out[i], fs...)
-			}
-		}
-	}
-	return out
-}
-
-// awaitReleases waits until the releases fs took for node i have ended
-// (each within its node timeout), or ctx ends.
-func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
-	if fs == nil {
-		return
-	}
-	for _, f := range fs[i] {
-		select {
-		case <-f:
-		case <-ctx.Done():
-			return
-		}
-	}
 }

@@ -17,7 +17,7 @@ import (
 // node until its requests answer.
 func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Token{n: 3, own: new(testOwner)}
+		g := &Token{n: 3, own: testOwner{}, ownMu: new(sync.Mutex)}
 		p, _ := g.register(false)
 		for i := range 3 {
 			if !g.unanswered(i) {
@@ -58,7 +58,7 @@ func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 // their deadline, not when the caller cancels (issue 30 item 8).
 func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Token{n: 1, own: new(testOwner)}
+		g := &Token{n: 1, own: testOwner{}, ownMu: new(sync.Mutex)}
 		ctx, cancel := context.WithCancel(context.Background())
 		var got error
 		p, _ := g.register(false)
@@ -79,12 +79,11 @@ func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 }
 
 // testOwner owns a Token in tests of the registry: always held.
-type testOwner struct{ sync.Mutex }
+type testOwner struct{}
 
-func (*testOwner) Open() bool                                               { return true }
-func (*testOwner) Usable() error                                            { return nil }
-func (*testOwner) Spawner() quorum.Spawner                                  { return nil }
-func (*testOwner) Fail(_ context.Context, _ int, _ string, err error) error { return err }
+func (testOwner) Open() bool                                               { return true }
+func (testOwner) Usable() error                                            { return nil }
+func (testOwner) Fail(_ context.Context, _ int, _ string, err error) error { return err }
 
 // sendTest sends the registered round p to n nodes as Run does, with fn
 // for each node's request.
@@ -114,7 +113,7 @@ func (allAnswered) Settled() bool     { return true }
 // forgot such a node). Moved from package redlock's rounds_test.go.
 func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 	t.Parallel()
-	g := &Token{n: 3, own: new(testOwner)}
+	g := &Token{n: 3, own: testOwner{}, ownMu: new(sync.Mutex)}
 	p, _ := g.register(false)
 	p.Attach(settledUnanswered{})
 	q, _ := g.register(false) // drops the settled round from the list
