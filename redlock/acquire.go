@@ -72,7 +72,7 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 	if err := c.beginCall(cfg.timeout()); err != nil {
 		return nil, err
 	}
-	defer c.end()
+	defer c.wg.Done() // c.end
 	if err := ctx.Err(); err != nil {
 		// Done before anything was sent: the call says nothing about the
 		// nodes or the holder, whether ctx was cancelled or its deadline
