@@ -200,22 +200,6 @@ func (*busyError) Unwrap() error { return errNotSent }
 // before it failed (see neverWrote).
 var errMayHaveLanded = errors.New("may have landed")
 
-// Unsent reports whether a request provably never left the client, so
-// that nothing of it can land on the node later: the node layer kept it
-// back (the in-flight cap was full; the node is down or stuck), or go-redis
-// got it no connection on its only try (see neverWrote, and do). Every
-// other failure — a timeout, a broken connection, a dial error after
-// go-redis retried a request it may have written — "may have landed".
-func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
-
-// Answered reports whether a request that ended with err can no longer
-// change anything on the node: the node replied (a result, an error reply,
-// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
-// or the request provably never left the client (Unsent). A timeout or a
-// broken connection leaves it unknown whether (and when) the request
-// reaches the node.
-func Answered(err error) bool { return replied(err) || Unsent(err) }
-
 // MayHaveLanded marks err as the error of a request that may have been
 // written before it failed (a pipeline that sent part of its commands): it
 // reads as err, and neverWrote is false for it.

@@ -165,15 +165,6 @@ func (s *Set) idKeys() []string {
 	return s.ids.keys
 }
 
-// Duplicate returns the error of two nodes found to reach one server, or
-// nil.
-func (s *Set) Duplicate() error {
-	if p := s.ids.dup.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // ForgetIdentity deletes this Client's identity keys (identify) from the
 // nodes that may have one, for Close, which calls it after Config.Closing
 // is closed: per node, on the Client's goroutines (Close waits for them

@@ -134,6 +134,15 @@ func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.D
 	return do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
 }
 
+// Duplicate returns the error of two nodes found to reach one server, or
+// nil.
+func (s *Set) Duplicate() error {
+	if p := s.ids.dup.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // InFlight returns how many requests of this Client are in flight on the
 // node.
 func (n *Node) InFlight() int { return len(n.sem) }
@@ -326,6 +335,22 @@ func (d *dialState) down() error {
 var epoch = time.Now()
 
 func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// Unsent reports whether a request provably never left the client, so
+// that nothing of it can land on the node later: the node layer kept it
+// back (the in-flight cap was full; the node is down or stuck), or go-redis
+// got it no connection on its only try (see neverWrote, and do). Every
+// other failure — a timeout, a broken connection, a dial error after
+// go-redis retried a request it may have written — "may have landed".
+func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
+
+// Answered reports whether a request that ended with err can no longer
+// change anything on the node: the node replied (a result, an error reply,
+// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
+// or the request provably never left the client (Unsent). A timeout or a
+// broken connection leaves it unknown whether (and when) the request
+// reaches the node.
+func Answered(err error) bool { return replied(err) || Unsent(err) }
 
 // replied reports whether a request that ended with err got the node's
 // reply: a result, an error reply, or scripts.ErrLate.

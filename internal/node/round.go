@@ -241,15 +241,6 @@ func (p *pendingRound) Attach(r roundView) {
 // roundOf is a round as the ledger sees it.
 func roundOf[T any](r *quorum.Round[T]) roundView { return round[T]{r} }
 
-type round[T any] struct{ r *quorum.Round[T] }
-
-func (p round[T]) Answered(i int) bool {
-	rep, ok := p.r.Reply(i)
-	return ok && Answered(rep.Err)
-}
-
-func (p round[T]) Settled() bool { return p.r.Settled() }
-
 // track records a round until all its requests have answered or given up;
 // a node that gave up on one is remembered as unsure for good (its request
 // may land at any later time).

@@ -80,6 +80,16 @@ func (p *pendingRound) round() roundView {
 	return p.r
 }
 
+// round is a sent round as the registry sees it (roundOf).
+type round[T any] struct{ r *quorum.Round[T] }
+
+func (p round[T]) Answered(i int) bool {
+	rep, ok := p.r.Reply(i)
+	return ok && Answered(rep.Err)
+}
+
+func (p round[T]) Settled() bool { return p.r.Settled() }
+
 // Answered reports whether node i has answered p's round.
 func (p *pendingRound) Answered(i int) bool {
 	r := p.round()
