@@ -8,6 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -113,7 +116,14 @@ func (allAnswered) Settled() bool     { return true }
 // forgot such a node). Moved from package redlock's rounds_test.go.
 func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 	t.Parallel()
-	g := &Token{n: 3, own: testOwner{}, ownMu: new(sync.Mutex)}
+	var clients []redis.UniversalClient
+	for range 3 {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	s := NewSet(clients, Config{})
+	g := s.Token(make([]scripts.Keys, 3), time.Second, time.Second, new(sync.Mutex), nil, testOwner{})
 	p, _ := g.register(false)
 	p.Attach(settledUnanswered{})
 	q, _ := g.register(false) // drops the settled round from the list
