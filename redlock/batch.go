@@ -48,16 +48,16 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 		return errs
 	}
 	defer c.end()
-	toks := make([]*node.Token, len(locks))
+	toks, owners := make([]*node.Token, len(locks)), make([]node.Owner, len(locks))
 	for j, l := range locks {
-		toks[j] = l.tok
+		toks[j], owners[j] = l.tok, (*owner)(l)
 	}
 	// Each lock's round is registered before anything is sent, as extend's
 	// (node.Batch); the node layer bounds each request.
 	fail := func(ctx context.Context, i int, err error) error {
 		return c.nodeError(ctx, i, site{c.cfg.obs, "extend", ""}, err)
 	}
-	r, live, errs := node.Batch(ctx, toks, node.Op{Name: "extend"}, fail, func(ctx context.Context, i int, live []int, bounds []int64) (batchReply, error) {
+	r, live, errs := node.Batch(ctx, toks, owners, node.Op{Name: "extend"}, fail, func(ctx context.Context, i int, live []int, bounds []int64) (batchReply, error) {
 		return c.extendPipeline(ctx, i, locks, live, bounds)
 	})
 	if r == nil {

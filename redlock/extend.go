@@ -78,7 +78,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 // handover.go) to every node at once, and returns the round; with held,
 // only while the lock is held.
 func (l *Lock) startExtend(ctx context.Context, held bool, ext []scripts.Prepared) (*quorum.Round[reply], error) {
-	return node.Run(ctx, l.tok, node.Op{Name: "extend", Held: held, Bound: true}, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (reply, error) {
+	return node.Run(ctx, l.tok, node.Op{Name: "extend", Held: held, Bound: true, Owner: (*owner)(l)}, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (reply, error) {
 		e, err := ext[i].Extend(ctx, s, notAfter)
 		return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 	})

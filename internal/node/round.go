@@ -33,6 +33,10 @@ type Op struct {
 	// Held: the round is registered only while the owner holds the token
 	// (Owner.Open), in one step with that check (an extension).
 	Held bool
+	// Owner, when set, is the owner whose Open and Usable a Held round
+	// asks instead of the Token's: the handle the call was made on, when
+	// the token's lease can pass between handles.
+	Owner Owner
 	// Follow: each request goes after the Client's own releases of the
 	// token's keys in flight there when the round was registered, so that
 	// its own leftovers never refuse it (an acquire; see Set.ReleaseBegin).
@@ -61,7 +65,7 @@ func Run[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Contex
 	if op.Held && testhooks.ExtendRegisterLate.Load() {
 		return runLate(ctx, t, op, fn)
 	}
-	p, err := t.register(op.Held)
+	p, err := t.register(op.Held, op.Owner)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +130,11 @@ func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx 
 // the round is sent first, and registered only once it has settled, so a
 // release in between does not see it.
 func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) (*quorum.Round[T], error) {
-	if err := t.own.Usable(); err != nil {
+	own := op.Owner
+	if own == nil {
+		own = t.own
+	}
+	if err := own.Usable(); err != nil {
 		return nil, err
 	}
 	testhooks.BeforeExtendSend()
@@ -147,13 +155,18 @@ func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Co
 // round starts at the first registration, so no token's deadline is later
 // than its registration fixed, and its timeout is the shortest of theirs.
 // errs[k] is token k's owner's error when it was not held (nil r when none
-// was); fail is the error of a failed request to node i.
-func Batch[T any](ctx context.Context, ts []*Token, op Op, fail func(ctx context.Context, i int, err error) error, fn func(ctx context.Context, i int, live []int, bounds []int64) (T, error)) (r *quorum.Round[T], live []int, errs []error) {
+// was); owners, when set, are the owners asked instead of the tokens' (see
+// Op.Owner); fail is the error of a failed request to node i.
+func Batch[T any](ctx context.Context, ts []*Token, owners []Owner, op Op, fail func(ctx context.Context, i int, err error) error, fn func(ctx context.Context, i int, live []int, bounds []int64) (T, error)) (r *quorum.Round[T], live []int, errs []error) {
 	errs = make([]error, len(ts))
 	var pend []*pendingRound
 	var timeout time.Duration
 	for k, t := range ts {
-		p, err := t.register(true)
+		var own Owner
+		if owners != nil {
+			own = owners[k]
+		}
+		p, err := t.register(true, own)
 		if err != nil {
 			errs[k] = err
 			continue
@@ -205,17 +218,20 @@ func Batch[T any](ctx context.Context, ts []*Token, op Op, fail func(ctx context
 // rounds, Detach's leaving the queues: the lock is not handed out, and its
 // release comes from the same goroutine after the round) it always
 // registers.
-func (g *Token) register(held bool) (*pendingRound, error) {
+func (g *Token) register(held bool, own Owner) (*pendingRound, error) {
+	if own == nil {
+		own = g.own
+	}
 	for {
 		g.ownMu.Lock()
-		if !held || g.own.Open() {
+		if !held || own.Open() {
 			p := g.newPending()
 			g.track(p)
 			g.ownMu.Unlock()
 			return p, nil
 		}
 		g.ownMu.Unlock()
-		if err := g.own.Usable(); err != nil {
+		if err := own.Usable(); err != nil {
 			return nil, err
 		}
 	}

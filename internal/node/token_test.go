@@ -21,7 +21,7 @@ import (
 func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &Token{n: 3, own: testOwner{}, ownMu: new(sync.Mutex)}
-		p, _ := g.register(false)
+		p, _ := g.register(false, nil)
 		for i := range 3 {
 			if !g.unanswered(i) {
 				t.Errorf("Unanswered(%d) = false for a registered round not sent yet; want true", i)
@@ -64,7 +64,7 @@ func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 		g := &Token{n: 1, own: testOwner{}, ownMu: new(sync.Mutex)}
 		ctx, cancel := context.WithCancel(context.Background())
 		var got error
-		p, _ := g.register(false)
+		p, _ := g.register(false, nil)
 		r := sendTest(ctx, p, 1, time.Second, func(ctx context.Context, _ int) (int, error) {
 			select {
 			case <-ctx.Done():
@@ -124,9 +124,9 @@ func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 	}
 	s := NewSet(clients, Config{})
 	g := s.Token(make([]scripts.Keys, 3), time.Second, time.Second, new(sync.Mutex), nil, testOwner{})
-	p, _ := g.register(false)
+	p, _ := g.register(false, nil)
 	p.Attach(settledUnanswered{})
-	q, _ := g.register(false) // drops the settled round from the list
+	q, _ := g.register(false, nil) // drops the settled round from the list
 	q.Attach(allAnswered{})
 	for i, want := range []bool{false, true, false} {
 		if got := g.unanswered(i); got != want {
