@@ -231,20 +231,30 @@ func (g *yieldGate) delay(b []byte) time.Duration {
 // carriesYield reports whether chunk b (RESP requests) holds an EVALSHA of
 // the release script with a ticket (ARGV[5], scripts.ReleaseArgs): a yield.
 func carriesYield(b []byte) bool {
+	return anyScriptCall(b, func(args [][]byte, nk int) bool {
+		if !bytes.EqualFold(args[0], []byte("evalsha")) || !bytes.Equal(args[1], releaseSHA) {
+			return false
+		}
+		i := 3 + nk + 4
+		return i < len(args) && len(args[i]) > 0
+	})
+}
+
+// anyScriptCall reports whether one of the RESP requests in chunk b is a
+// script call (EVAL or EVALSHA: its script, its key count nk, the keys,
+// the arguments) for which f says true.
+func anyScriptCall(b []byte, f func(args [][]byte, nk int) bool) bool {
 	for len(b) > 0 {
 		args, rest, ok := respCommand(b)
 		if !ok {
 			return false
 		}
 		b = rest
-		if len(args) < 3 || !bytes.EqualFold(args[0], []byte("evalsha")) || !bytes.Equal(args[1], releaseSHA) {
+		if len(args) < 3 || !bytes.EqualFold(args[0], []byte("evalsha")) && !bytes.EqualFold(args[0], []byte("eval")) {
 			continue
 		}
 		nk, err := strconv.Atoi(string(args[2]))
-		if err != nil || nk < 0 {
-			continue
-		}
-		if i := 3 + nk + 4; i < len(args) && len(args[i]) > 0 {
+		if err == nil && nk >= 0 && f(args, nk) {
 			return true
 		}
 	}

@@ -38,7 +38,7 @@ var controls = []control{
 	// The release leaves no guard and requests carry no not-after bound
 	// (as the chaos checker's release-unguarded): a request of ours that
 	// lands after the release sets the key again.
-	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 6, false},
+	{"release-unguarded", []*atomic.Bool{&testhooks.SkipReleaseGuard, &testhooks.SkipNotAfter}, "key-back", 5, false},
 	// An Extend registered after it sends: an Unlock in between leaves no
 	// guard, and the Extend landing after the release sets the key again.
 	{"extend-registered-late", []*atomic.Bool{&testhooks.ExtendRegisterLate}, "key-back", 6, false},
@@ -47,11 +47,11 @@ var controls = []control{
 	{"tie-keeps-nodes", []*atomic.Bool{&testhooks.QueueTieKeeps}, "liveness", 73, true},
 	// A handoff for the full TTL: a frozen grantee holds the next waiter up
 	// for a TTL, not a reservation.
-	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 6, false},
+	{"handoff-full-ttl", []*atomic.Bool{&testhooks.HandoffFullTTL}, "liveness", 26, false},
 	// A reader script that grants beside a writer's token: a reader and a
 	// writer hold together (the rwlock profile's seeds, s%5 == 2, even
 	// with -sim.rwlock=false).
-	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 2, false},
+	{"reader-ignores-writer", []*atomic.Bool{&testhooks.ReaderIgnoresWriter, &rwSeeds}, "rw-overlap", 7, false},
 	// A Semaphore whose acquire locks a permit of its own, never one of
 	// the K: every caller holds at once (the semaphore profile's seeds,
 	// s%10 == 4).
@@ -68,11 +68,11 @@ var controls = []control{
 	// flight (issue 30 item 2): an Extend of the detached lock, slowed on
 	// its way (the plan's DetachLag, aimed.go), lands after the resumer's
 	// release and sets the key again.
-	{"detach-skips-wait", []*atomic.Bool{&testhooks.DetachSkipsWait}, "key-back", 21, false},
+	{"detach-skips-wait", []*atomic.Bool{&testhooks.DetachSkipsWait}, "key-back", 76, false},
 	// A yield without its not-after bound (issue 30 item 5): held in the
 	// network past the guard (the plan's YieldHold, aimed.go), it queues
 	// a token given up again, and a release hands it the key.
-	{"yield-unbounded", []*atomic.Bool{&testhooks.YieldUnbounded}, "key-back", 11, false},
+	{"yield-unbounded", []*atomic.Bool{&testhooks.YieldUnbounded}, "key-back", 13, false},
 	// A failed or cancelled attempt's cleanup sends no release (issue
 	// 42): its grants stay until their TTL, a token given up left behind.
 	{"abandon-skips-release", []*atomic.Bool{&testhooks.AbandonSkipsRelease}, "left-behind", 3, false},
@@ -87,10 +87,10 @@ var controls = []control{
 	// A lock held from handoffs renews first at the end of its validity
 	// (issue 42): held past its reservations (the quiet phase's long
 	// holds), it is lost with nothing wrong.
-	{"first-renewal-late", []*atomic.Bool{&testhooks.FirstRenewalLate}, "spurious-loss", 166, false},
+	{"first-renewal-late", []*atomic.Bool{&testhooks.FirstRenewalLate}, "spurious-loss", 69, false},
 	// Every release is swallowed on its way: a resigned term's lock
 	// stays for its TTL, and nobody takes office (issue 42).
-	{"releases-dropped", []*atomic.Bool{&releasesDropped, &electionSeeds}, "leader-liveness", 28, false},
+	{"releases-dropped", []*atomic.Bool{&releasesDropped, &electionSeeds}, "leader-liveness", 78, false},
 	// Every withdrawal of an election identity is swallowed: a resigned
 	// term's identity stays for its lease (issue 42). Wanted as close-left
 	// (the terms resigned at the run's end, seed 8); left-behind sees it
@@ -99,6 +99,16 @@ var controls = []control{
 	// The nodes hold tokens no Client sent (the fault layer rewrites
 	// them on the way, issue 42): the ownership check must see it.
 	{"tokens-rewritten", []*atomic.Bool{&tokensRewritten}, "ownership", 1, false},
+	// The holder's second Lock carries a ctx not from its lock (issue
+	// 42, third session): it waits for itself, which reentry must see.
+	{"reentry-foreign-ctx", []*atomic.Bool{&reentryForeignCtx}, "reentry", 1, false},
+	// After a Resume without quorum, the keys of its token are deleted
+	// on every node (as a Resume that released them would): resume-honest
+	// must see it.
+	{"resume-no-quorum-drops", []*atomic.Bool{&resumeNoQuorumDrops}, "resume-honest", 19, false},
+	// Every re-arm or renewal to a node whose key was evicted before a
+	// Resume is swallowed: the node is never healed (resume-heal).
+	{"heal-dropped", []*atomic.Bool{&healDropped}, "resume-heal", 71, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

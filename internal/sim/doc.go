@@ -51,7 +51,14 @@
 // no fault is under way), and plans aimed at the code written since
 // (aimed42.go: latency in the quiet phase, slow clock probes, delayed
 // handoff messages, a mid-run Close, an Extend started while Detach
-// waits, long holds in the quiet phase, K = 3 semaphores). The simulator's power is measured by mutation:
+// waits, long holds in the quiet phase, K = 3 semaphores, a majority
+// paused during a Resume's re-arm, a key evicted before a Resume, the
+// holder locking again) with their checks: resume-honest (a Resume's
+// error against the keys the nodes hold), resume-heal (a node that did
+// not confirm a Resume's re-arm is healed at once) and reentry
+// (ErrAlreadyHeld at once). A quiet lag of a quarter node timeout or
+// more each way cuts requests over new connections, and counts as a
+// fault. The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

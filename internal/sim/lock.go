@@ -195,6 +195,9 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r, r2 *rand.
 		atLeast = 600*time.Millisecond + time.Duration(r2.Int64N(int64(800*time.Millisecond)))
 	}
 	p.holdFor(env, r, x, l.Lost(), l, nil, atLeast)
+	if env.Plan.Reentry && r2.IntN(8) == 0 {
+		reentry(env, c, rc, l, res, try)
+	}
 	if env.Plan.Clients > 1 && r.IntN(10) == 0 && p.handOver(env, r, r2, c, x, l, ctx) {
 		return
 	}
@@ -451,14 +454,34 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 		return true
 	}
 	detached := time.Now()
+	// Each Resume's error is checked against what the nodes held at its
+	// call (resume-honest); with the plan's ResumePause, half the
+	// hand-overs pause a majority during the first Resume's re-arm.
+	disarm := func() {}
+	if env.Plan.ResumePause && r2.IntN(2) == 0 {
+		disarm = resumePause(env, r2, to, x.Token)
+	}
+	evicted := -1
+	if env.Plan.ResumeEvict && r2.IntN(2) == 0 {
+		evicted = evictKey(env, r2, x)
+	}
+	called, before := detached, tokenOn(env, x.Resource, x.Token)
 	l2, err := env.Clients[to].Resume(ctx, x.Resource, x.Token)
+	disarm()
+	checkResume(env, to, x, called, before, err)
 	// ErrNoQuorum leaves the keys for a retry (by design): retry, as a
 	// scheduler handing work over would, for up to half a TTL.
 	for err != nil && errors.Is(err, redlock.ErrNoQuorum) && time.Since(detached) < env.Plan.TTL/2 {
 		if !env.SleepUntil(time.Now().Add(env.Plan.RetryMax)) {
 			break
 		}
+		if resumeNoQuorumDrops.Load() {
+			dropToken(env, x)
+		}
+		checkLeftAlone(env, to, x, called, before, err)
+		called, before = time.Now(), tokenOn(env, x.Resource, x.Token)
 		l2, err = env.Clients[to].Resume(ctx, x.Resource, x.Token)
+		checkResume(env, to, x, called, before, err)
 	}
 	if err != nil && !errors.Is(err, redlock.ErrNotHeld) {
 		// Given up with the keys left: an orphan until their TTL, which
@@ -478,13 +501,20 @@ func (p *LockProfile) handOver(env *Env, r, r2 *rand.Rand, c int, x *Hold, l *re
 		return true
 	}
 	x2 := h.hold(to, x.Resource, l2.Token(), -1, "Resume")
+	if evicted >= 0 {
+		env.Go(func() { checkHealed(env, to, x2, l2, evicted) })
+	}
 	if !l2.Valid() {
 		h.Violate("invalid-lock", "c%d Resume %s returned a lock with Valid() false", to, x.Resource)
 	}
 	if inFlight {
 		env.SleepUntil(time.Now().Add(time.Duration(r.Int64N(int64(20 * time.Millisecond)))))
 	} else {
-		p.holdFor(env, r, x2, l2.Lost(), l2, nil, 0)
+		var atLeast time.Duration
+		if evicted >= 0 {
+			atLeast = 2 * env.Plan.NodeTimeout // past resume-heal's look
+		}
+		p.holdFor(env, r, x2, l2.Lost(), l2, nil, atLeast)
 	}
 	h.endHold(x2, minTime(time.Now(), l2.ValidUntil()), "unlock")
 	h.released(x2, l2.Unlock(context.WithoutCancel(ctx)))

@@ -53,11 +53,14 @@ type network struct {
 	// timeDelay: every clock probe (TIME) is slowed this much, up
 	// (timeUp) or down; msgDelay: per client, the messages its
 	// subscriptions receive are slowed (aimed42.go).
-	timeDelay time.Duration
-	timeUp    bool
-	msgDelay  map[int]time.Duration
-	closed    bool
-	serve     func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+	timeDelay  time.Duration
+	timeUp     bool
+	timeVaries bool // each probe's delay drawn up to timeDelay
+	msgDelay   map[int]time.Duration
+	rearm      *rearmTrigger // a Resume's re-arm awaited (resumePause)
+	healDrop   *rearmTrigger // the control heal-dropped's target (evictKey)
+	closed     bool
+	serve      func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
 
 type linkID struct{ client, node int }
@@ -358,7 +361,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 			continue
 		}
 		if up {
-			if k.n.dropsCommit(k.id, b) || dropsControl(b) {
+			if k.n.dropsCommit(k.id, b) || dropsControl(b) || k.n.dropsHeal(k.id, b) {
 				// Lost on the way, the connection left open: the
 				// client waits for the reply until its node timeout (a
 				// reset would fail the commit at once, and the round
@@ -367,6 +370,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 				continue
 			}
 			k.noteUp(b)
+			k.n.noteRearm(k.id, b)
 		}
 		d := k.n.chunkDelay(k.id)
 		sent, held := time.Now(), time.Duration(0)
@@ -549,6 +553,20 @@ func (n *network) chunkDelay(id linkID) time.Duration {
 	defer n.mu.Unlock()
 	d := n.base + time.Duration(n.rng.Int64N(int64(n.base)))
 	return d + n.slow[id.node] + n.delay[id.client][id.node]
+}
+
+// maxDelay is the longest one-way latency of any link now: the base
+// latency's most, plus its node's slowness and its own delay.
+func (n *network) maxDelay() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var d time.Duration
+	for c := range n.delay {
+		for i := range n.delay[c] {
+			d = max(d, n.slow[i]+n.delay[c][i])
+		}
+	}
+	return 2*n.base + d
 }
 
 // waitGates waits while the node is paused or the client frozen; false

@@ -86,7 +86,8 @@ type Plan struct {
 	// phase; every clock probe slowed (up, or its reply); one Client's
 	// messages slowed; a mid-run Close of client CloseClient CloseAt
 	// after the settling (0: none; lock profile only); the Detach race;
-	// long holds in the quiet phase; the semaphore's K.
+	// long holds in the quiet phase; the semaphore's K; a majority
+	// paused during a Resume's re-arm; the holder locking again.
 	QuietLag       *QuietLag
 	SlowTime       time.Duration
 	SlowTimeUp     bool
@@ -97,6 +98,10 @@ type Plan struct {
 	DetachRace     bool
 	LongQuietHolds bool
 	SemK           int
+	ResumePause    bool
+	Reentry        bool
+	SlowTimeVaries bool
+	ResumeEvict    bool
 }
 
 // FaultKind names a fault.
@@ -409,6 +414,9 @@ func (p Plan) String() string {
 			way = "requests"
 		}
 		s += fmt.Sprintf(", TIME %s slowed %v", way, p.SlowTime)
+		if p.SlowTimeVaries {
+			s += " at most"
+		}
 	}
 	if p.MsgDelay > 0 {
 		s += fmt.Sprintf(", c%d's messages slowed %v", p.MsgClient, p.MsgDelay)
@@ -418,6 +426,9 @@ func (p Plan) String() string {
 	}
 	if p.DetachRace {
 		s += ", detach race"
+	}
+	if p.ResumePause {
+		s += ", majority paused in Resume's re-arm"
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)

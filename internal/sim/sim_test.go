@@ -15,14 +15,15 @@ import (
 )
 
 var (
-	seeds   = flag.Int("sim.seeds", defaultSeeds(), "how many seeds TestSim runs (1..N); 500 by default, 60 under -race")
-	seed    = flag.Uint64("sim.seed", 0, "replay this one seed (with the Client hooks traced) and print its history")
-	first   = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
-	replays = flag.Int("sim.replays", 1, "with -sim.seed: run the seed this many times and report how many failed")
-	shrinkF = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
-	ctlName = flag.String("sim.control", "", "apply this negative control (see controls) to TestSim's seeds")
-	xrace   = flag.Float64("sim.extend-race", -1, "the share of holds that end with an Extend racing the Unlock (default: the plan's, 0.2)")
-	stopF   = flag.Bool("sim.failfast", false, "stop after the first batch of seeds in which one failed (the mutation driver's runs: internal/sim/mutate)")
+	seeds    = flag.Int("sim.seeds", defaultSeeds(), "how many seeds TestSim runs (1..N); 500 by default, 60 under -race")
+	seed     = flag.Uint64("sim.seed", 0, "replay this one seed (with the Client hooks traced) and print its history")
+	first    = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
+	replays  = flag.Int("sim.replays", 1, "with -sim.seed: run the seed this many times and report how many failed")
+	shrinkF  = flag.Bool("sim.shrink", false, "with -sim.seed: shrink a failing seed's plan (fewer faults, clients, workers, resources, nodes) while it still fails")
+	ctlName  = flag.String("sim.control", "", "apply this negative control (see controls) to TestSim's seeds")
+	xrace    = flag.Float64("sim.extend-race", -1, "the share of holds that end with an Extend racing the Unlock (default: the plan's, 0.2)")
+	lagRange = flag.String("sim.quiet-lag", "", "the quiet lag's range each way, lo:hi node timeouts (default: the plan's, QuietLagLo:QuietLagHi)")
+	stopF    = flag.Bool("sim.failfast", false, "stop after the first batch of seeds in which one failed (the mutation driver's runs: internal/sim/mutate)")
 )
 
 // plan is seed's plan with the flags' changes.
@@ -30,6 +31,15 @@ func plan(seed uint64) Plan {
 	p := NewPlan(seed)
 	if *xrace >= 0 {
 		p.ExtendRace = *xrace
+	}
+	if q := p.QuietLag; q != nil && *lagRange != "" {
+		var lo, hi float64
+		if _, err := fmt.Sscanf(*lagRange, "%g:%g", &lo, &hi); err != nil {
+			panic(fmt.Sprintf("-sim.quiet-lag=%q: want lo:hi (node timeouts each way): %v", *lagRange, err))
+		}
+		l := *q
+		l.Delay = l.scaled(p.NodeTimeout, lo, hi)
+		p.QuietLag = &l
 	}
 	return p
 }

@@ -468,6 +468,11 @@ func (p *SemaphoreProfile) checkLiveness(env *Env) {
 				n++
 			}
 		}
+		h.mu.Lock()
+		if h.excusedAt(t) {
+			n = k
+		}
+		h.mu.Unlock()
 		switch {
 		case w != nil && n < k && gap.IsZero():
 			gap, who = t, w
