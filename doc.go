@@ -186,20 +186,24 @@
 // bound (a round always has a deadline); one that did would keep the guard
 // of before, two TTLs.
 //
-// One type owns this argument, not each caller: node.Token
-// (internal/node/token.go), one per lock token, through which every round
-// of the token goes — acquire, extension, renewal batch, fence commit,
-// yield, Resume's rounds, Detach's leaving the queues. Register registers
-// a round under the lock's own mutex, in one step with the lock's held
-// check, and fixes its start s there; Send sends it from s: D = s + node
-// timeout (or the caller's earlier deadline) however long its goroutine
-// waits before it sends. Unlock, Detach and Close change the lock's state
-// under the same mutex, so a round is either registered before the release
-// (s ≤ s_r, so D ≤ s_r + node timeout: covered by G) or never sent.
-// Request sends one node's request of a round through the node's gates,
-// after the Client's own releases of the key that were in flight there at
-// registration (Follow), with that node's N (Set.NotAfter, clock.go). Guard
-// sizes a release's guard on a node: none only when each request of the
+// One type owns this argument, not each caller, and one file can be
+// checked against it: internal/node/round.go. Every round of a lock token
+// is node.Run (a renewal batch's is node.Batch) on the token's node.Token —
+// acquire, extension, fence commit, yield, Resume's rounds, Detach's
+// leaving the queues, and an election's identity writes; the caller names
+// only what to send (a node.Op and a script call). Run registers the round
+// under the lock's own mutex, in one step with the lock's held check where
+// the round needs it held (an extension), and fixes its start s there; it
+// then sends every request from s: D = s + node timeout (or the caller's
+// earlier deadline) however long a goroutine waits before it sends. Unlock,
+// Detach and Close change the lock's state under the same mutex, so a round
+// is either registered before the release (s ≤ s_r, so D ≤ s_r + node
+// timeout: covered by G) or never sent. Each request passes the node's
+// gates, goes after the Client's own releases of the key that were in
+// flight there at registration (an acquire), and carries that node's N
+// (Set.notAfter, clock.go; one per lock and node in a batch). A release
+// registers itself with Set.ReleaseBegin (same file), and Token.Guard
+// (token.go) sizes its guard on a node: none only when each request of the
 // token there was answered — the node replied (a late reply included), or
 // the request provably never left the client: kept back by the Client (the
 // node known down or stuck, the in-flight cap full), or refused a
@@ -214,9 +218,9 @@
 // this with it: WaitOut (guardclock.go) waits until each round has settled
 // or passed D, and where one went unanswered for G more, before the Lock
 // call's entry is taken out of the queues; Resume writes nothing until a
-// majority has confirmed the token. Two bounds are still computed outside
-// token.go, by the same Set.NotAfter: a renewal batch's (redlock/batch.go,
-// one per lock and node in one pipeline) and a yield's (redlock/retry.go).
+// majority has confirmed the token. Still outside round.go: the release
+// rounds themselves (redlock/release.go, releaser.go) ask Token.Guard and
+// call ReleaseBegin rather than going through one node function.
 // On a Redis Cluster node "the node's clock" is the clock of the key's
 // master: the Client keeps one estimate per master, probed with a keyed
 // script that only that master answers, and a request's bound and a

@@ -33,6 +33,8 @@ type Election struct {
 	nodes   []redis.UniversalClient
 	layer   []*node.Node // the node layer of nodes (internal/node): every request goes through it
 	link    node.Linked  // the Client's node layer and goroutine owner
+	own     *owner       // the owner of tok
+	tok     *node.Token  // every request of the election goes through it (node.Run)
 	name    string
 	cfg     config
 	quorum  int
@@ -162,6 +164,12 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 		_, c := n.(*redis.ClusterClient)
 		e.cluster = append(e.cluster, c)
 	}
+	keys := make([]scripts.Keys, len(nodes))
+	for i := range keys {
+		keys[i] = scripts.Keys{Lock: e.lockKey(i)} // the clock of its master bounds a write (Cluster)
+	}
+	e.own = &owner{goOwned: link.Go, timeout: e.nodeTimeout}
+	e.tok = link.Set.Token(keys, 0, e.nodeTimeout, &e.own.mu, e.own, e.own).Through(e.layer)
 	return e, nil
 }
 
@@ -196,8 +204,10 @@ func (e *Election) Channel() string { return e.cfg.keyPrefix + e.name + LeaderSu
 // run on, and may land at any time after: the marker withdraw leaves makes
 // them write nothing once the term was withdrawn from that node.
 func (e *Election) proclaim(ctx context.Context, token, value, term string) (int, []error) {
-	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (bool, error) {
-		return scripts.Proclaim(ctx, n, e.lockKey(i), e.identityKey(i), term, token, value)
+	// Bounded (node.Op.Bound): a write that reaches a node after we
+	// stopped waiting for it writes nothing, withdrawn or not.
+	r := start(e, ctx, true, func(ctx context.Context, i int, n redis.UniversalClient, notAfter int64) (bool, error) {
+		return scripts.Proclaim(ctx, n, e.lockKey(i), e.identityKey(i), term, token, value, notAfter)
 	})
 	t := r.Collect(ctx, func(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
 		switch {
@@ -229,7 +239,7 @@ func (e *Election) proclaim(ctx context.Context, token, value, term string) (int
 func (e *Election) withdraw(ctx context.Context, value, term string, lease time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	floor := lease + 2*(e.nodeTimeout+e.lockTimeout)
-	r := start(e, ctx, func(ctx context.Context, i int, n redis.UniversalClient) (any, error) {
+	r := start(e, ctx, false, func(ctx context.Context, i int, n redis.UniversalClient, _ int64) (any, error) {
 		return nil, scripts.Withdraw(ctx, n, e.lockKey(i), e.identityKey(i), term, value, floor)
 	})
 	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {

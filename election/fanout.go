@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,18 +15,20 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// owner starts the requests of one round on goroutines the redlock Client
+// owner is an Election as the owner of its node-layer token (node.Owner):
+// it starts the requests of its rounds on goroutines the redlock Client
 // owns (node.Linked.Go), so that a straggler left behind by an early
 // decision is waited for by the Client's Close, as the lock's own are.
 type owner struct {
+	mu      sync.Mutex // registers the rounds (node.Set.Token)
 	goOwned func(timeout time.Duration, f func()) error
 	timeout time.Duration
 	closed  atomic.Bool // the Client refused a request: it is closed
 }
 
 // Go implements quorum.Spawner. Once the Client is closed, f runs on a
-// goroutine of its own, where its request sees closed and returns at once,
-// with no I/O.
+// goroutine of its own, where its request sees closed (open) and returns
+// at once, with no I/O.
 func (o *owner) Go(f func()) {
 	if !o.closed.Load() && o.goOwned(o.timeout, f) == nil {
 		return
@@ -34,33 +37,47 @@ func (o *owner) Go(f func()) {
 	go f()
 }
 
+func (o *owner) Open() bool    { return true }
+func (o *owner) Usable() error { return nil }
+
+// Fail keeps a request's error as it is: nodeErrors wraps it.
+func (o *owner) Fail(_ context.Context, _ int, _ string, err error) error { return err }
+
+// open lets a request go out unless the Client is closed (node.Op.Only).
+func (o *owner) open(context.Context, int) (bool, error) {
+	if o.closed.Load() {
+		return false, redlock.ErrClosed
+	}
+	return true, nil
+}
+
 // start sends call to every node at once, each on a goroutine the redlock
-// Client owns, and returns the round: the caller decides it with Collect as
-// soon as the outcome is known — as the lock does (DESIGN step 2) — and the
-// stragglers finish in the background, bounded by the node timeout. The
-// node timeout is enforced by the fan-out itself (Collect stops waiting for
-// a node then), not only through the request's ctx: a node client built
-// without ContextTimeoutEnabled (go-redis's default) ignores ctx deadlines
-// on reads, and would hold a step for its read timeout (3s by default).
+// Client owns, as a round of the election's token (node.Run: the Client's
+// gates for a node down or stuck, its in-flight cap and identity check),
+// and returns the round: the caller decides it with Collect as soon as the
+// outcome is known — as the lock does (DESIGN step 2) — and the stragglers
+// finish in the background, bounded by the node timeout. The node timeout
+// is enforced by the fan-out itself (Collect stops waiting for a node
+// then), not only through the request's ctx: a node client built without
+// ContextTimeoutEnabled (go-redis's default) ignores ctx deadlines on
+// reads, and would hold a step for its read timeout (3s by default). With
+// bound, each request carries its node's not-after bound (notAfter, else
+// 0), which a write passes to its script.
 //
 // The requests do not end with ctx, only at the node timeout: go-redis
 // closes the connection of a request cut short, and the lock may share the
 // pool (see New). The caller stops waiting for them when ctx ends, by
 // giving ctx to Collect.
-func start[T any](e *Election, ctx context.Context, call func(ctx context.Context, i int, n redis.UniversalClient) (T, error)) *quorum.Round[T] {
-	o := &owner{goOwned: e.link.Go, timeout: e.nodeTimeout}
-	return quorum.Start(context.WithoutCancel(ctx), len(e.nodes), e.nodeTimeout, o, func(ctx context.Context, i int) (T, error) {
-		if o.closed.Load() {
-			var zero T
-			return zero, redlock.ErrClosed
+func start[T any](e *Election, ctx context.Context, bound bool, call func(ctx context.Context, i int, n redis.UniversalClient, notAfter int64) (T, error)) *quorum.Round[T] {
+	op := node.Op{Name: "election", Bound: bound, Only: e.own.open}
+	r, _ := node.Run(context.WithoutCancel(ctx), e.tok, op, func(ctx context.Context, i int, _ redis.Scripter, notAfter *int64) (T, error) {
+		var b int64
+		if notAfter != nil {
+			b = *notAfter
 		}
-		// Through the node layer (node.Do): the Client's gates for a node
-		// down or stuck, its in-flight cap and identity check.
-		gate, down := e.link.Set.Gate(i)
-		return node.Do(ctx, e.layer[i], e.nodeTimeout, gate, down, func(ctx context.Context, _ redis.Scripter) (T, error) {
-			return call(ctx, i, e.nodes[i])
-		})
+		return call(ctx, i, e.nodes[i], b)
 	})
+	return r
 }
 
 // nodeErrors returns one *redlock.NodeError per failed node of t.

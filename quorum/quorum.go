@@ -369,6 +369,16 @@ func (t *Tally) count(i int, v Vote, err error) {
 	t.Votes[i], t.Errs[i] = v, err
 }
 
+// Size returns the number of nodes that make a majority of n: n/2+1. For
+// even n it is one more than half, so two disjoint halves can never both win.
+// Size(0) is 1, so that no empty set of nodes is ever a quorum.
+func Size(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return n/2 + 1
+}
+
 // Quorum reports whether a majority voted yes.
 func (t Tally) Quorum() bool { return t.Yes >= Size(len(t.Votes)) }
 

@@ -7,16 +7,6 @@ import "time"
 // expiry (it checks keys with millisecond precision).
 const ClockDriftMin = 2 * time.Millisecond
 
-// Size returns the number of nodes that make a majority of n: n/2+1. For
-// even n it is one more than half, so two disjoint halves can never both win.
-// Size(0) is 1, so that no empty set of nodes is ever a quorum.
-func Size(n int) int {
-	if n <= 0 {
-		return 1
-	}
-	return n/2 + 1
-}
-
 // DriftAllowance returns the part of a lease that is given up to clock drift
 // between the client and the nodes: ttl·drift + 2ms (Redlock, step 3).
 func DriftAllowance(ttl time.Duration, drift float64) time.Duration {
@@ -38,4 +28,12 @@ func Validity(ttl, elapsed time.Duration, drift float64) time.Duration {
 // wall-clock steps.
 func Deadline(start time.Time, ttl time.Duration, drift float64) time.Time {
 	return start.Add(ttl - DriftAllowance(ttl, drift))
+}
+
+// Granted reports whether t, the tally of round r, is a majority whose
+// lease of ttl still has validity left (DESIGN step 3: Validity > 0), and
+// until when such a lease may be trusted (Deadline from r's start).
+func (r *Round[T]) Granted(t Tally, ttl time.Duration, drift float64) (until time.Time, ok bool) {
+	allow := DriftAllowance(ttl, drift)
+	return r.start.Add(ttl - allow), t.Yes >= Size(len(t.Votes)) && ttl-t.Elapsed-allow > 0
 }

@@ -55,3 +55,37 @@ func TestDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestGranted: a round's tally grants a lease exactly when it is a
+// majority (Tally.Quorum) and Validity is positive, until Deadline.
+func TestGranted(t *testing.T) {
+	t.Parallel()
+	r := &Round[int]{start: time.Now()}
+	ttl, drift := 100*time.Millisecond, 0.0
+	cases := []struct {
+		name    string
+		votes   []Vote
+		elapsed time.Duration
+		want    bool
+	}{
+		{"majority, time left", []Vote{Yes, Yes, No}, 10 * time.Millisecond, true},
+		{"minority", []Vote{Yes, No, No}, 10 * time.Millisecond, false},
+		{"majority, no time left", []Vote{Yes, Yes, Yes}, 98 * time.Millisecond, false},
+		{"majority, one ms left", []Vote{Yes, Yes, Failed}, 97 * time.Millisecond, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tl := Counted(tc.votes, make([]error, len(tc.votes)))
+			tl.Elapsed = tc.elapsed
+			until, ok := r.Granted(tl, ttl, drift)
+			want := tl.Quorum() && Validity(ttl, tc.elapsed, drift) > 0
+			if ok != tc.want || ok != want {
+				t.Errorf("Granted = %v; want %v (Quorum && Validity > 0 = %v)", ok, tc.want, want)
+			}
+			if d := Deadline(r.start, ttl, drift); !until.Equal(d) {
+				t.Errorf("Granted until = %v; want Deadline %v", until, d)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -68,17 +69,16 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 	if err := c.callerHolds(ctx, resource, cfg); err != nil {
 		return nil, err // it would wait for itself (reentry.go)
 	}
-	if err := c.begin(); err != nil {
+	if err := c.beginCall(cfg.timeout()); err != nil {
 		return nil, err
 	}
-	defer c.end()
+	defer c.wg.Done() // c.end
 	if err := ctx.Err(); err != nil {
 		// Done before anything was sent: the call says nothing about the
 		// nodes or the holder, whether ctx was cancelled or its deadline
 		// passed (issue 44 item 3).
 		return nil, ctxDoneBefore(ctx)
 	}
-	c.noteTimeout(cfg.timeout())
 	return body(c, ctx, resource, cfg, callID, &attempts)
 }
 
@@ -236,7 +236,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
-	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout())
+	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), &l.mu, &c.wg, (*owner)(l))
 	return l
 }
 
@@ -269,24 +269,21 @@ func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.
 func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight) outcome {
 	cfg := l.cfg
 	// The arguments are boxed once for every node; each node's not-after
-	// bound (step 4) is the node layer's (node.Request).
-	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArg())
-	// Step 1: one parallel round on every node, registered first (rounds.go),
-	// after our own releases of the key in flight as it is (node.Token.Follow).
-	p, _ := l.register(false)
-	l.tok.Follow(p)
-	r := startRound(ctx, l, p, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		if f := testhooks.AcquirePause.Load(); f != nil { // a test's late request
-			(*f)(l.keys[i].Lock, i)
+	// bound (step 4) is the node layer's.
+	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArgs)
+	// Step 1: one parallel round on every node, after our own releases of
+	// the key in flight as it is registered (node.Op.Follow).
+	op := node.Op{Name: "acquire", Follow: true, Bound: true}
+	if f := testhooks.AcquirePause.Load(); f != nil { // a test's late request
+		op.Only = func(_ context.Context, i int) (bool, error) { (*f)(l.keys[i].Lock, i); return true, nil }
+	}
+	r, _ := node.Run(ctx, l.tok, op, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (reply, error) {
+		if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
+			ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, notAfter, cfg.restartGuard)
+			return reply{ours: ok, fence: fence}, restartGuardError(err)
 		}
-		return request(c, ctx, l, p, i, site{cfg.obs, "acquire", l.resource}, func(ctx context.Context, s redis.Scripter, notAfter *int64) (reply, error) {
-			if cfg.restartGuard > 0 { // WithRestartGuard (guard.go)
-				ok, fence, err := scripts.AcquireGuardedWith(ctx, s, l.keys[i], args, notAfter, cfg.restartGuard)
-				return reply{ours: ok, fence: fence}, restartGuardError(err)
-			}
-			ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, notAfter)
-			return reply{ours: ok, fence: fence}, err
-		})
+		ok, fence, err := scripts.AcquireWith(ctx, s, l.keys[i], args, notAfter)
+		return reply{ours: ok, fence: fence}, err
 	})
 	// Step 2: decide as soon as a majority granted or became impossible,
 	// or, queued, granted or was handed to us (step 9).
@@ -301,9 +298,8 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight
 		}
 		h.rewake()
 	}
-	deadline := quorum.Deadline(r.Started(), cfg.ttl, cfg.drift)
 	// Step 3: validity, from before the first request was sent.
-	if t.Quorum() && quorum.Validity(cfg.ttl, t.Elapsed, cfg.drift) > 0 {
+	if deadline, ok := r.Granted(t, cfg.ttl, cfg.drift); ok {
 		if !cfg.fencing {
 			return outcome{t, r, c.hold(ctx, l, deadline, 0), true}
 		}

@@ -35,60 +35,35 @@ type batchReply struct {
 	errs []error // per lock: an error reply for that lock's script
 }
 
-// batchRef is one lock's part of a batch round, for release ordering.
-type batchRef struct {
-	r *quorum.Round[batchReply]
-	k int
-}
-
-func (p batchRef) Answered(i int) bool {
-	rep, ok := p.r.Reply(i)
-	return ok && node.Answered(rep.Err) // a request never sent (see node.Unsent) cannot land either
-}
-func (p batchRef) Settled() bool { return p.r.Settled() }
-
 // extendBatch extends locks in one round: per node, one pipeline of the
 // extend script for every lock. Each lock is then decided on its own
 // exactly as by extend (step 5 and 7): its own majority, its own validity
 // from the start of the round, its own loss.
 func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Time) []error {
-	errs := make([]error, len(locks))
 	if err := c.begin(); err != nil {
+		errs := make([]error, len(locks))
 		for j := range errs {
 			errs[j] = err
 		}
 		return errs
 	}
 	defer c.end()
-	var live []int
-	var pend []*node.Pending // per live lock: registered before the round is sent (see extend)
-	timeout := time.Duration(0)
+	toks, owners := make([]*node.Token, len(locks)), make([]node.Owner, len(locks))
 	for j, l := range locks {
-		p, err := l.register(true)
-		if err != nil {
-			errs[j] = err
-			continue
-		}
-		live = append(live, j)
-		pend = append(pend, p)
-		if d := l.cfg.timeout(); timeout == 0 || d < timeout {
-			timeout = d
-		}
+		toks[j], owners[j] = l.tok, (*owner)(l)
 	}
-	if len(live) == 0 {
+	// Each lock's round is registered before anything is sent, as extend's
+	// (node.Batch); the node layer bounds each request.
+	fail := func(ctx context.Context, i int, err error) error {
+		return c.nodeError(ctx, i, site{c.cfg.obs, "extend", ""}, err)
+	}
+	r, live, errs := node.Batch(ctx, toks, owners, node.Op{Name: "extend"}, fail, func(ctx context.Context, i int, live []int, bounds []int64) (batchReply, error) {
+		return c.extendPipeline(ctx, i, locks, live, bounds)
+	})
+	if r == nil {
 		return errs
 	}
 	n, k, q := len(c.nodes), len(live), c.quorum
-	// The round starts from the first registration: every lock's deadline
-	// was fixed when it was registered, and the round's may not be later.
-	r := quorum.StartAt(ctx, pend[0].Start, n, timeout, &c.wg, func(ctx context.Context, i int) (batchReply, error) {
-		return call(c, ctx, i, site{c.cfg.obs, "extend", ""}, func(ctx context.Context, _ redis.Scripter) (batchReply, error) {
-			return c.extendPipeline(ctx, i, locks, live)
-		})
-	})
-	for kk := range live {
-		pend[kk].Attach(batchRef{r, kk})
-	}
 
 	// Per lock and node: the vote and the error, in one flat slice each.
 	votes := make([]quorum.Vote, k*n)
@@ -145,23 +120,11 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 }
 
 // extendPipeline sends the extend script for every live lock to node i in
-// pipelines, with the not-after bound of the round's deadline (step 4,
-// internal/node/clock.go): on a plain node one bound for all, on the node's clock; on a
-// Cluster node one per lock, on its key's master's clock (the masters'
-// clocks may differ). Replies that are errors for one lock (WRONGTYPE,
-// say) stay that lock's; a connection error, or a clock that cannot be
-// learned, fails the node for all.
-func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int) (batchReply, error) {
-	bounds := make([]int64, 1)
-	if c.nodes[i].Cluster {
-		bounds = make([]int64, len(live))
-	}
-	for kk := range bounds {
-		var err error
-		if bounds[kk], err = c.set.NotAfter(ctx, i, locks[live[kk]].keys[i].Lock); err != nil {
-			return batchReply{}, err
-		}
-	}
+// pipelines, with the not-after bounds node.Batch gave: on a plain node one
+// for all, on a Cluster node one per lock (the masters' clocks may
+// differ). Replies that are errors for one lock (WRONGTYPE, say) stay that
+// lock's; a connection error fails the node for all.
+func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int, bounds []int64) (batchReply, error) {
 	cmds, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
 		l := locks[live[kk]]
 		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, &bounds[min(kk, len(bounds)-1)])
@@ -197,6 +160,11 @@ func pipelined(ctx context.Context, nc redis.UniversalClient, count int, s scrip
 		for lo := 0; lo < len(todo); lo += pipelineChunk {
 			part := todo[lo:min(lo+pipelineChunk, len(todo))]
 			pipe := nc.Pipeline()
+			if s == scripts.ReleaseScript && pass == 0 {
+				// A release must land within its node timeout, whatever
+				// the node's script cache (scripts.Loading).
+				pipe = scripts.Loading(pipe)
+			}
 			for _, k := range part {
 				cmds[k] = queue(pipe, k)
 			}

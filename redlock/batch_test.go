@@ -227,3 +227,41 @@ func eventuallyCtx(ctx context.Context, cond func() bool) bool {
 	}
 	return true
 }
+
+// TestReal_releaseRetryLoadsScriptInOneTrip: a background release (the
+// retry loop's pipeline) to a node that does not have the release script
+// cached, with a round trip over half the node timeout, lands within the
+// node timeout. It sent EVALSHA, got NOSCRIPT, loaded the script and sent
+// the pipeline again: three round trips, past the node timeout, so the
+// release failed every time the node had lost its scripts.
+func TestReal_releaseRetryLoadsScriptInOneTrip(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	const nt = time.Second
+	c := newClient(t, rc.Clients(), WithTTL(20*time.Second), WithNodeTimeout(nt))
+	l, err := c.TryLock(t.Context(), "noscript-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Unlock(context.Background()) })
+	key := l.keys[2].Lock
+	// A connection in the client's pipeline pool made before the lag (a
+	// new one spends round trips on its handshake).
+	if _, err := c.nodes[2].C.Pipelined(t.Context(), func(p redis.Pipeliner) error { return p.Ping(t.Context()).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Admin(2).ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A round trip of 600ms: one fits in the node timeout (with 400ms of
+	// slack for a loaded machine), two do not.
+	rc.SetLatency(2, 300*time.Millisecond)
+	t.Cleanup(func() { rc.SetLatency(2, 0) })
+	left := c.rel.send(context.Background(), 2, []pendingRelease{{keys: l.keys[2], args: l.guardArgs(), until: time.Now().Add(time.Minute)}})
+	if len(left) != 0 {
+		t.Errorf("release to a node without the script, round trip 600ms, node timeout %v: %d of 1 left pending; want it confirmed at once", nt, len(left))
+	}
+	if n, err := rc.Admin(2).Exists(t.Context(), key).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s on node 2 = %d, %v after the release; want 0", key, n, err)
+	}
+}

@@ -235,6 +235,19 @@ func (c *Client) begin() error {
 	return nil
 }
 
+// beginCall is begin for a lock call whose node timeout is d, which Close
+// then waits for its stragglers at least (noteTimeout), in one step.
+func (c *Client) beginCall(d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.maxWait = max(c.maxWait, d)
+	c.wg.Add(1)
+	return nil
+}
+
 func (c *Client) end() { c.wg.Done() }
 
 // channelPrefix is the prefix of the Clients' wake-up channels: a

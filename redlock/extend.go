@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/renew"
 )
@@ -58,26 +56,13 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	defer c.end()
 	// Registered before anything is sent, with its start (so its deadline)
 	// fixed, in the same step as the check that the lock is held
-	// (rounds.go): an Unlock either finds the round pending (and guards
+	// (node.Op.Held): an Unlock either finds the round pending (and guards
 	// the nodes against it, for as long as it can land) or is seen here,
 	// and nothing is sent.
-	if testhooks.ExtendRegisterLate.Load() { // a negative control: register after sending
-		if err := l.usable(); err != nil {
-			return err
-		}
-		testhooks.BeforeExtendSend()
-		p, _ := c.set.Token(l.keys, l.cfg.ttl, l.cfg.timeout()).Register(new(sync.Mutex), nil) // the round registered nowhere until it is in
-		r := l.startExtend(ctx, p)
-		t := r.Collect(ctx, classify, quorum.Majority)
-		l.tok.Track(p)
-		return l.settle(ctx, r.Started(), t, 0, due)
-	}
-	p, err := l.register(true)
+	r, err := l.startExtend(ctx, true, l.extendCalls())
 	if err != nil {
 		return err
 	}
-	testhooks.BeforeExtendSend()
-	r := l.startExtend(ctx, p)
 	t := r.Collect(ctx, classify, quorum.Majority)
 	healed := 0
 	for i, v := range t.Votes {
@@ -88,22 +73,14 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	return l.settle(ctx, r.Started(), t, healed, due)
 }
 
-// startExtend sends the extension script to every node at once (step 5:
-// re-arm where ours, set where absent), as the registered round p, and
-// returns the round.
-func (l *Lock) startExtend(ctx context.Context, p *node.Pending) *quorum.Round[reply] {
-	return l.startExtendWith(ctx, p, l.extendCalls())
-}
-
-// startExtendWith is startExtend with the calls ext, one per node
-// (Resume's re-arm without heal, handover.go).
-func (l *Lock) startExtendWith(ctx context.Context, p *node.Pending, ext []scripts.Prepared) *quorum.Round[reply] {
-	c := l.c
-	return startRound(ctx, l, p, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		return request(c, ctx, l, p, i, site{l.cfg.obs, "extend", l.resource}, func(ctx context.Context, s redis.Scripter, notAfter *int64) (reply, error) {
-			e, err := ext[i].Extend(ctx, s, notAfter)
-			return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
-		})
+// startExtend sends ext, the extension script's calls (one per node; step
+// 5: re-arm where ours, set where absent; Resume's re-arm without heal,
+// handover.go) to every node at once, and returns the round; with held,
+// only while the lock is held.
+func (l *Lock) startExtend(ctx context.Context, held bool, ext []scripts.Prepared) (*quorum.Round[reply], error) {
+	return node.Run(ctx, l.tok, node.Op{Name: "extend", Held: held, Bound: true, Owner: (*owner)(l)}, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (reply, error) {
+		e, err := ext[i].Extend(ctx, s, notAfter)
+		return reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -24,20 +25,18 @@ func (c *Client) commitFence(ctx context.Context, l *Lock, r *quorum.Round[reply
 		}
 	}
 	l.fence = top + 1
-	r2, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
+	only := func(ctx context.Context, i int) (bool, error) {
 		select {
 		case <-r.Done(i):
 		case <-ctx.Done():
-			return reply{}, ctx.Err()
+			return false, ctx.Err()
 		}
 		rep, _ := r.Reply(i)
-		if rep.Err != nil || !rep.Val.ours {
-			return reply{}, rep.Err // not granted: nothing to commit there
-		}
-		return call(c, ctx, i, site{l.cfg.obs, "commit", l.resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Commit(ctx, s, l.keys[i], l.token, l.fence)
-			return reply{ours: ok}, err
-		})
+		return rep.Err == nil && rep.Val.ours, rep.Err // not granted: nothing to commit there
+	}
+	r2, _ := node.Run(ctx, l.tok, node.Op{Name: "commit", Only: only}, func(ctx context.Context, i int, s redis.Scripter, _ *int64) (reply, error) {
+		ok, err := scripts.Commit(ctx, s, l.keys[i], l.token, l.fence)
+		return reply{ours: ok}, err
 	})
 	return r2.Collect(ctx, classify, quorum.Majority)
 }

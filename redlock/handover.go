@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -84,12 +85,9 @@ func (l *Lock) leaveQueues() {
 	if l.waiter.Member == "" || queuesFor(l.cfg.mode) {
 		return // never queued, or the read-write queue, which Detach does not hand over
 	}
-	c := l.c
 	ctx := context.Background()
-	r, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (struct{}, error) {
-		return call(c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (struct{}, error) {
-			return struct{}{}, scripts.Leave(ctx, s, l.keys[i], l.waiter)
-		})
+	r, _ := node.Run(ctx, l.tok, node.Op{Name: "release", Release: true}, func(ctx context.Context, i int, s redis.Scripter, _ *int64) (struct{}, error) {
+		return struct{}{}, scripts.Leave(ctx, s, l.keys[i], l.waiter)
 	})
 	r.Collect(ctx, func(_ int, rep quorum.Reply[struct{}]) (quorum.Vote, error) { return quorum.Yes, rep.Err }, quorum.All)
 }
@@ -151,11 +149,9 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 	n := len(c.nodes)
 	// Ask first, write nothing: heal absent nodes only once a majority
 	// confirmed the token (DESIGN step 4).
-	r, _ := round(ctx, l, false, cfg.timeout(), func(ctx context.Context, i int) (reply, error) {
-		return call(c, ctx, i, site{cfg.obs, "resume", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Holds(ctx, s, l.keys[i], token)
-			return reply{ours: ok}, err
-		})
+	r, _ := node.Run(ctx, l.tok, node.Op{Name: "resume"}, func(ctx context.Context, i int, s redis.Scripter, _ *int64) (reply, error) {
+		ok, err := scripts.Holds(ctx, s, l.keys[i], token)
+		return reply{ours: ok}, err
 	})
 	t := r.Collect(ctx, classify, quorum.Majority)
 	if f := testhooks.ResumeRead.Load(); f != nil {
@@ -168,12 +164,11 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		// if a majority still held the token in this round. Absent nodes
 		// are healed by the lock's first renewal, after that majority
 		// confirmed, as any renewal heals them.
-		p, _ := l.register(false)
 		rearm := make([]scripts.Prepared, n)
 		for i, k := range l.keys {
 			rearm[i] = scripts.PrepareRearm(k, token, cfg.ttl)
 		}
-		r2 := l.startExtendWith(ctx, p, rearm) // extend.go
+		r2, _ := l.startExtend(ctx, false, rearm) // extend.go
 		t2 := r2.Collect(ctx, classify, quorum.Majority)
 		deadline := quorum.Deadline(r2.Started(), cfg.ttl, cfg.drift)
 		if t2.Quorum() && quorum.Validity(cfg.ttl, t2.Elapsed, cfg.drift) > 0 {

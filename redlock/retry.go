@@ -82,23 +82,16 @@ func (q *waiting) giveBack(ctx context.Context, l *Lock, t quorum.Tally) bool {
 	// later release leaves the guard where a yield is unanswered, and a
 	// yield carries its not-after bound, so one that lands after that guard
 	// is gone changes nothing (it would queue a finished token again).
-	r, _ := round(ctx, l, false, l.cfg.timeout(), func(ctx context.Context, i int) (scripts.Released, error) {
-		if t.Votes[i] != quorum.Yes {
-			return scripts.NotOurs, nil // nothing of ours there to give back
+	granted := func(_ context.Context, i int) (bool, error) { return t.Votes[i] == quorum.Yes, nil } // else nothing of ours there to give back
+	r, _ := node.Run(ctx, l.tok, node.Op{Name: "release", Release: true, Bound: yield, Only: granted}, func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (scripts.Released, error) {
+		if !yield {
+			return l.releaseScript(ctx, i, s, 0, false)
 		}
-		return call(c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (scripts.Released, error) {
-			if !yield {
-				return l.releaseScript(ctx, i, s, 0, false)
-			}
-			b, err := c.set.NotAfter(ctx, i, l.keys[i].Lock)
-			if err != nil {
-				return scripts.NotOurs, err
-			}
-			if testhooks.YieldUnbounded.Load() {
-				b = 0 // a negative control: a yield without its bound
-			}
-			return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArg(), b)
-		})
+		b := *notAfter
+		if testhooks.YieldUnbounded.Load() {
+			b = 0 // a negative control: a yield without its bound
+		}
+		return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArg(), b)
 	})
 	// Waited for in full, whatever the caller's ctx: each is bounded by the
 	// node timeout.

@@ -6,54 +6,29 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // How a lock's rounds use the node layer's unit (node.Token, DESIGN step
-// 4): register registers a round in one step with the check that the lock
-// may send it (under l.mu, as Unlock's, Detach's and Close's finish change
-// the state), and fixes its start; startRound sends it from that start.
+// 4): a Lock is its token's owner (node.Owner), through owner below; each
+// round is node.Run with a node.Op saying what it is for, and the node
+// layer registers it, fixes its start, orders it and bounds it.
 
-// register registers a round of l before anything of it is sent, and fixes
-// its start (node.Token.Register). With held, it does so only in one step
-// with the check that the lock is held and valid; it then returns the
-// error of usable. Without held (an acquire attempt, its fence commit and
-// yields, Resume's rounds, Detach's leaving the queues: the lock is not
-// handed out, and its release comes from the same goroutine after the
-// round), it always registers.
-func (l *Lock) register(held bool) (*node.Pending, error) {
-	open := l.heldNow
-	if !held {
-		open = nil
-	}
-	for {
-		if p, ok := l.tok.Register(&l.mu, open); ok {
-			return p, nil
-		}
-		if err := l.usable(); err != nil {
-			return nil, err
-		}
-	}
+// owner is a Lock as its token's owner (its mutex, l.mu, is the one under
+// which Unlock's, Detach's and Close's finish change the state): whether it
+// is held, and how a failed request is reported.
+type owner Lock
+
+func (o *owner) Open() bool    { return (*Lock)(o).heldNow() }
+func (o *owner) Usable() error { return (*Lock)(o).usable() }
+func (o *owner) Fail(ctx context.Context, i int, op string, err error) error {
+	return o.c.nodeError(ctx, i, site{o.cfg.obs, op, o.resource}, err)
 }
 
 // heldNow reports whether l is held and valid. l.mu is held.
 func (l *Lock) heldNow() bool { return l.state == stateHeld && time.Now().Before(l.validUntil) }
-
-// startRound sends the registered round p to every node (node.Send).
-func startRound[T any](ctx context.Context, l *Lock, p *node.Pending, timeout time.Duration, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
-	return node.Send(ctx, l.tok, p, timeout, &l.c.wg, fn)
-}
-
-// round registers a round of l and sends it (register, startRound).
-func round[T any](ctx context.Context, l *Lock, held bool, timeout time.Duration, fn func(ctx context.Context, i int) (T, error)) (*quorum.Round[T], error) {
-	p, err := l.register(held)
-	if err != nil {
-		return nil, err
-	}
-	return startRound(ctx, l, p, timeout, fn), nil
-}
 
 // site says what a request is for, so that a failure can be reported.
 type site struct {
@@ -72,18 +47,6 @@ type site struct {
 func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	lockOp := at.op != "release" && at.op != "publish"
 	v, err := node.Call(ctx, c.set, i, lockOp, c.cfg.timeout(), fn)
-	if err == nil {
-		return v, nil
-	}
-	var zero T
-	return zero, c.nodeError(ctx, i, at, err)
-}
-
-// request is call for node i's request of l's registered round p: a lock
-// request that carries its not-after bound, after l's own releases p
-// follows (node.Request).
-func request[T any](c *Client, ctx context.Context, l *Lock, p *node.Pending, i int, at site, fn func(ctx context.Context, s redis.Scripter, notAfter *int64) (T, error)) (T, error) {
-	v, err := node.Request(ctx, l.tok, p, i, fn)
 	if err == nil {
 		return v, nil
 	}

@@ -122,7 +122,7 @@ func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity
 	}
 	write := func() {
 		each(func(ctx context.Context, n redis.UniversalClient, key string) {
-			_, _ = scripts.Proclaim(ctx, n, key, key+election.LeaderSuffix, me.Term, l.Token(), string(val))
+			_, _ = scripts.Proclaim(ctx, n, key, key+election.LeaderSuffix, me.Term, l.Token(), string(val), 0)
 		})
 	}
 	// The mark outlasts any write of ours: a write lands only while the

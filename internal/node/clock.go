@@ -73,7 +73,7 @@ func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
 	return e.mid(t) - e.errAt(t, drift).Microseconds() - 1
 }
 
-// NotAfter returns the bound for a request for key to node i whose caller
+// notAfter returns the bound for a request for key to node i whose caller
 // stops waiting at ctx's deadline: the latest the clock of the server that
 // runs it (key's master on a Cluster node) can read then, in whole ms
 // rounded up, so that a request still waited for is never refused. Before
@@ -83,7 +83,7 @@ func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
 // probeTimeout). The bound is recorded before it is returned (see
 // guardLifetime). With testhooks.SkipNotAfter it returns 0 (no bound), the
 // negative control.
-func (s *Set) NotAfter(ctx context.Context, i int, key string) (int64, error) {
+func (s *Set) notAfter(ctx context.Context, i int, key string) (int64, error) {
 	for {
 		mc, probe, err := s.clockFor(ctx, i, key)
 		if err != nil {

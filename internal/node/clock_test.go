@@ -72,18 +72,18 @@ func TestClock_learnedOnFirstUse(t *testing.T) {
 	for i := range s.Nodes {
 		// The first bound learns the clock (one probe, bounded by ctx).
 		lctx, lcancel := context.WithTimeout(t.Context(), 5*time.Second)
-		_, err := s.NotAfter(lctx, i, "") // plain nodes: no key needed
+		_, err := s.notAfter(lctx, i, "") // plain nodes: no key needed
 		lcancel()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !s.ClockKnown(i) {
-			t.Fatalf("node %d's clock is not known after NotAfter", i)
+			t.Fatalf("node %d's clock is not known after notAfter", i)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		dl, _ := ctx.Deadline()
 		e0 := s.Nodes[i].clock.est.Load() // a second probe may replace it meanwhile
-		b, err := s.NotAfter(ctx, i, "")
+		b, err := s.notAfter(ctx, i, "")
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func TestClock_learnedOnFirstUse(t *testing.T) {
 		// itself may be off by one error).
 		errAt := max(e0.errAt(dl, drift), s.Nodes[i].clock.est.Load().errAt(dl, drift))
 		if got, lo, hi := b, dl.UnixMilli(), dl.Add(2*errAt+2*time.Millisecond).UnixMilli(); got < lo || got > hi {
-			t.Errorf("node %d: NotAfter = %d; want in [%d, %d] (the deadline, plus the error %v)", i, got, lo, hi, errAt)
+			t.Errorf("node %d: notAfter = %d; want in [%d, %d] (the deadline, plus the error %v)", i, got, lo, hi, errAt)
 		}
 	}
 }
@@ -194,7 +194,7 @@ func TestClock_errorIncludesDriftOverTheRoundTrip(t *testing.T) {
 // A Cluster node keeps one clock per master address, whatever the number
 // of keys; past maxMasterClocks, adding a master drops the idle ones (every
 // bound sent has passed on their clocks) and only those, and marks them
-// dropped so that NotAfter does not bound a request on them.
+// dropped so that notAfter does not bound a request on them.
 func TestClock_masterClocksStayBounded(t *testing.T) {
 	t.Parallel()
 	var nc nodeClock

@@ -1,13 +1,14 @@
 // Package node is the node layer of a redlock Client: what the Client
 // knows of each node it sends requests to, and of each request that may
-// still land there. Every request of the library goes through it (Call,
-// which package redlock's call wraps and package election reaches through
+// still land there. Every request of the library goes through it (Run for
+// a round of a lock token, Batch for a renewal batch, Call for the rest,
+// which package redlock's call wraps; package election reaches it through
 // the Client's Link):
 //
 //   - health: a node whose last dial failed is down, and one with requests
 //     in flight past their deadline is stuck; requests to either fail at
-//     once, provably unsent (Health.Refuse), instead of queuing in its
-//     sockets; a node found down is probed until it answers (Set.Probe);
+//     once, provably unsent (health.refuse, node.go), instead of queuing in its
+//     sockets; a node found down is probed until it answers (Set.probeDown);
 //   - the in-flight cap per node;
 //   - identity: before a Client's first lock request to a node, a check
 //     that it is none of the others under another name (node.go, with the
@@ -17,16 +18,17 @@
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for
 //     the bounds sent (Token.GuardTTL);
-//   - what a failed request may have done (Unsent, Answered, NeverWrote):
+//   - what a failed request may have done (Unsent, Answered, neverWrote):
 //     it counts as never sent only when it provably wrote no byte;
-//   - the round as its unit (Token, token.go): per lock token, the
-//     registry of every request in flight, with each round's start — so
-//     its deadline and its requests' not-after bounds — fixed when it is
-//     registered, before any point where it can be delayed; and the size
-//     of a release's guard, from where a request of the token may still
-//     land, and for how long (DESIGN step 4).
+//   - the round as its unit (round.go: Run, Batch, Op): per lock token
+//     (Token), every round registered with its start — so its deadline and
+//     its requests' not-after bounds — fixed before any point where it can
+//     be delayed, sent after the Client's own releases of the key, each
+//     request with its bound; the registry of requests that may still land
+//     and the size of a release's guard (token.go; DESIGN step 4).
 //
-// The package knows nothing of locks: a Token is kept by its Lock, which
-// passes its own mutex and held check to Register, so that a round is
-// registered in one step with the check that it may still send.
+// The package knows nothing of locks: a Token is kept by its Owner (a
+// redlock Lock, an election), whose mutex and held check Run takes, so
+// that a round is registered in one step with the check that it may
+// still send; the caller says what to send (Op and a script call).
 package node

@@ -177,10 +177,10 @@ func (p round[T]) waitUntil(deadline time.Time) {
 // registered from now on are not waited for.
 func (g *Token) waitSent(timeout time.Duration) {
 	g.mu.Lock()
-	rounds := append([]Inflight(nil), g.rounds...)
+	rounds := append([]roundView(nil), g.rounds...)
 	g.mu.Unlock()
 	for _, r := range rounds {
-		p, ok := r.(*Pending)
+		p, ok := r.(*pendingRound)
 		if !ok {
 			continue
 		}

@@ -12,8 +12,6 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // What a Client knows of each node's health, so that a call is answered by
@@ -32,13 +30,8 @@ import (
 // Failing a request early is always safe for the algorithm: a node that
 // fails grants nothing, and a request that was never sent cannot land.
 
-// epoch is the origin of the monotonic times kept in atomics.
-var epoch = time.Now()
-
-func monoNow() int64 { return int64(time.Since(epoch)) }
-
-// Health is one node's health as seen by one Client.
-type Health struct {
+// health is one node's health as seen by one Client.
+type health struct {
 	inflight atomic.Int32 // requests sent and not returned
 	// due is when the node is late (monoNow time): the deadline of the
 	// request that found none in flight, pushed to a node timeout after
@@ -87,25 +80,6 @@ func (d *dialState) set(err error) {
 	d.err.Store(&err)
 }
 
-// up clears the last dial's error: a dial or a request succeeded. It is
-// apart from set, whose err escapes, so that the hot path allocates nothing.
-func (d *dialState) up() {
-	if d.err.Load() != nil { // most calls: a load, no store
-		d.err.Store(nil)
-	}
-}
-
-// down returns the error of the node's last dial, or nil.
-func (d *dialState) down() error {
-	if d == nil {
-		return nil
-	}
-	if p := d.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // dialStates holds one dialState per node client, so that Clients built
 // one after another over the same clients add one hook in all (go-redis has
 // no RemoveHook). Keys are weak: the entry goes with the client.
@@ -145,36 +119,13 @@ func stateFor[T any](c *T, hook func(*dialState)) *dialState {
 	return d
 }
 
-// Refuse returns why a request to the node must not be sent now, or nil;
-// down is set when the node is down (its last dial failed): the caller
-// probes it (see ProbeEvery).
-func (h *Health) Refuse() (err error, down bool) {
-	if err := h.dials.down(); err != nil {
-		return &ConnError{Err: err, notSent: true}, true
-	}
-	if in := h.inflight.Load(); in > 0 {
-		due := h.due.Load()
-		late := time.Duration(monoNow() - due)
-		// Once a second one request goes through all the same: a request
-		// whose client never times out (ReadTimeout -1) on a link that
-		// dropped it would otherwise keep the node stuck for good.
-		if late >= h.grace && (late < stuckProbe || !h.due.CompareAndSwap(due, monoNow())) {
-			return &StuckError{Late: late, Inflight: in}, false
-		}
-	}
-	return nil, false
-}
-
-// stuckProbe is how often a stuck node is sent a request all the same.
-const stuckProbe = time.Second
-
 // lateGrace is the grace of a node client that honours ctx deadlines.
 const lateGrace = 250 * time.Millisecond
 
-// NewHealth returns the health of node n, adding the dial hook to its
+// newHealth returns the health of node n, adding the dial hook to its
 // client on first use (once per client, whichever Clients share it).
-func NewHealth(n redis.UniversalClient) *Health {
-	h := &Health{dials: dialsOf(n)}
+func newHealth(n redis.UniversalClient) *health {
+	h := &health{dials: dialsOf(n)}
 	switch c := n.(type) {
 	case *redis.Client:
 		if c.Options().ContextTimeoutEnabled {
@@ -188,39 +139,21 @@ func NewHealth(n redis.UniversalClient) *Health {
 	return h
 }
 
-// Sent and Returned bracket a request in flight on a node; due is the
-// request's deadline, timeout its whole budget (due − its start): while
-// other requests are in flight, the node is late that long after a return.
-func (h *Health) Sent(due time.Time) {
-	if h.inflight.Add(1) == 1 {
-		h.due.Store(int64(due.Sub(epoch)))
-	}
-}
-
-// Returned ends a request that Sent began; err is its outcome.
-func (h *Health) Returned(err error, timeout time.Duration) {
-	h.due.Store(monoNow() + int64(timeout))
-	h.inflight.Add(-1)
-	if h.dials != nil && Replied(err) {
-		h.dials.up() // the node answered: it is up
-	}
-}
-
 // Down returns the error of the node's last dial, or nil once a dial or a
 // request succeeded.
-func (h *Health) Down() error { return h.dials.down() }
+func (h *health) Down() error { return h.dials.down() }
 
-// SetUp records that the node answered a probe.
-func (h *Health) SetUp() { h.dials.set(nil) }
+// setUp records that the node answered a probe.
+func (h *health) setUp() { h.dials.set(nil) }
 
-// StartProbe reports whether the caller is to run the node's probe: false
-// while one runs. The probe calls EndProbe when it ends.
-func (h *Health) StartProbe() bool { return h.probing.CompareAndSwap(false, true) }
+// startProbe reports whether the caller is to run the node's probe: false
+// while one runs. The probe calls endProbe when it ends.
+func (h *health) startProbe() bool { return h.probing.CompareAndSwap(false, true) }
 
-// EndProbe ends the probe that StartProbe began.
-func (h *Health) EndProbe() { h.probing.Store(false) }
+// endProbe ends the probe that startProbe began.
+func (h *health) endProbe() { h.probing.Store(false) }
 
-// ProbeEvery is how often a down node is probed: its node timeout, within
+// probeEvery is how often a down node is probed: its node timeout, within
 // [250ms, 1s] — a dead node gets at most four dials a second from a Client
 // (with the release loops' own requests, TestReal_releasesWithAKilledNodeStayBounded
 // allows five), and one that is back is noticed within the interval. Not
@@ -229,16 +162,16 @@ func (h *Health) EndProbe() { h.probing.Store(false) }
 // dial's error without dialing and dials once a second itself, so a node
 // back from a long outage can take up to a second more
 // (TestReal_nodeBackIsUsedAgain).
-func ProbeEvery(timeout time.Duration) time.Duration {
+func probeEvery(timeout time.Duration) time.Duration {
 	return min(max(timeout, 250*time.Millisecond), time.Second)
 }
 
 // Cause returns the real cause of a failure err of a request to the node:
 // one that timed out while the node's dials fail was down, and says so
 // with the dialer's error. The request may still have landed: the error
-// does not match ErrNotSent.
-func (h *Health) Cause(err error) error {
-	if err == nil || !IsTimeout(err) || errors.Is(err, ErrNotSent) {
+// does not match errNotSent.
+func (h *health) Cause(err error) error {
+	if err == nil || !IsTimeout(err) || errors.Is(err, errNotSent) {
 		return err
 	}
 	if down := h.dials.down(); down != nil {
@@ -250,80 +183,30 @@ func (h *Health) Cause(err error) error {
 // What a failed request may have done, as the node's health and the
 // registry read it: never sent, answered, or possibly landed later.
 
-// ErrNotSent marks the error of a request that provably never left the
+// errNotSent marks the error of a request that provably never left the
 // client: it cannot land on the node later.
-var ErrNotSent = errors.New("not sent")
+var errNotSent = errors.New("not sent")
 
 // ErrBusy is the error of a request not sent because the node's in-flight
-// cap was full. It matches ErrNotSent.
+// cap was full. It matches errNotSent.
 var ErrBusy = &busyError{}
 
 type busyError struct{}
 
 func (*busyError) Error() string { return "too many requests in flight on this node" }
-func (*busyError) Unwrap() error { return ErrNotSent }
+func (*busyError) Unwrap() error { return errNotSent }
 
 // errMayHaveLanded marks the error of a request that may have been written
-// before it failed (see NeverWrote).
+// before it failed (see neverWrote).
 var errMayHaveLanded = errors.New("may have landed")
-
-// Unsent reports whether a request provably never left the client, so
-// that nothing of it can land on the node later: the node layer kept it
-// back (the in-flight cap was full; the node is down or stuck), or go-redis
-// got it no connection on its only try (see NeverWrote, and Do). Every
-// other failure — a timeout, a broken connection, a dial error after
-// go-redis retried a request it may have written — "may have landed".
-func Unsent(err error) bool { return err != nil && errors.Is(err, ErrNotSent) }
-
-// Answered reports whether a request that ended with err can no longer
-// change anything on the node: the node replied (a result, an error reply,
-// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
-// or the request provably never left the client (Unsent). A timeout or a
-// broken connection leaves it unknown whether (and when) the request
-// reaches the node.
-func Answered(err error) bool { return Replied(err) || Unsent(err) }
-
-// Replied reports whether a request that ended with err got the node's
-// reply: a result, an error reply, or scripts.ErrLate.
-func Replied(err error) bool {
-	if err == nil {
-		return true // before the errors.As target, which escapes
-	}
-	var re redis.Error
-	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate)
-}
-
-// NeverWrote reports whether err, returned by a node client whose retries
-// are off (MaxRetries -1), says that the request got no connection, so that
-// no byte of it was written: a dial refused or timed out, a name that did
-// not resolve, the pool timed out, exhausted or closed. With retries on
-// (go-redis's default), a dial error may follow a first try that wrote the
-// request and lost its connection, so it proves nothing (issue 30 item 6).
-// An error marked by MayHaveLanded proves nothing either.
-func NeverWrote(err error) bool {
-	if err == nil || errors.Is(err, errMayHaveLanded) {
-		return false
-	}
-	var oe *net.OpError
-	var de *net.DNSError
-	switch {
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
-		return true
-	case errors.As(err, &de):
-		return true
-	case errors.As(err, &oe):
-		return oe.Op == "dial"
-	}
-	return false
-}
 
 // MayHaveLanded marks err as the error of a request that may have been
 // written before it failed (a pipeline that sent part of its commands): it
-// reads as err, and NeverWrote is false for it.
+// reads as err, and neverWrote is false for it.
 func MayHaveLanded(err error) error { return &markedError{err, errMayHaveLanded} }
 
 // neverSent marks err as the error of a request that was never written.
-func neverSent(err error) error { return &markedError{err, ErrNotSent} }
+func neverSent(err error) error { return &markedError{err, errNotSent} }
 
 // markedError is an error with a marker; it reads as the error itself.
 type markedError struct{ err, mark error }
@@ -347,25 +230,25 @@ func (e *ConnError) Error() string {
 
 func (e *ConnError) Unwrap() []error {
 	if e.notSent {
-		return []error{ErrNotSent, e.Err}
+		return []error{errNotSent, e.Err}
 	}
 	return []error{e.Err}
 }
 
-// StuckError is the error of a request not sent because a request to the
+// stuckError is the error of a request not sent because a request to the
 // node is in flight past its deadline, with no reply since. It matches
-// context.DeadlineExceeded and ErrNotSent.
-type StuckError struct {
+// context.DeadlineExceeded and errNotSent.
+type stuckError struct {
 	Late     time.Duration
-	Inflight int32
+	InFlight int32
 }
 
-func (e *StuckError) Error() string {
+func (e *stuckError) Error() string {
 	return fmt.Sprintf("not sent: the node is not answering (%d requests in flight, the oldest past its deadline by %v)",
-		e.Inflight, e.Late.Round(time.Millisecond))
+		e.InFlight, e.Late.Round(time.Millisecond))
 }
 
-func (e *StuckError) Unwrap() []error { return []error{ErrNotSent, context.DeadlineExceeded} }
+func (e *stuckError) Unwrap() []error { return []error{errNotSent, context.DeadlineExceeded} }
 
 // IsTimeout reports whether err is a deadline or a network timeout.
 func IsTimeout(err error) bool {

@@ -37,13 +37,13 @@ func TestClassify(t *testing.T) {
 		{"busy", ErrBusy, false, true, true, false},
 		{"down", &ConnError{Err: dial, notSent: true}, true, true, true, false},
 		{"timeout while dials fail", &ConnError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false},
-		{"stuck", &StuckError{}, false, true, true, false},
+		{"stuck", &stuckError{}, false, true, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := NeverWrote(tc.err); got != tc.neverWrote {
-				t.Errorf("NeverWrote(%v) = %v; want %v", tc.err, got, tc.neverWrote)
+			if got := neverWrote(tc.err); got != tc.neverWrote {
+				t.Errorf("neverWrote(%v) = %v; want %v", tc.err, got, tc.neverWrote)
 			}
 			if got := Unsent(tc.err); got != tc.unsent {
 				t.Errorf("Unsent(%v) = %v; want %v", tc.err, got, tc.unsent)
@@ -51,14 +51,14 @@ func TestClassify(t *testing.T) {
 			if got := Answered(tc.err); got != tc.answered {
 				t.Errorf("Answered(%v) = %v; want %v", tc.err, got, tc.answered)
 			}
-			if got := Replied(tc.err); got != tc.replied {
-				t.Errorf("Replied(%v) = %v; want %v", tc.err, got, tc.replied)
+			if got := replied(tc.err); got != tc.replied {
+				t.Errorf("replied(%v) = %v; want %v", tc.err, got, tc.replied)
 			}
 		})
 	}
 	// The case of issue 30 item 6: a timeout while the node's dials fail
 	// is wrapped with the dialer's error, and must still "may have landed".
-	h := &Health{dials: &dialState{}}
+	h := &health{dials: &dialState{}}
 	h.dials.set(dial)
 	if err := h.Cause(context.DeadlineExceeded); Unsent(err) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Cause(timeout) while dials fail = %v (unsent %v); want the dialer's error, not unsent", err, Unsent(err))

@@ -56,15 +56,15 @@ type idKeys struct {
 // errClosing is identify's answer once the Client's Close has begun.
 var errClosing = errors.New("the Client is closing: no identity check starts")
 
-// IdentifyTTL is how long a node's identity key lives (see identify).
-const IdentifyTTL = time.Hour
+// identifyTTL is how long a node's identity key lives (see identify).
+const identifyTTL = time.Hour
 
 // identifyScript sets this Client's identity key of one node (KEYS[ARGV[1]])
 // and returns the 1-based index of another node's key found there, or 0:
 // both names reach one server. Past its not-after bound (ARGV[3], the
 // node's TIME in ms, as the lock scripts: DESIGN step 4) it writes nothing
 // and returns -1: a script whose caller stopped waiting lands after
-// Close's DEL harmlessly, where it once left the key for IdentifyTTL.
+// Close's DEL harmlessly, where it once left the key for identifyTTL.
 // It is sent with EVAL: it runs once per node and Client, and EVALSHA would
 // cost a NOSCRIPT round trip first.
 const identifyScript = `
@@ -129,12 +129,12 @@ func (s *Set) identify(ctx context.Context, i int) error {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 	}
-	b, err := s.NotAfter(ctx, i, keys[i])
+	b, err := s.notAfter(ctx, i, keys[i])
 	if err != nil {
 		return err
 	}
 	n.id.idSent.Store(true) // the key may be there from now on, even if the reply is lost
-	j, err := n.C.Eval(ctx, identifyScript, keys, i+1, IdentifyTTL.Milliseconds(), b).Int()
+	j, err := n.C.Eval(ctx, identifyScript, keys, i+1, identifyTTL.Milliseconds(), b).Int()
 	if err != nil {
 		// It may still land, until b: ForgetIdentity deletes after that.
 		// (Stored before the turn is given back, which it waits for.)
@@ -165,15 +165,6 @@ func (s *Set) idKeys() []string {
 	return s.ids.keys
 }
 
-// Duplicate returns the error of two nodes found to reach one server, or
-// nil.
-func (s *Set) Duplicate() error {
-	if p := s.ids.dup.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // ForgetIdentity deletes this Client's identity keys (identify) from the
 // nodes that may have one, for Close, which calls it after Config.Closing
 // is closed: per node, on the Client's goroutines (Close waits for them
@@ -183,10 +174,10 @@ func (s *Set) Duplicate() error {
 // whether or not its reply came (if not, once the script's bound has
 // surely passed on the node's clock). Before, a Lock call's straggler that had
 // not yet sent its identify when Close looked was skipped, and wrote its
-// key after (kept for IdentifyTTL: TestClient_Close beside stress-ng).
+// key after (kept for identifyTTL: TestClient_Close beside stress-ng).
 // No node is skipped: a node whose last dial failed may be back already
 // (its flag lasts until its next probe, up to a second), and skipping it
-// left the key for IdentifyTTL, an hour (issue 44 item 6: 4 of 4 with
+// left the key for identifyTTL, an hour (issue 44 item 6: 4 of 4 with
 // Close 10ms after the node came back); nor is a node that merely looks
 // stuck, since on a loaded machine a late reply is no proof of a pause
 // (an identity key was left for its hour at load 6 under -race). A DEL
@@ -228,9 +219,9 @@ func (s *Set) ForgetIdentity(timeout time.Duration, spawn func(func())) {
 					return
 				}
 			}
-			for !Replied(n.C.Del(ctx, key).Err()) {
+			for !replied(n.C.Del(ctx, key).Err()) {
 				if !reachable(ctx, n.Addr) {
-					return // down: nothing to delete now (its key expires with IdentifyTTL)
+					return // down: nothing to delete now (its key expires with identifyTTL)
 				}
 				select {
 				case <-time.After(forgetRetry):

@@ -9,7 +9,7 @@ import "time"
 // that the Client's Close waits for them as it waits for its own.
 type Linked struct {
 	// Set is the Client's nodes, in the order given to it: Call runs a
-	// request on one with the Client's gates, Set.Gate gives them for a
+	// request on one with the Client's gates, Set.gate gives them for a
 	// request sent on a client of its own.
 	Set *Set
 	// Go runs f on a goroutine the Client owns: Close waits for it, at most

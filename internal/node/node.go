@@ -2,18 +2,21 @@ package node
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// MaxInFlight caps the requests one Client has in flight on one node, so
+// maxInFlight caps the requests one Client has in flight on one node, so
 // that a node that hangs cannot pile up goroutines without bound.
-const MaxInFlight = 1024
+const maxInFlight = 1024
 
 // Node is one Redis master as one Client uses it: its client, its health,
 // its in-flight cap, and (in a Set) its identity check and clock.
@@ -21,10 +24,10 @@ type Node struct {
 	C       redis.UniversalClient
 	Addr    string
 	Cluster bool // a Redis Cluster client: keys of a lock share a hash tag
-	Health  *Health
+	Health  *health
 	// noRetries is set for a node client whose go-redis retries are off
 	// (built with MaxRetries -1): only then does a dial error prove that
-	// a request was never written (see NeverWrote).
+	// a request was never written (see neverWrote).
 	noRetries bool
 	sem       chan struct{} // requests in flight, capped
 	// Of a node of a Set (nil otherwise): its identity check and its
@@ -36,8 +39,8 @@ type Node struct {
 // New returns the node of client c (no I/O).
 func New(c redis.UniversalClient) Node {
 	_, cluster := c.(*redis.ClusterClient)
-	return Node{C: c, Addr: nodeaddr.Of(c), Cluster: cluster, Health: NewHealth(c),
-		noRetries: retriesOff(c), sem: make(chan struct{}, MaxInFlight)}
+	return Node{C: c, Addr: nodeaddr.Of(c), Cluster: cluster, Health: newHealth(c),
+		noRetries: retriesOff(c), sem: make(chan struct{}, maxInFlight)}
 }
 
 // retriesOff reports whether go-redis never retries a request of c: a
@@ -52,25 +55,25 @@ func retriesOff(c redis.UniversalClient) bool {
 	return ok && rc.Options().MaxRetries == 0
 }
 
-// Do runs fn on node n: the one path of every request of the library. A
+// do runs fn on node n: the one path of every request of the library. A
 // request is not sent, and fails at once with an error matching
-// ErrNotSent, to a node known down (down is called: the caller probes it)
+// errNotSent, to a node known down (down is called: the caller probes it)
 // or stuck, or when the in-flight cap is full (ErrBusy). gate, when set,
 // runs first on the same ctx (the Client's identity check); its error is
 // the request's. fn's error is classified here, before anything wraps it:
-// only one that proves the request was never written matches ErrNotSent
-// (see NeverWrote); a timeout says "no reply within" the round's node
+// only one that proves the request was never written matches errNotSent
+// (see neverWrote); a timeout says "no reply within" the round's node
 // timeout, and one while the node's dials fail carries the dialer's error
-// (see Health.Cause). timeout is the request's budget when ctx has no
+// (see health.Cause). timeout is the request's budget when ctx has no
 // deadline.
-func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	var zero T
 	start := time.Now()
 	due, ok := ctx.Deadline()
 	if !ok {
 		due = start.Add(timeout)
 	}
-	err, isDown := n.Health.Refuse()
+	err, isDown := n.Health.refuse()
 	if err != nil {
 		if isDown && down != nil {
 			down()
@@ -82,18 +85,18 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	default:
 		return zero, ErrBusy
 	}
-	n.Health.Sent(due)
+	n.Health.sent(due)
 	if gate != nil {
 		err = gate(ctx)
 	}
 	var v T
 	if err == nil {
 		v, err = fn(ctx, n.C)
-		if n.noRetries && NeverWrote(err) {
+		if n.noRetries && neverWrote(err) {
 			err = neverSent(err)
 		}
 	}
-	n.Health.Returned(err, due.Sub(start))
+	n.Health.returned(err, due.Sub(start))
 	<-n.sem
 	if err == nil {
 		return v, nil
@@ -112,10 +115,10 @@ func Do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	return zero, n.Health.Cause(err)
 }
 
-// Call runs fn on node i through Do, with the Set's gates: a lock request
+// Call runs fn on node i through do, with the Set's gates: a lock request
 // (lockOp) is refused once two nodes were found to reach one server, and
 // waits for the identity check before this Client's first request to the
-// node; a node found down gets the probe that brings it back (Probe).
+// node; a node found down gets the probe that brings it back (probeDown).
 // Releases and publishes (not lockOp) go out whatever the identity check
 // said: a lock granted before it found two names of one server must still
 // be released. timeout is the request's budget when ctx has no deadline.
@@ -126,9 +129,18 @@ func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.D
 	}
 	var gate func(context.Context) error
 	if lockOp {
-		gate, _ = s.Gate(i)
+		gate, _ = s.gate(i)
 	}
-	return Do(ctx, &s.Nodes[i], timeout, gate, func() { s.Probe(i) }, fn)
+	return do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
+}
+
+// Duplicate returns the error of two nodes found to reach one server, or
+// nil.
+func (s *Set) Duplicate() error {
+	if p := s.ids.dup.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // InFlight returns how many requests of this Client are in flight on the
@@ -183,11 +195,11 @@ func NewSet(clients []redis.UniversalClient, cfg Config) *Set {
 	return s
 }
 
-// Gate returns what Do needs for node i of the Set, for a request sent on
+// gate returns what do needs for node i of the Set, for a request sent on
 // a client of its own (package election's NewWithNodes): the identity
 // check before this Client's first request there (nil once done), and the
 // probe to start when the node is found down.
-func (s *Set) Gate(i int) (gate func(context.Context) error, down func()) {
+func (s *Set) gate(i int) (gate func(context.Context) error, down func()) {
 	if !s.Nodes[i].id.verified.Load() {
 		gate = func(ctx context.Context) error {
 			if dup := s.Duplicate(); dup != nil {
@@ -196,21 +208,21 @@ func (s *Set) Gate(i int) (gate func(context.Context) error, down func()) {
 			return s.identify(ctx, i)
 		}
 	}
-	return gate, func() { s.Probe(i) }
+	return gate, func() { s.probeDown(i) }
 }
 
-// Probe starts the background probe of node i, known down, unless one
-// runs: a PING every ProbeEvery until the node answers or the Client
+// probeDown starts the background probe of node i, known down, unless one
+// runs: a PING every probeEvery until the node answers or the Client
 // closes.
-func (s *Set) Probe(i int) {
+func (s *Set) probeDown(i int) {
 	h := s.Nodes[i].Health
-	if !h.StartProbe() {
+	if !h.startProbe() {
 		return
 	}
 	timeout := s.cfg.Timeout
 	err := s.cfg.Go(func() {
-		defer h.EndProbe()
-		t := time.NewTicker(ProbeEvery(timeout))
+		defer h.endProbe()
+		t := time.NewTicker(probeEvery(timeout))
 		defer t.Stop()
 		for h.Down() != nil {
 			select {
@@ -222,11 +234,130 @@ func (s *Set) Probe(i int) {
 			err := s.Nodes[i].C.Ping(ctx).Err()
 			cancel()
 			if err == nil {
-				h.SetUp()
+				h.setUp()
 			}
 		}
 	})
 	if err != nil {
-		h.EndProbe()
+		h.endProbe()
 	}
+}
+
+// A request's life on a node, as do brackets it: refused while the node
+// is down or stuck, counted in flight until it returns, and what its error
+// proves about whether it was written.
+
+// refuse returns why a request to the node must not be sent now, or nil;
+// down is set when the node is down (its last dial failed): the caller
+// probes it (see probeEvery).
+func (h *health) refuse() (err error, down bool) {
+	if err := h.dials.down(); err != nil {
+		return &ConnError{Err: err, notSent: true}, true
+	}
+	if in := h.inflight.Load(); in > 0 {
+		due := h.due.Load()
+		late := time.Duration(monoNow() - due)
+		// Once a second one request goes through all the same: a request
+		// whose client never times out (ReadTimeout -1) on a link that
+		// dropped it would otherwise keep the node stuck for good.
+		if late >= h.grace && (late < stuckProbe || !h.due.CompareAndSwap(due, monoNow())) {
+			return &stuckError{Late: late, InFlight: in}, false
+		}
+	}
+	return nil, false
+}
+
+// stuckProbe is how often a stuck node is sent a request all the same.
+const stuckProbe = time.Second
+
+// sent and returned bracket a request in flight on a node; due is the
+// request's deadline, timeout its whole budget (due − its start): while
+// other requests are in flight, the node is late that long after a return.
+func (h *health) sent(due time.Time) {
+	if h.inflight.Add(1) == 1 {
+		h.due.Store(int64(due.Sub(epoch)))
+	}
+}
+
+// returned ends a request that sent began; err is its outcome.
+func (h *health) returned(err error, timeout time.Duration) {
+	h.due.Store(monoNow() + int64(timeout))
+	h.inflight.Add(-1)
+	if h.dials != nil && replied(err) {
+		h.dials.up() // the node answered: it is up
+	}
+}
+
+// neverWrote reports whether err, returned by a node client whose retries
+// are off (MaxRetries -1), says that the request got no connection, so that
+// no byte of it was written: a dial refused or timed out, a name that did
+// not resolve, the pool timed out, exhausted or closed. With retries on
+// (go-redis's default), a dial error may follow a first try that wrote the
+// request and lost its connection, so it proves nothing (issue 30 item 6).
+// An error marked by MayHaveLanded proves nothing either.
+func neverWrote(err error) bool {
+	if err == nil || errors.Is(err, errMayHaveLanded) {
+		return false
+	}
+	var oe *net.OpError
+	var de *net.DNSError
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
+		return true
+	case errors.As(err, &de):
+		return true
+	case errors.As(err, &oe):
+		return oe.Op == "dial"
+	}
+	return false
+}
+
+// up clears the last dial's error: a dial or a request succeeded. It is
+// apart from set, whose err escapes, so that the hot path allocates nothing.
+func (d *dialState) up() {
+	if d.err.Load() != nil { // most calls: a load, no store
+		d.err.Store(nil)
+	}
+}
+
+// down returns the error of the node's last dial, or nil.
+func (d *dialState) down() error {
+	if d == nil {
+		return nil
+	}
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// epoch is the origin of the monotonic times kept in atomics.
+var epoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// Unsent reports whether a request provably never left the client, so
+// that nothing of it can land on the node later: the node layer kept it
+// back (the in-flight cap was full; the node is down or stuck), or go-redis
+// got it no connection on its only try (see neverWrote, and do). Every
+// other failure — a timeout, a broken connection, a dial error after
+// go-redis retried a request it may have written — "may have landed".
+func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
+
+// Answered reports whether a request that ended with err can no longer
+// change anything on the node: the node replied (a result, an error reply,
+// or scripts.ErrLate: it ran past its not-after bound and changed nothing),
+// or the request provably never left the client (Unsent). A timeout or a
+// broken connection leaves it unknown whether (and when) the request
+// reaches the node.
+func Answered(err error) bool { return replied(err) || Unsent(err) }
+
+// replied reports whether a request that ended with err got the node's
+// reply: a result, an error reply, or scripts.ErrLate.
+func replied(err error) bool {
+	if err == nil {
+		return true // before the errors.As target, which escapes
+	}
+	var re redis.Error
+	return errors.As(err, &re) || errors.Is(err, scripts.ErrLate)
 }

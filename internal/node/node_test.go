@@ -17,7 +17,7 @@ import (
 // when Close begins is waited for and its key deleted after it wrote it;
 // one that starts after sends nothing. Before, a straggler that had not
 // yet sent its check when Close looked wrote its key after (kept for
-// IdentifyTTL, an hour: TestClient_Close in the full suite beside
+// identifyTTL, an hour: TestClient_Close in the full suite beside
 // stress-ng). The mutants forget-without-turn and identify-after-close
 // fail it.
 func TestIdentity_closeLeavesNoKey(t *testing.T) {
@@ -47,7 +47,7 @@ func TestIdentity_closeLeavesNoKey(t *testing.T) {
 	s.ForgetIdentity(5*time.Second, wg.Go)
 	time.Sleep(20 * time.Millisecond)
 	n1.id.idSent.Store(true)
-	if err := n1.C.Set(ctx, key(1), "1", IdentifyTTL).Err(); err != nil {
+	if err := n1.C.Set(ctx, key(1), "1", identifyTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
 	<-n1.id.idTurn
@@ -69,7 +69,7 @@ func TestIdentity_closeLeavesNoKey(t *testing.T) {
 // Close's ForgetIdentity has run, wherever it lands:
 //   - past its not-after bound (1s of latency): it writes nothing, as the
 //     lock scripts do. Before, it wrote the key after the DEL, kept for
-//     IdentifyTTL (an hour). The mutant identify-unbounded fails it.
+//     identifyTTL (an hour). The mutant identify-unbounded fails it.
 //   - after its caller's deadline but before its bound (600ms of latency,
 //     the clock estimate's error widened to 500ms, so the bound is about
 //     800ms): it writes the key, and the DEL must come after it.
@@ -95,7 +95,7 @@ func TestIdentity_lateCheckLeavesNoKey(t *testing.T) {
 			ctx := t.Context()
 			key := s.idKeys()[1]
 			// Node 1's clock known and a connection pooled before the
-			// latency, without the background probes NotAfter starts (they
+			// latency, without the background probes notAfter starts (they
 			// would take the pooled connection, and the check would wait for
 			// a dial instead).
 			if err := s.Nodes[1].C.Ping(ctx).Err(); err != nil {

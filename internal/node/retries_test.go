@@ -41,7 +41,7 @@ func TestDo_refusedDialIsUnsentOnlyWithoutRetries(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			_, err := Do(ctx, &n, 5*time.Second, nil, nil, func(ctx context.Context, s redis.Scripter) (string, error) {
+			_, err := do(ctx, &n, 5*time.Second, nil, nil, func(ctx context.Context, s redis.Scripter) (string, error) {
 				return c.Ping(ctx).Result()
 			})
 			if err == nil || Unsent(err) != tc.unsent {

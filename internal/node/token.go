@@ -1,13 +1,9 @@
 package node
 
 import (
-	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
@@ -35,135 +31,56 @@ type Token struct {
 	set          *Set           // nil in tests of the registry alone
 	keys         []scripts.Keys // per node
 	ttl, timeout time.Duration  // the lock's TTL and node timeout
+	own          Owner
+	ownMu        *sync.Mutex    // the owner's: it ends the token under it
+	sp           quorum.Spawner // starts the requests, on goroutines the Client owns
+	via          []*Node        // per node, the client its requests go on (nil: the Set's; see Through)
 
-	mu     sync.Mutex // protects rounds, unsure
-	rounds []Inflight // rounds with requests maybe still in flight
-	unsure []bool     // per node (nil: none): a request there went unanswered
+	mu     sync.Mutex  // protects rounds, unsure
+	rounds []roundView // rounds with requests maybe still in flight
+	unsure []bool      // per node (nil: none): a request there went unanswered
 }
 
 // Token returns the node layer's unit for one lock token whose keys are
-// keys (one per node), with the lock's TTL and node timeout.
-func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration) *Token {
-	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout}
+// keys (one per node), with the lock's TTL and node timeout, kept by own,
+// which ends the token under mu; sp starts its requests.
+func (s *Set) Token(keys []scripts.Keys, ttl, timeout time.Duration, mu *sync.Mutex, sp quorum.Spawner, own Owner) *Token {
+	return &Token{n: len(s.Nodes), set: s, keys: keys, ttl: ttl, timeout: timeout, own: own, ownMu: mu, sp: sp}
 }
 
-// Inflight is a round of requests of one token, seen by its release: where
+// roundView is a round of requests of one token, seen by its release: where
 // a node has not answered it, a request may still land after the release.
-type Inflight interface {
+type roundView interface {
 	Answered(i int) bool // node i's reply is in, or its request provably never left (see Answered)
 	Settled() bool       // every node has answered or given up
 }
 
-// Pending is a registered round: unanswered everywhere until Send (or
-// Attach) gives it its requests. Start is write-once, before the round is
-// visible to anyone.
-type Pending struct {
+// pendingRound is a registered round: unanswered everywhere until Run gives it
+// its requests (Attach). Start is write-once, before the round is visible
+// to anyone.
+type pendingRound struct {
 	Start time.Time
-	r     Inflight    // written once by Attach, before attached is set
+	r     roundView   // written once by Attach, before attached is set
 	sent  atomic.Bool // r is set
 	// before are, per node, the Client's own releases of the token's keys
 	// in flight when the round was registered, which its requests follow
-	// (Token.Follow; nil: none).
+	// (Op.Follow; nil: none).
 	before [][]chan struct{}
 	// bounds are, per node, the not-after bound its request carries
-	// (Request), in small when there are few nodes.
+	// (Op.Bound), in small when there are few nodes.
 	bounds []int64
 	small  [5]int64
 }
 
-// Register registers a round of the token that starts now, before
-// anything of it is sent, under lk and only if open (nil: always) reports
-// that the token may still send then: lk is the lock under which its
-// owner ends the token (a release, a handover), so a release that comes
-// later sees the round pending — every node unanswered, so it leaves the
-// guard — and a round that would come after it is never registered. It
-// reports false when open did not.
-func (g *Token) Register(lk sync.Locker, open func() bool) (*Pending, bool) {
-	lk.Lock()
-	defer lk.Unlock()
-	if open != nil && !open() {
-		return nil, false
-	}
-	p := &Pending{Start: time.Now()}
-	if g.n <= len(p.small) {
-		p.bounds = p.small[:g.n]
-	} else {
-		p.bounds = make([]int64, g.n)
-	}
-	g.Track(p)
-	return p, true
-}
-
-// Follow makes the requests of the round p, just registered, go on each
-// node after the Client's own releases of the token's keys in flight there
-// now (Set.ReleaseBegin): an acquire's, so that its own leftovers never
-// refuse it. A release that begins later is never one it must follow, and
-// may be its own call's cleanup, which waits for the request's answer.
-func (g *Token) Follow(p *Pending) {
-	p.before = g.set.releasesBefore(g.keys)
-}
-
-// ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
-func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
-
-// Request runs fn on node i as the request there of the round p of token
-// g, through Call with the Set's gates for a lock request: after the
-// Client's own releases that p follows (Follow), and with node i's
-// not-after bound for the token's key (Set.NotAfter), which fn passes on
-// to its script. The bound is kept in p, and fn gets a pointer to it, so
-// that the script's arguments box it once.
-func Request[T any](ctx context.Context, g *Token, p *Pending, i int, fn func(ctx context.Context, s redis.Scripter, notAfter *int64) (T, error)) (T, error) {
-	awaitReleases(ctx, p.before, i) // our own releases there land first (Follow)
-	return Call(ctx, g.set, i, true, g.timeout, func(ctx context.Context, s redis.Scripter) (T, error) {
-		b, err := g.set.NotAfter(ctx, i, g.keys[i].Lock)
-		if err != nil {
-			var zero T
-			return zero, err
-		}
-		p.bounds[i] = b
-		return fn(ctx, s, &p.bounds[i])
-	})
-}
-
-// Attach gives p its requests.
-func (p *Pending) Attach(r Inflight) {
-	p.r = r
-	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
-}
-
 // round returns the attached round, or nil before Attach.
-func (p *Pending) round() Inflight {
+func (p *pendingRound) round() roundView {
 	if !p.sent.Load() {
 		return nil
 	}
 	return p.r
 }
 
-// Answered reports whether node i has answered p's round.
-func (p *Pending) Answered(i int) bool {
-	r := p.round()
-	return r != nil && r.Answered(i)
-}
-
-// Settled reports whether every node has answered p's round or given up.
-func (p *Pending) Settled() bool {
-	r := p.round()
-	return r != nil && r.Settled()
-}
-
-// Send sends the registered round p of t to every node, from the start
-// fixed at registration: its requests' deadline is p.Start plus timeout,
-// or ctx's earlier deadline, however late this goroutine runs
-// (quorum.StartAt).
-func Send[T any](ctx context.Context, t *Token, p *Pending, timeout time.Duration, sp quorum.Spawner, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
-	r := quorum.StartAt(ctx, p.Start, t.n, timeout, sp, fn)
-	p.Attach(RoundOf(r))
-	return r
-}
-
-// RoundOf is a round as the ledger sees it.
-func RoundOf[T any](r *quorum.Round[T]) Inflight { return round[T]{r} }
-
+// round is a sent round as the registry sees it (roundOf).
 type round[T any] struct{ r *quorum.Round[T] }
 
 func (p round[T]) Answered(i int) bool {
@@ -173,33 +90,16 @@ func (p round[T]) Answered(i int) bool {
 
 func (p round[T]) Settled() bool { return p.r.Settled() }
 
-// Track records a round until all its requests have answered or given up;
-// a node that gave up on one is remembered as unsure for good (its request
-// may land at any later time).
-func (g *Token) Track(r Inflight) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	keep := g.rounds[:0]
-	for _, old := range g.rounds {
-		if !old.Settled() {
-			keep = append(keep, old)
-			continue
-		}
-		for i := range g.n {
-			if !old.Answered(i) {
-				g.markUnsureLocked(i)
-			}
-		}
-	}
-	clear(g.rounds[len(keep):])
-	g.rounds = append(keep, r)
+// Answered reports whether node i has answered p's round.
+func (p *pendingRound) Answered(i int) bool {
+	r := p.round()
+	return r != nil && r.Answered(i)
 }
 
-func (g *Token) markUnsureLocked(i int) {
-	if g.unsure == nil {
-		g.unsure = make([]bool, g.n)
-	}
-	g.unsure[i] = true
+// Settled reports whether every node has answered p's round or given up.
+func (p *pendingRound) Settled() bool {
+	r := p.round()
+	return r != nil && r.Settled()
 }
 
 // unanswered reports whether a request of the token may still land on node
@@ -241,102 +141,4 @@ func (g *Token) GuardTTL() time.Duration {
 		return 0 // a negative control of the chaos checker
 	}
 	return g.set.guardLifetime(g.keys, g.ttl, g.timeout)
-}
-
-// The order of a Client's own requests to one key on one node: an acquire
-// goes after this Client's releases of the key in flight there when its
-// round was registered (Follow, Request), so that its own leftovers never
-// refuse it.
-
-// relKey names a lock key on one node; Set.releasing holds, per
-// relKey, one channel per release of it in flight there, closed when that
-// release ends.
-type relKey struct {
-	key  string // the lock key on the node
-	node int
-}
-
-// ReleaseBegin registers a release of keys on node i (under each of its
-// lock keys: a multi-lock's every resource), before it is handed to a
-// goroutine or sent; done ends it. Every sender of a release registers
-// it: Unlock's round, a refused call's cleanup and a lost call's abandon
-// (package redlock's release.go), and the retry loop's pipelines
-// (releaser.go). This Client's next acquire of any of those keys waits on each node for the
-// releases registered there before its round was (Token.Follow), so
-// that its own leftovers never refuse it: a TryLock right after a refused
-// one found the first one's grant still there
-// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (s *Set) ReleaseBegin(keys scripts.Keys, i int) (done func()) {
-	locks := keys.LockKeys()
-	f := make(chan struct{}) // closed when the release has ended
-	s.relMu.Lock()
-	if s.releasing == nil {
-		s.releasing = make(map[relKey][]chan struct{})
-	}
-	for _, key := range locks {
-		k := relKey{key, i}
-		s.releasing[k] = append(s.releasing[k], f)
-	}
-	s.relMu.Unlock()
-	return func() {
-		s.relMu.Lock()
-		for _, key := range locks {
-			k := relKey{key, i}
-			fs := s.releasing[k]
-			if j := slices.Index(fs, f); j >= 0 {
-				fs = slices.Delete(fs, j, j+1)
-			}
-			if len(fs) == 0 {
-				delete(s.releasing, k)
-			} else {
-				s.releasing[k] = fs
-			}
-		}
-		s.relMu.Unlock()
-		close(f)
-	}
-}
-
-// releasesBefore returns, per node, this Client's releases of keys in
-// flight now (nil: none anywhere). An acquire round takes it when it is
-// registered, and each of its requests waits for those only
-// (Request): a release registered later is never one it must
-// follow, and may be its own call's cleanup, which waits for the
-// request's answer — a request that started late waited for it, the two
-// until the node timeout, and every acquire of the key on that node
-// behind them (lockbench's semaphore: waits in steps of one node timeout;
-// TestLate_lateRequestDoesNotWaitForItsOwnCleanup).
-func (s *Set) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
-	s.relMu.Lock()
-	defer s.relMu.Unlock()
-	if len(s.releasing) == 0 {
-		return nil
-	}
-	var out [][]chan struct{}
-	for i, k := range keys {
-		for _, key := range k.LockKeys() {
-			if fs := s.releasing[relKey{key, i}]; len(fs) > 0 {
-				if out == nil {
-					out = make([][]chan struct{}, len(keys))
-				}
-				out[i] = append(out[i], fs...)
-			}
-		}
-	}
-	return out
-}
-
-// awaitReleases waits until the releases fs took for node i have ended
-// (each within its node timeout), or ctx ends.
-func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
-	if fs == nil {
-		return
-	}
-	for _, f := range fs[i] {
-		select {
-		case <-f:
-		case <-ctx.Done():
-			return
-		}
-	}
 }

@@ -7,6 +7,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // TestToken_deadlineFixedAtRegistration is issue 30 item 1 at the layer
@@ -15,8 +20,8 @@ import (
 // node until its requests answer.
 func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Token{n: 3}
-		p, _ := g.Register(new(sync.Mutex), nil)
+		g := &Token{n: 3, own: testOwner{}, ownMu: new(sync.Mutex)}
+		p, _ := g.register(false, nil)
 		for i := range 3 {
 			if !g.unanswered(i) {
 				t.Errorf("Unanswered(%d) = false for a registered round not sent yet; want true", i)
@@ -24,7 +29,7 @@ func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond) // the sender is descheduled
 		var deadlines [3]time.Time
-		r := Send(context.Background(), g, p, 500*time.Millisecond, nil, func(ctx context.Context, i int) (int, error) {
+		r := sendTest(context.Background(), p, 3, 500*time.Millisecond, func(ctx context.Context, i int) (int, error) {
 			deadlines[i], _ = ctx.Deadline()
 			if i == 2 {
 				<-ctx.Done() // a node that never answers
@@ -45,7 +50,7 @@ func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 		}
 		// Settled rounds leave the list; the node that did not answer is
 		// remembered for good.
-		g.Track(RoundOf(r))
+		g.track(roundOf(r))
 		if !g.unanswered(2) {
 			t.Error("Unanswered(2) = false once the round was dropped; want true for good")
 		}
@@ -56,11 +61,11 @@ func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 // their deadline, not when the caller cancels (issue 30 item 8).
 func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := &Token{n: 1}
+		g := &Token{n: 1, own: testOwner{}, ownMu: new(sync.Mutex)}
 		ctx, cancel := context.WithCancel(context.Background())
 		var got error
-		p, _ := g.Register(new(sync.Mutex), nil)
-		r := Send(ctx, g, p, time.Second, nil, func(ctx context.Context, _ int) (int, error) {
+		p, _ := g.register(false, nil)
+		r := sendTest(ctx, p, 1, time.Second, func(ctx context.Context, _ int) (int, error) {
 			select {
 			case <-ctx.Done():
 				got = ctx.Err()
@@ -74,4 +79,58 @@ func TestToken_callerCancelDoesNotCutRequests(t *testing.T) {
 			t.Errorf("request ctx ended with %v when the caller cancelled; want it to run until its deadline", got)
 		}
 	})
+}
+
+// testOwner owns a Token in tests of the registry: always held.
+type testOwner struct{}
+
+func (testOwner) Open() bool                                               { return true }
+func (testOwner) Usable() error                                            { return nil }
+func (testOwner) Fail(_ context.Context, _ int, _ string, err error) error { return err }
+
+// sendTest sends the registered round p to n nodes as Run does, with fn
+// for each node's request.
+func sendTest[T any](ctx context.Context, p *pendingRound, n int, timeout time.Duration, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
+	r := quorum.StartAt(ctx, p.Start, n, timeout, nil, fn)
+	p.Attach(roundOf(r))
+	return r
+}
+
+// settledUnanswered is a round that has ended without node 1's answer: its
+// request there timed out and may still land.
+type settledUnanswered struct{}
+
+func (settledUnanswered) Answered(i int) bool { return i != 1 }
+func (settledUnanswered) Settled() bool       { return true }
+
+// allAnswered is a round every node answered.
+type allAnswered struct{}
+
+func (allAnswered) Answered(int) bool { return true }
+func (allAnswered) Settled() bool     { return true }
+
+// TestToken_unansweredNodeOutlivesItsRound: once a round has settled with
+// a node unanswered and a later round drops it from the registry, the
+// token still counts that node unanswered, and only that one (a Token
+// must know its nodes: before it did, a Lock's registry counted none and
+// forgot such a node). Moved from package redlock's rounds_test.go.
+func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
+	t.Parallel()
+	var clients []redis.UniversalClient
+	for range 3 {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	s := NewSet(clients, Config{})
+	g := s.Token(make([]scripts.Keys, 3), time.Second, time.Second, new(sync.Mutex), nil, testOwner{})
+	p, _ := g.register(false, nil)
+	p.Attach(settledUnanswered{})
+	q, _ := g.register(false, nil) // drops the settled round from the list
+	q.Attach(allAnswered{})
+	for i, want := range []bool{false, true, false} {
+		if got := g.unanswered(i); got != want {
+			t.Errorf("unanswered(%d) = %v after the round was dropped; want %v", i, got, want)
+		}
+	}
 }

@@ -31,11 +31,12 @@ func withdrawnKey(identity, term string) string { return identity + ":withdrawn:
 // (Withdraw), with lock's remaining TTL: the identity never outlives the
 // lock, and a write that lands after the withdraw — left running by a
 // step decided at a majority, or its reply lost to a timeout — writes
-// nothing. It reports whether it wrote. It is sent with EVAL: one round
+// nothing, and so does one that runs once the node's clock passed
+// notAfter (its TIME in ms; 0: no bound). It reports whether it wrote. It is sent with EVAL: one round
 // trip always (a NOSCRIPT fallback takes two, which at a round trip past
 // half the node timeout fails every first write on a fresh node).
-func Proclaim(ctx context.Context, c redis.Scripter, lock, identity, term, token, value string) (bool, error) {
-	n, err := proclaimScript.Eval(ctx, c, []string{lock, identity, withdrawnKey(identity, term)}, token, value).Int64()
+func Proclaim(ctx context.Context, c redis.Scripter, lock, identity, term, token, value string, notAfter int64) (bool, error) {
+	n, err := proclaimScript.Eval(ctx, c, []string{lock, identity, withdrawnKey(identity, term)}, token, value, notAfter).Int64()
 	return n == 1, err
 }
 

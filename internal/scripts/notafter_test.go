@@ -139,6 +139,23 @@ func TestNotAfter(t *testing.T) {
 			}
 		}
 	})
+	t.Run("proclaim", func(t *testing.T) {
+		// An election's identity write (package election) is bounded too:
+		// one that runs late writes nothing, one whose bound is ahead or
+		// absent writes.
+		admin.Set(ctx, "lock:np", "tok", time.Minute)
+		if ok, err := Proclaim(ctx, c, "lock:np", "lock:np:leader", "term", "tok", "me", *past()); ok || err != nil {
+			t.Fatalf("Proclaim(past bound) = %v, %v; want false, nil", ok, err)
+		}
+		if n, _ := admin.Exists(ctx, "lock:np:leader").Result(); n != 0 {
+			t.Fatal("identity key after a late proclaim exists; want none")
+		}
+		for _, b := range []int64{*ahead(), 0} {
+			if ok, err := Proclaim(ctx, c, "lock:np", "lock:np:leader", "term", "tok", "me", b); !ok || err != nil {
+				t.Fatalf("Proclaim(bound %d) = %v, %v; want true, nil", b, ok, err)
+			}
+		}
+	})
 	t.Run("no bound", func(t *testing.T) {
 		k := NewKeys("lock:nn", "", "tok")
 		if ok, _, err := AcquireWith(ctx, c, k, AcquireArgs("tok", time.Minute, Waiter{}, wake), nil); !ok || err != nil {

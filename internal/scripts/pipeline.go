@@ -41,10 +41,43 @@ func IsNoScript(err error) bool {
 }
 
 // ReleaseCmd queues Release on a pipeline, as EVALSHA (see ExtendCmd),
-// with arguments from ReleaseArgs (not yielding). Read the outcome with
-// ReleaseResult after Exec.
+// with arguments from ReleaseArgs (not yielding); on a pipeline from
+// Loading, the first release of each kind of lock goes as EVAL instead.
+// Read the outcome with ReleaseResult after Exec.
 func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, args []any) *redis.Cmd {
-	return k.kind().release.EvalSha(ctx, p, k.rel, args...)
+	set := k.kind()
+	if lp, ok := p.(*loading); ok && lp.first(set) {
+		return set.release.Eval(ctx, p, k.rel, args...)
+	}
+	return set.release.EvalSha(ctx, p, k.rel, args...)
+}
+
+// Loading returns p as a pipeline on which ReleaseCmd sends the first
+// release of each kind of lock in full (EVAL), which caches the script on
+// the server before the EVALSHAs behind it run: a node that does not have
+// it (restarted, SCRIPT FLUSH) answers the whole pipeline in one round
+// trip, where NOSCRIPT, SCRIPT LOAD and the pipeline again took three. A
+// background release to a node with a round trip over half the node
+// timeout never landed that way within it (TestReal_releaseRetryLoadsScriptInOneTrip).
+// On a Cluster node the EVAL reaches one master only: a release for a key
+// on another master that lacks the script still takes the NOSCRIPT path.
+func Loading(p redis.Pipeliner) redis.Pipeliner { return &loading{Pipeliner: p} }
+
+type loading struct {
+	redis.Pipeliner
+	sent []*scriptSet // kinds whose script was sent in full
+}
+
+// first reports whether set's script is sent in full for the first time
+// on the pipeline, and records that it now is.
+func (p *loading) first(set *scriptSet) bool {
+	for _, s := range p.sent {
+		if s == set {
+			return false
+		}
+	}
+	p.sent = append(p.sent, set)
+	return true
 }
 
 // ReleaseResult reads the outcome of a command queued by ReleaseCmd.
