@@ -1,0 +1,68 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// Review of the local handoff (issue 41): the old *Lock of a lease passed
+// on must be unlocked, on every face, before the new holder can run.
+
+// The old *Lock's Context is cancelled before the new holder's Lock call
+// can return: a goroutine of the old holder that writes while its lock's
+// Context lives must have stopped by the time the next holder starts, as
+// with a release on the nodes (finish cancels it before anything is sent).
+// The turn's channel is unbuffered here, so the waiter runs while Unlock is
+// still at its send: one legal interleaving of the buffered send, made
+// certain.
+func TestCohortReview_oldContextCancelledBeforeHandoff(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients(), WithLocalHandoff(16, time.Minute))
+	ctx := t.Context()
+	a, err := c.Lock(ctx, "rev:ctx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.callConfig("rev:ctx", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &turn{ctx: context.Background(), cfg: cfg, ch: make(chan *Lock)}
+	c.lineMu.Lock()
+	co := c.cohorts["rev:ctx"]
+	co.line = append(co.line, tr)
+	c.lineMu.Unlock()
+	type seen struct {
+		n     *Lock
+		cause error
+	}
+	got := make(chan seen, 1)
+	go func() {
+		n := <-tr.ch
+		got <- seen{n, context.Cause(a.Context())} // what the old holder's workers see now
+	}()
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a waiter = %v", err)
+	}
+	s := <-got
+	if s.n == nil {
+		t.Fatal("the waiter was given a turn to contend; want the lease")
+	}
+	if !s.n.handOut() {
+		t.Fatal("the lease passed on is not valid")
+	}
+	if !errors.Is(s.cause, ErrUnlocked) {
+		t.Errorf("old *Lock's Context cause when the new holder got the lease = %v; want ErrUnlocked", s.cause)
+	}
+	if err := s.n.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !noLockKey(t, rc, "lock:rev:ctx", 10*time.Second) {
+		t.Error("key left on the nodes after the last Unlock")
+	}
+}
