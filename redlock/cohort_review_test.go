@@ -3,10 +3,13 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Review of the local handoff (issue 41): the old *Lock of a lease passed
@@ -63,6 +66,63 @@ func TestCohortReview_oldContextCancelledBeforeHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !noLockKey(t, rc, "lock:rev:ctx", 10*time.Second) {
+		t.Error("key left on the nodes after the last Unlock")
+	}
+}
+
+// An Extend of the old *Lock that was under way when its Unlock passed the
+// lease on returns ErrNotHeld, not nil: after Unlock returned, the old
+// holder must not be told it holds the lock (Extend's contract), while the
+// new holder does. The extension itself landed for the lease, so the new
+// holder's ValidUntil may move; the old handle is not told so.
+// Not parallel: ExtendPause is process-wide.
+func TestCohortReview_extendRacingHandoff(t *testing.T) {
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients(), WithLocalHandoff(16, time.Minute))
+	ctx := t.Context()
+	a, err := c.Lock(ctx, "rev:ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(t, c, "rev:ext")
+	waitInLine(t, c, "rev:ext", 1)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	f := func() {
+		if once.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	testhooks.ExtendPause.Store(&f)
+	defer testhooks.ExtendPause.Store(nil)
+	letGo := sync.OnceFunc(func() { close(resume) })
+	defer letGo()
+	extended := make(chan error, 1)
+	go func() { extended <- a.Extend(context.Background()) }()
+	select {
+	case <-paused: // a's Extend passed its checks and registered its round
+	case <-time.After(10 * time.Second):
+		t.Fatal("Extend never reached its send")
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a waiter = %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	letGo()
+	if err := <-extended; !errors.Is(err, ErrNotHeld) {
+		t.Errorf("old *Lock's Extend that raced the handoff = %v; want ErrNotHeld (its Unlock returned nil before)", err)
+	}
+	if !r.l.Valid() {
+		t.Error("new holder not Valid after the old handle's Extend")
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !noLockKey(t, rc, "lock:rev:ext", 10*time.Second) {
 		t.Error("key left on the nodes after the last Unlock")
 	}
 }
