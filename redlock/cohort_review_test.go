@@ -126,3 +126,48 @@ func TestCohortReview_extendRacingHandoff(t *testing.T) {
 		t.Error("key left on the nodes after the last Unlock")
 	}
 }
+
+// Detach and Unlock of one *Lock, racing while another goroutine of the
+// Client waits for the resource: exactly one of them succeeds. Both
+// returning nil is two holders: the Detached token goes to another
+// process (Resume) while the lease, passed on locally, lives on in this
+// one (or, with no handoff, Unlock releases the token Detach handed over).
+func TestCohortReview_detachRacingUnlock(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients(), WithLocalHandoff(16, time.Minute))
+	ctx := t.Context()
+	both := 0
+	for i := range 200 {
+		res := "rev:det:" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		a, err := c.Lock(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		got := lockAsyncCtx(wctx, c, res)
+		waitInLine(t, c, res, 1)
+		start := make(chan struct{})
+		detached, unlocked := make(chan error, 1), make(chan error, 1)
+		go func() { <-start; detached <- a.Detach() }()
+		go func() { <-start; unlocked <- a.Unlock(ctx) }()
+		close(start)
+		derr, uerr := <-detached, <-unlocked
+		if derr == nil && uerr == nil {
+			both++
+		}
+		if derr == nil { // the detached token is ours to clean up
+			cancel()
+			if l, err := c.Resume(ctx, res, a.Token()); err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}
+		if r := <-got; r.err == nil {
+			_ = r.l.Unlock(ctx)
+		}
+		cancel()
+	}
+	if both > 0 {
+		t.Errorf("Detach and Unlock of one *Lock both returned nil in %d of 200 races; want at most one", both)
+	}
+}
