@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
@@ -169,5 +170,65 @@ func TestCohortReview_detachRacingUnlock(t *testing.T) {
 	}
 	if both > 0 {
 		t.Errorf("Detach and Unlock of one *Lock both returned nil in %d of 200 races; want at most one", both)
+	}
+}
+
+// A semaphore's permits are not passed on locally (doc.go, WithLocalHandoff:
+// "semaphore permits never are"): a permit the head waiter got through
+// Lock on its slot, unlocked while the next Acquire of the same Client
+// waits on that slot, goes back through the nodes.
+func TestCohortReview_semaphorePermitNotPassedOn(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	h := &cohortHooks{}
+	c := newClient(t, rc.Clients(), WithHooks(h), WithLocalHandoff(16, time.Minute))
+	ctx := t.Context()
+	s, err := c.Semaphore("rev:sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := "lock:" + s.slots[0] + scripts.QueueSuffix
+	acquire := func() <-chan lockResult {
+		got := make(chan lockResult, 1)
+		go func() {
+			l, err := s.Acquire(ctx)
+			got <- lockResult{l: l, err: err}
+		}()
+		return got
+	}
+	gotB := acquire()
+	// B waits on the permit itself (Lock on its slot), queued on the nodes.
+	if !eventually(10*time.Second, func() bool { return queuedOnEvery(t, rc, queue, 1) }) {
+		t.Fatal("the second Acquire never queued on the permit")
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-gotB
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	gotC := acquire()
+	if !eventually(10*time.Second, func() bool {
+		return inLineNow(c, s.slots[0]) == 1 || queuedOnEvery(t, rc, queue, 1)
+	}) {
+		t.Fatal("the third Acquire never waited on the permit")
+	}
+	if err := b.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-gotC
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := h.localAcq.Load(); n != 0 {
+		t.Errorf("%d semaphore permits passed on locally; want 0", n)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
