@@ -201,9 +201,16 @@ func TestCohortReview_semaphorePermitNotPassedOn(t *testing.T) {
 		return got
 	}
 	gotB := acquire()
-	// B waits on the permit itself (Lock on its slot), queued on the nodes.
-	if !eventually(10*time.Second, func() bool { return queuedOnEvery(t, rc, queue, 1) }) {
-		t.Fatal("the second Acquire never queued on the permit")
+	// B waits on the permit itself (Lock on its slot, contending on the
+	// nodes), not in TryAcquire's rounds.
+	contending := func() bool {
+		c.lineMu.Lock()
+		defer c.lineMu.Unlock()
+		co := c.cohorts[s.slots[0]]
+		return co != nil && co.head
+	}
+	if !eventually(30*time.Second, contending) {
+		t.Fatal("the second Acquire never waited on the permit")
 	}
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -213,7 +220,7 @@ func TestCohortReview_semaphorePermitNotPassedOn(t *testing.T) {
 		t.Fatal(b.err)
 	}
 	gotC := acquire()
-	if !eventually(10*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		return inLineNow(c, s.slots[0]) == 1 || queuedOnEvery(t, rc, queue, 1)
 	}) {
 		t.Fatal("the third Acquire never waited on the permit")
