@@ -237,3 +237,42 @@ func TestCohortReview_semaphorePermitNotPassedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The old *Lock's ValidUntil does not follow the lease it passed on: the
+// new holder's renewals move the lease's validity on, and a former holder
+// that guards its writes with ValidUntil would trust it for as long as the
+// new holder keeps it. It reads the zero time; the new holder's is the
+// lease's, and moves with its Extend.
+func TestCohortReview_oldValidUntilAfterHandoff(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	c := newClient(t, rc.Clients(), WithLocalHandoff(16, time.Minute))
+	ctx := t.Context()
+	a, err := c.Lock(ctx, "rev:until")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(t, c, "rev:until")
+	waitInLine(t, c, "rev:until", 1)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	before := r.l.ValidUntil()
+	time.Sleep(2 * time.Millisecond) // so that the Extend's round starts later
+	if err := r.l.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !r.l.ValidUntil().After(before) {
+		t.Errorf("new holder's ValidUntil %v did not move on with its Extend (was %v)", r.l.ValidUntil(), before)
+	}
+	if vu := a.ValidUntil(); time.Now().Before(vu) {
+		t.Errorf("old *Lock's ValidUntil = %v, in the future after its lease was passed on (the new holder's is %v)", vu, r.l.ValidUntil())
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
