@@ -276,3 +276,65 @@ func TestCohortReview_oldValidUntilAfterHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// detachInLost calls Detach on its lock from the Lost hook, once an Unlock
+// of the lock holds relMu (that Unlock waits for the Lost hook).
+type detachInLost struct {
+	NoHooks
+	l      atomic.Pointer[Lock]
+	detach chan error
+}
+
+func (h *detachInLost) Lost(context.Context, LostInfo) {
+	l := h.l.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.relMu.TryLock() { // until the Unlock holds it
+		l.relMu.Unlock()
+		if time.Now().After(deadline) {
+			h.detach <- errors.New("no Unlock took relMu within 10s")
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	h.detach <- l.Detach()
+}
+
+// A Detach from the Lost hook, while an Unlock of the lost lock waits for
+// that hook (release reports after it), returns ErrNotHeld at once: it
+// must not wait for the Unlock's relMu (Detach takes it to exclude a
+// racing local handoff), or neither ever returns.
+func TestCohortReview_detachInLostHookDuringUnlock(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	h := &detachInLost{detach: make(chan error, 1)}
+	c := newClient(t, rc.Clients(), WithHooks(h))
+	ctx := t.Context()
+	l, err := c.Lock(ctx, "rev:lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.l.Store(l)
+	for i := range rc.N() {
+		if err := rc.Admin(i).Set(ctx, "lock:rev:lost", "00000000-0000-4000-8000-000000000000", time.Minute).Err(); err != nil { // another owner's
+			t.Fatal(err)
+		}
+	}
+	if err := l.Extend(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Extend with the key gone = %v; want ErrLockLost (another token on every node)", err)
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(context.Background()) }()
+	select {
+	case err := <-h.detach:
+		if !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Detach from the Lost hook = %v; want ErrNotHeld", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Detach from the Lost hook did not return within 10s of an Unlock waiting for the hook")
+	}
+	select {
+	case <-unlocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Unlock of the lost lock did not return within 10s")
+	}
+}
