@@ -136,10 +136,7 @@ func (o *bareOverlaps) add(res string, d int) {
 // nodesCPU sums used_cpu_user + used_cpu_sys over the nodes, in µs.
 func nodesCPU(t *testing.T, rc *redistest.Cluster) float64 {
 	t.Helper()
-	admins := make([]redis.UniversalClient, rc.N())
-	for i := range admins {
-		admins[i] = rc.Admin(i)
-	}
+	admins := adminClients(rc)
 	cpu, err := nodes.CPU(t.Context(), admins)
 	if err != nil {
 		t.Fatal(err)

@@ -15,22 +15,26 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
+// beside returns a quorumlock Client with the lock keys redsync uses (no
+// prefix) and a redsync over the same nodes: the processes of a rolling
+// migration. The Client is closed when the test ends.
+func beside(t *testing.T, rc *redistest.Cluster) (*redlock.Client, *redsync.Redsync) {
+	t.Helper()
+	q := newRedlock(t, rc.Clients(), redlock.WithKeyPrefix(""))
+	pools := make([]redsyncredis.Pool, rc.N())
+	for i, n := range rc.Clients() {
+		pools[i] = goredis.NewPool(n)
+	}
+	return q, redsync.New(pools...)
+}
+
 // A rolling migration runs redsync processes beside quorumlock ones on the
 // same nodes and keys (WithKeyPrefix("")). A quorumlock release deletes the
 // lock key, so redsync can take the lock within one round trip of Unlock —
 // also with a subscriber on the node and after a late request of ours.
 func TestInterop_redsyncTakesTheLockRightAfterUnlock(t *testing.T) {
 	rc := redistest.Start(t, 5)
-	q, err := redlock.New(rc.Clients(), redlock.WithKeyPrefix(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	pools := make([]redsyncredis.Pool, rc.N())
-	for i, n := range rc.Clients() {
-		pools[i] = goredis.NewPool(n)
-	}
-	rs := redsync.New(pools...)
+	q, rs := beside(t, rc)
 	ctx := t.Context()
 
 	// Someone waits on the resource's wake-up channel on every node.

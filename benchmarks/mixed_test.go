@@ -46,11 +46,7 @@ func TestMixedCallersShares(t *testing.T) {
 	rc := redistest.Start(t, 3)
 	conns := func() []redis.UniversalClient { return nodeClients(t, rc) }
 	quorumlock := func(wake bool) caller {
-		c, err := redlock.New(conns(), redlock.WithTTL(10*time.Second), redlock.WithWakeUp(wake))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := newRedlock(t, conns(), redlock.WithTTL(10*time.Second), redlock.WithWakeUp(wake))
 		return func(ctx context.Context, r string) (func(), error) {
 			l, err := c.Lock(ctx, r)
 			if err != nil {
@@ -60,11 +56,7 @@ func TestMixedCallersShares(t *testing.T) {
 		}
 	}
 	poller := func() caller {
-		c, err := redlock.New(conns(), redlock.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := newRedlock(t, conns(), redlock.WithTTL(10*time.Second))
 		return func(ctx context.Context, r string) (func(), error) {
 			for ctx.Err() == nil {
 				if l, err := c.TryLock(ctx, r); err == nil {

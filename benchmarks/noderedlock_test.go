@@ -44,11 +44,7 @@ func TestInterop_nodeRedlock(t *testing.T) {
 	// A 1s node timeout: each Lock below waits at most 500ms, and a
 	// request that misses a derived 200ms under load made its call a
 	// "no quorum" instead of a refusal (issue 31).
-	q, err := redlock.New(rc.Clients(), redlock.WithKeyPrefix(""), redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
+	q := newRedlock(t, rc.Clients(), redlock.WithKeyPrefix(""), redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(time.Second))
 	const resource, marker, run = "interop:noderedlock", "interop:inside", 4 * time.Second
 	addrs := make([]string, rc.N())
 	for i := range addrs {

@@ -34,21 +34,13 @@ import (
 func TestCommandsPerPath(t *testing.T) {
 	rounds := envInt(t, "QUORUMLOCK_PATHS_ROUNDS", 3)
 	rc := redistest.Start(t, 3)
-	admins := make([]redis.UniversalClient, rc.N())
-	for i := range admins {
-		admins[i] = rc.Admin(i)
-	}
+	admins := adminClients(rc)
 	newClient := func(opts ...redlock.Option) *redlock.Client {
 		t.Helper()
 		// A long TTL and retry delay: no renewal and no fallback attempt
 		// runs while a path is measured.
-		c, err := redlock.New(rc.Clients(), append([]redlock.Option{redlock.WithTTL(30 * time.Second),
+		return newRedlock(t, rc.Clients(), append([]redlock.Option{redlock.WithTTL(30 * time.Second),
 			redlock.WithRetryDelay(10*time.Second, 11*time.Second)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
 	}
 	a, b, p := newClient(), newClient(), newClient(redlock.WithWakeUp(false))
 	ctx := t.Context()

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -19,16 +17,7 @@ import (
 // readers' marker or the writer's token); after our Unlock redsync gets it.
 func TestInterop_redsyncWriterAndReadWriteLock(t *testing.T) {
 	rc := redistest.Start(t, 3)
-	q, err := redlock.New(rc.Clients(), redlock.WithKeyPrefix(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	pools := make([]redsyncredis.Pool, rc.N())
-	for i, n := range rc.Clients() {
-		pools[i] = goredis.NewPool(n)
-	}
-	rs := redsync.New(pools...)
+	q, rs := beside(t, rc)
 	ctx := t.Context()
 	one := func() *redsync.Mutex {
 		return rs.NewMutex("doc", redsync.WithTries(1), redsync.WithExpiry(5*time.Second))
@@ -50,6 +39,7 @@ func TestInterop_redsyncWriterAndReadWriteLock(t *testing.T) {
 
 	for _, kind := range []string{"read", "write"} {
 		var l *redlock.Lock
+		var err error
 		if kind == "read" {
 			l, err = q.RLock(ctx, "doc")
 		} else {

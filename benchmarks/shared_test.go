@@ -40,12 +40,7 @@ func TestSharedNodeClients_costPerAcquisition(t *testing.T) {
 			if own {
 				ns = nodeClients(t, rc)
 			}
-			c, err := redlock.New(ns, redlock.WithTTL(8*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			cls = append(cls, c)
+			cls = append(cls, newRedlock(t, ns, redlock.WithTTL(8*time.Second)))
 		}
 		res := "shared:" + name
 		before := readStats(t, shared)
@@ -148,4 +143,26 @@ func nodeClients(t *testing.T, rc *redistest.Cluster) []redis.UniversalClient {
 	}
 	t.Cleanup(func() { nodes.CloseAll(cs) })
 	return cs
+}
+
+// adminClients returns rc's admin clients (the harness's own, for INFO and
+// reads of the nodes' state), one a node.
+func adminClients(rc *redistest.Cluster) []redis.UniversalClient {
+	admins := make([]redis.UniversalClient, rc.N())
+	for i := range admins {
+		admins[i] = rc.Admin(i)
+	}
+	return admins
+}
+
+// newRedlock returns a redlock Client of nodes with opts, closed when the
+// test ends.
+func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(nodes, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

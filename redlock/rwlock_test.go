@@ -343,55 +343,66 @@ func TestReal_RWExclusion(t *testing.T) {
 // a majority, and its renewal heals the node.
 func TestReal_RWNodeRestartedEmpty(t *testing.T) {
 	t.Parallel()
-	rc := redistest.Start(t, 3)
 	// A node timeout of 8s: the first requests of a Client (identify,
 	// script loads) under -race on a loaded machine exceeded 90ms; in the
 	// full parallel suite the other kind's TryLock missed 300ms on two
 	// nodes (twice, at load 1-13), then 900ms beside stress-ng --cpu 2 (at
 	// load 10-20, where the slowest reply that made it took 1.67s: 8s is
 	// 5× that). TTL 30s lets it: renewals every 10s.
+	// The two kinds run at once, on clusters of their own (each waits a
+	// renew interval for the heal: 20s one after the other).
 	const renewEvery = 10 * time.Second
 	opts := []Option{WithTTL(30 * time.Second), WithNodeTimeout(8 * time.Second)}
+	for _, kind := range []Mode{ModeRead, ModeWrite} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			rwNodeRestartedEmpty(t, kind, renewEvery, opts)
+		})
+	}
+}
+
+// rwNodeRestartedEmpty is TestReal_RWNodeRestartedEmpty for one kind of
+// holder.
+func rwNodeRestartedEmpty(t *testing.T, kind Mode, renewEvery time.Duration, opts []Option) {
+	rc := redistest.Start(t, 3)
 	a := newClient(t, rc.Clients(), opts...)
 	b := newClient(t, rc.Clients(), opts...)
 	ctx := t.Context()
-	for _, kind := range []Mode{ModeRead, ModeWrite} {
-		var l *Lock
-		var err error
-		if kind == ModeRead {
-			l, err = a.RLock(ctx, "restart")
-		} else {
-			l, err = a.WLock(ctx, "restart")
+	var l *Lock
+	var err error
+	if kind == ModeRead {
+		l, err = a.RLock(ctx, "restart")
+	} else {
+		l, err = a.WLock(ctx, "restart")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Restart(0)
+	if kind == ModeRead {
+		_, err = b.TryWLock(ctx, "restart")
+	} else {
+		_, err = b.TryRLock(ctx, "restart")
+	}
+	if !errors.Is(err, ErrNotObtained) {
+		t.Errorf("%v held, node restarted empty: the other kind's attempt = %v; want ErrNotObtained", kind, err)
+	}
+	healed := func() bool {
+		if kind == ModeWrite {
+			return keyOn(t, rc, 0, "lock:restart") == l.Token()
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc.Restart(0)
-		if kind == ModeRead {
-			_, err = b.TryWLock(ctx, "restart")
-		} else {
-			_, err = b.TryRLock(ctx, "restart")
-		}
-		if !errors.Is(err, ErrNotObtained) {
-			t.Errorf("%v held, node restarted empty: the other kind's attempt = %v; want ErrNotObtained", kind, err)
-		}
-		healed := func() bool {
-			if kind == ModeWrite {
-				return keyOn(t, rc, 0, "lock:restart") == l.Token()
-			}
-			_, err := rc.Admin(0).ZScore(ctx, "lock:restart"+scripts.ReadersSuffix, l.Token()).Result()
-			return err == nil && keyOn(t, rc, 0, "lock:restart") == scripts.ReadersMarker
-		}
-		// A renewal heals it: the interval, and 5× the slowest reply.
-		if !eventually(renewEvery+5*1670*time.Millisecond, healed) {
-			t.Errorf("%v: the restarted node does not hold our grant again", kind)
-		}
-		if !l.Valid() {
-			t.Errorf("%v: lock not valid after a node restart", kind)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Errorf("Unlock: %v", err)
-		}
+		_, err := rc.Admin(0).ZScore(ctx, "lock:restart"+scripts.ReadersSuffix, l.Token()).Result()
+		return err == nil && keyOn(t, rc, 0, "lock:restart") == scripts.ReadersMarker
+	}
+	// A renewal heals it: the interval, and 5× the slowest reply.
+	if !eventually(renewEvery+5*1670*time.Millisecond, healed) {
+		t.Errorf("%v: the restarted node does not hold our grant again", kind)
+	}
+	if !l.Valid() {
+		t.Errorf("%v: lock not valid after a node restart", kind)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock: %v", err)
 	}
 }
 

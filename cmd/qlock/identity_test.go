@@ -113,7 +113,10 @@ const permitTTL = 6 * time.Second
 // semaphore name it holds (the caller unlocks it).
 func heldPermit(t *testing.T, rc *redistest.Cluster, name string) (*redlock.Client, *redlock.Lock) {
 	t.Helper()
-	client, err := redlock.New(rc.Clients(), redlock.WithTTL(permitTTL))
+	// A node timeout of 1.5s, under the 2s renew interval: a fresh
+	// Client's first requests missed the derived 600ms on two nodes
+	// beside stress-ng --cpu 2 at load ~15 (TryAcquire: no quorum).
+	client, err := redlock.New(rc.Clients(), redlock.WithTTL(permitTTL), redlock.WithNodeTimeout(1500*time.Millisecond))
 	if err != nil {
 		t.Fatalf("redlock.New: %v", err)
 	}

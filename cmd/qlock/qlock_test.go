@@ -305,8 +305,12 @@ func TestRun_lost(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
-	const ttl = 3 * time.Second
-	cmd, stderr := start(t, rc, "run", "-ttl", ttl.String(), "-grace", "500ms", "lostres", "--", "sh", "-c",
+	// -grace 2s, a third of the TTL (the most main.go's usage advises):
+	// the shell's trap runs once its sleep child has exited, which a
+	// loaded machine delays; SIGKILL before it leaves no "TERM" line
+	// (TestElect_lossCampaignsAgain failed so at -grace 300ms).
+	const ttl = 6 * time.Second
+	cmd, stderr := start(t, rc, "run", "-ttl", ttl.String(), "-grace", "2s", "lostres", "--", "sh", "-c",
 		fmt.Sprintf(`trap 'echo "TERM $(date +%%s.%%N)" >> %s; exit 0' TERM; echo started >> %s; while :; do sleep 0.05; done`, file, file))
 	waitFile(t, file, "started", 30*time.Second)
 	rc.Pause(1)
@@ -532,7 +536,12 @@ func TestElect_lossCampaignsAgain(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 3)
 	file := filepath.Join(t.TempDir(), "log")
-	cmd, stderr := start(t, rc, "elect", "-ttl", "2s", "-grace", "300ms", "-identity", "a", "comeback", "--", "sh", "-c",
+	// -ttl 6s -grace 2s (a third, the most main.go's usage advises): the
+	// shell's trap runs once its current sleep child has exited, and with
+	// -grace 300ms of a 2s TTL SIGKILL came first twice in 4 package runs
+	// beside stress-ng --cpu 2 at load ~15 (qlock had sent SIGTERM; the
+	// log had no "stop").
+	cmd, stderr := start(t, rc, "elect", "-ttl", "6s", "-grace", "2s", "-identity", "a", "comeback", "--", "sh", "-c",
 		fmt.Sprintf(`trap 'echo stop >> %s; exit 0' TERM; echo lead >> %s; while :; do sleep 0.05; done`, file, file))
 	waitFile(t, file, "lead", 30*time.Second)
 	rc.Pause(1)

@@ -295,6 +295,9 @@ func Run(ctx context.Context, p Profile, cfg Config) (Outcome, error) {
 	// CheckOptions.Unreachable): one TTL covers it and the time the Client
 	// holds requests back from a stuck node (at most a second).
 	out.Result = Check(hist.Snapshot(), CheckOptions{Slack: slack, Persist: cfg.TTL / 2, Unreachable: cfg.TTL + time.Second, WaitBound: wait})
+	if n := out.Result.FailedLocks[outcomeAlreadyHeld]; n > 0 {
+		out.HarnessErrors = append(out.HarnessErrors, fmt.Sprintf("%d lock calls returned ErrAlreadyHeld, which no worker can cause (none calls under a lock's ctx): the worker or the library's holder check is wrong", n))
+	}
 	out.Elapsed = time.Since(start)
 	return out, nil
 }

@@ -85,7 +85,7 @@ func runSemWorkers(ctx context.Context, e *env, nem func(context.Context, *nemes
 			h, err := w.acquire(actx, sem[w])
 			cancel()
 			if err != nil {
-				if outcome(err) == "error" {
+				if unexpected(outcome(err)) {
 					e.logf("chaos: client %d: Acquire: %v", w.id, err)
 				}
 				continue

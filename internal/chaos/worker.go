@@ -108,8 +108,14 @@ func (w *worker) track(l *redlock.Lock, now time.Time) *held {
 	return h
 }
 
+// outcome names a failed Lock call's error for the report's counts.
+// ErrAlreadyHeld (which also matches ErrNotObtained) is its own: no
+// worker calls Lock under a ctx of a lock it holds, so a call that
+// returns it is a defect (see unexpected), not contention.
 func outcome(err error) string {
 	switch {
+	case errors.Is(err, redlock.ErrAlreadyHeld):
+		return outcomeAlreadyHeld
 	case errors.Is(err, redlock.ErrNotObtained):
 		return "not_obtained"
 	case errors.Is(err, redlock.ErrNoQuorum):
@@ -120,6 +126,16 @@ func outcome(err error) string {
 		return "canceled"
 	}
 	return "error"
+}
+
+// outcomeAlreadyHeld is outcome's name for ErrAlreadyHeld.
+const outcomeAlreadyHeld = "already_held"
+
+// unexpected reports whether a failed call's outcome is one no fault
+// explains (its error is logged): an error of no known kind, or
+// ErrAlreadyHeld.
+func unexpected(outcome string) bool {
+	return outcome == "error" || outcome == outcomeAlreadyHeld
 }
 
 // write offers one write to the register with this hold's token. A read
@@ -184,7 +200,7 @@ func (w *worker) loop(ctx context.Context) {
 		h, err := w.lock(lctx, res, false)
 		cancel()
 		if err != nil {
-			if outcome(err) == "error" {
+			if unexpected(outcome(err)) {
 				w.e.logf("chaos: client %d: Lock(%q): %v", w.id, res, err)
 			}
 			continue
