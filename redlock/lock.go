@@ -124,8 +124,11 @@ func (l *Lock) Resource() string {
 }
 
 // Token returns the value stored under the lock key on the nodes: 122 random
-// bits (a uuid v4), unique per acquisition and unguessable. It is what proves
-// ownership to the scripts; do not log it.
+// bits (a uuid v4), unique per acquisition on the nodes and unguessable. It
+// is what proves ownership to the scripts; do not log it. A lock passed
+// between goroutines of one Client (a local handoff, see WithLocalHandoff)
+// keeps its token: the *Lock that passed it on can no longer Unlock,
+// Extend or Detach it, and this Client's Resume refuses a token it holds.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""

@@ -429,6 +429,9 @@ func (p Plan) String() string {
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)
 	}
+	if p.Cohort != nil {
+		s += ", " + p.Cohort.String()
+	}
 	return s
 }
 
