@@ -261,9 +261,11 @@ func (c *Client) handOn(ctx context.Context, l *Lock) bool {
 		return false
 	}
 	co.line = slices.Delete(co.line, i, i+1)
+	// The old handle's Context ends before the new holder can run, as a
+	// release ends it before anything is sent.
+	l.cancel(ErrUnlocked)
 	t.ch <- n
 	c.lineMu.Unlock()
-	l.cancel(ErrUnlocked)
 	if obs := l.cfg.obs; obs != nil {
 		obs.Release(ctx, ReleaseInfo{Lock: l.id, Resource: l.resource, Latency: time.Since(start), HeldFor: time.Since(l.acquired), Local: true})
 	}

@@ -37,9 +37,10 @@
 // passes the lock to it without a round trip (lock cohorting, after Dice,
 // Marathe and Shavit, PPoPP 2012): the waiter's Lock returns a new *Lock
 // over the same lease — same Token, ValidUntil, renewal — and the old
-// *Lock is unlocked at once (Valid is false, its Context is cancelled with
-// [ErrUnlocked], Unlock, Extend and Detach return [ErrNotHeld]; its Lost
-// is never closed after). Hooks report it as an acquisition and a release
+// *Lock is unlocked before the waiter's Lock returns (Valid is false, its
+// Context is cancelled with [ErrUnlocked], its ValidUntil is the zero
+// time, Unlock, Extend and Detach return [ErrNotHeld], also an Extend
+// under way at the handoff; its Lost is never closed after). Hooks report it as an acquisition and a release
 // with Local set. The handoff is bounded ([WithLocalHandoff]: 16 times,
 // within 10ms of the acquisition on the nodes, by default): then the lock
 // goes back through the nodes, where other Clients' waiters are served in

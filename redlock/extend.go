@@ -135,7 +135,15 @@ func (l *Lock) settle(ctx context.Context, started time.Time, t quorum.Tally, he
 		if until.After(l.validUntil) {
 			l.validUntil = until
 		}
+		passed := l.cur != l
 		l.mu.Unlock()
+		if passed && due.IsZero() {
+			// An Extend of a handle whose lease was passed on while the
+			// round was out (cohort.go): it renewed the lease, but this
+			// handle's Unlock has returned. (A renewal reports for the
+			// lease: nil.)
+			return ErrNotHeld
+		}
 		return nil
 	case t.No >= c.quorum:
 		err := c.joinNodeErrors(&classed{msg: fmt.Sprintf("redlock: lock lost: our key is gone from %d of %d nodes "+

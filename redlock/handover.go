@@ -58,6 +58,13 @@ func (l *Lock) Detach() error {
 		return err
 	}
 	defer c.end()
+	if !l.holds() {
+		return ErrNotHeld // without waiting for an Unlock under way (it may wait for a Lost hook)
+	}
+	// One of Detach and Unlock: under relMu, an Unlock that passed the
+	// lease on (cohort.go) or released it has moved cur or the state.
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
 	l.mu.Lock()
 	held := l.state == stateHeld && l.cur == l
 	h := l.handle

@@ -149,13 +149,26 @@ func (l *Lock) Fence() int64 {
 // ValidUntil returns the local deadline until which the lock may be trusted,
 // from the last successful acquire or extend: the start of that round plus
 // the TTL minus the drift allowance. It is read on the monotonic clock.
+// A *Lock whose lease Unlock passed to another goroutine (a local handoff,
+// see WithLocalHandoff) returns the zero time: the lease's validity, which
+// the new holder's renewals move on, is no longer this *Lock's.
 func (l *Lock) ValidUntil() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cur != l {
+		return time.Time{}
+	}
 	return l.validUntil
+}
+
+// until is the lease's validity, whichever handle holds it.
+func (le *lease) until() time.Time {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.validUntil
 }
 
 // Valid reports whether the lock is held: not lost, not unlocked, not closed,
@@ -227,7 +240,7 @@ func renewError(err error) error {
 	return err
 }
 
-func (w watch) ValidUntil() time.Time { return w.l.ValidUntil() }
+func (w watch) ValidUntil() time.Time { return w.l.until() } // the lease's, whichever handle holds it
 
 func (w watch) Lose(err error) {
 	// A renewal that raced Close (it found the Client closed) is not a

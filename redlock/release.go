@@ -58,8 +58,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// not stop the renewal of the lease its successor holds.
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
-	if l.current() != l {
-		return ErrNotHeld // passed on (cohort.go): not ours any more
+	if l.current() != l || l.detached.Load() {
+		return ErrNotHeld // passed on (cohort.go), or Detached meanwhile: not ours any more
 	}
 	if c.handOn(ctx, l) {
 		return nil
