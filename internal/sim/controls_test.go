@@ -109,6 +109,10 @@ var controls = []control{
 	// Every re-arm or renewal to a node whose key was evicted before a
 	// Resume is swallowed: the node is never healed (resume-heal).
 	{"heal-dropped", []*atomic.Bool{&healDropped}, "resume-heal", 71, false},
+	// The Clients pass leases on with a budget far above the one the
+	// plan states (cohort.go, issue 41's local handoff): a lease goes
+	// round a Client's goroutines past its count or time budget.
+	{"cohort-budget-hidden", []*atomic.Bool{&cohortBudgetHidden}, "cohort-budget", 1, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -234,6 +234,9 @@ func (p *LockProfile) lockOnce(env *Env, c int, rc *redlock.Client, r, r2 *rand.
 	valid := l.Valid()
 	err = l.Unlock(context.WithoutCancel(ctx))
 	h.released(x, err)
+	if err == nil && env.Plan.Cohort != nil {
+		oldHandle(env, c, rc, x, l)
+	}
 	if valid && errors.Is(err, redlock.ErrNotHeld) {
 		h.mu.Lock()
 		x.NotHeld = true
@@ -845,6 +848,9 @@ func (p *LockProfile) Check(env *Env) {
 			h.viol = append(h.viol, Violation{"spurious-loss", h.since(x.End), fmt.Sprintf("%s: hold %d (c%d %s, from %v) lost at %v with no fault on a node or of its Client since %v",
 				x.Resource, x.ID, x.Client, x.Op, h.since(x.Start), h.since(x.End), h.since(x.Start.Add(-pl.TTL)))})
 		}
+	}
+	if pl.Cohort != nil {
+		h.checkCohort(pl.Cohort)
 	}
 	h.mu.Unlock()
 	env.History.checkLiveness(env.At(pl.Healed()), env.At(pl.Duration()), pl.WaitBound(), p.skip)

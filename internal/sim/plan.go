@@ -354,7 +354,7 @@ func (p Plan) Options(client int) []redlock.Option {
 		redlock.WithWakeUp(q),
 	}
 	if co := p.Cohort; co != nil {
-		opts = append(opts, redlock.WithLocalHandoff(co.Handoffs, co.Within))
+		opts = append(opts, co.option())
 	}
 	return opts
 }
