@@ -112,7 +112,7 @@ var controls = []control{
 	// The Clients pass leases on with a budget far above the one the
 	// plan states (cohort.go, issue 41's local handoff): a lease goes
 	// round a Client's goroutines past its count or time budget.
-	{"cohort-budget-hidden", []*atomic.Bool{&cohortBudgetHidden}, "cohort-budget", 1, false},
+	{"cohort-budget-hidden", []*atomic.Bool{&cohortBudgetHidden}, "cohort-budget", 3, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not
