@@ -49,7 +49,7 @@
 // locks are passed on: Lock and Do calls with no per-call option, without
 // fencing (a fence is taken on the nodes: a former holder's writes are
 // refused by [FencedSet] once the next holder, served through the nodes,
-// has written) and without [WithMaxHold]. Read-write locks, multi-locks,
+// has written), without [WithMaxHold] and without [WithRetryCount]. Read-write locks, multi-locks,
 // semaphore permits, TryLock and [Client.Resume] never hand off locally;
 // a detached lock is never passed on.
 //
