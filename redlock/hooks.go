@@ -129,8 +129,10 @@ type AttemptInfo struct {
 // without failing the round. A round stops waiting once a majority
 // granted, so Granted alone is the quorum on every healthy round (its
 // margin would read 0 for ever); the nodes it did not wait for count as
-// not failed. A granted round has a margin ≥ 0, a refused or failed one
-// < 0. A node that answers slower than the others (paused, say) shows
+// not failed. A granted round has a margin ≥ 0, one refused or failed by
+// its nodes < 0; a round whose majority answered too late to leave any
+// validity fails with whatever margin its nodes gave (its error says
+// why). A node that answers slower than the others (paused, say) shows
 // here only once it fails a round; its timeouts show at once in
 // NodeError.
 func (i AttemptInfo) Margin() int { return i.Granted + i.Pending - i.Quorum }
@@ -176,7 +178,10 @@ type ExtendInfo struct {
 // connection usually does). A round stops waiting once a majority
 // confirmed, so Confirmed alone is the quorum on every healthy round (its
 // margin would read 0 for ever); the nodes it did not wait for count as
-// not failed. A successful round has a margin ≥ 0, a failed one < 0. A
+// not failed. A successful round has a margin ≥ 0, one failed by its
+// nodes < 0; a round whose majority confirmed too late, after the lock's
+// validity ran out, fails with whatever margin its nodes gave (seen with
+// 3 confirmed and 1 pending of 5: margin 1; its error says why). A
 // node that answers slower than the others (paused, say) shows here only
 // once it fails a round that needed it; its timeouts show at once in
 // NodeError.
