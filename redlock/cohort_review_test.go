@@ -3,13 +3,11 @@ package redlock
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Review of the local handoff (issue 41): the old *Lock of a lease passed
@@ -86,17 +84,7 @@ func TestCohortReview_extendRacingHandoff(t *testing.T) {
 	}
 	got := lockAsync(t, c, "rev:ext")
 	waitInLine(t, c, "rev:ext", 1)
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool
-	f := func() {
-		if once.CompareAndSwap(false, true) {
-			close(paused)
-			<-resume
-		}
-	}
-	testhooks.ExtendPause.Store(&f)
-	defer testhooks.ExtendPause.Store(nil)
-	letGo := sync.OnceFunc(func() { close(resume) })
+	paused, letGo := pauseFirstExtend(t)
 	defer letGo()
 	extended := make(chan error, 1)
 	go func() { extended <- a.Extend(context.Background()) }()

@@ -92,17 +92,7 @@ func TestLate_extendHeldAfterRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paused, resume := make(chan time.Time, 1), make(chan struct{})
-	var once atomic.Bool
-	f := func() {
-		if once.CompareAndSwap(false, true) {
-			paused <- time.Now()
-			<-resume
-		}
-	}
-	testhooks.ExtendPause.Store(&f)
-	defer testhooks.ExtendPause.Store(nil)
-	letGo := sync.OnceFunc(func() { close(resume) })
+	paused, letGo := pauseFirstExtend(t)
 	extended := make(chan error, 1)
 	go func() { extended <- l.Extend(context.Background()) }()
 	extendErr := sync.OnceValue(func() error { return <-extended })
@@ -1196,4 +1186,27 @@ func TestUnlock_twiceWhileTheFirstIsInFlight(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return rc.Client(2).Exists(ctx, "lock:twice").Val() == 0 }) {
 		t.Errorf("node 2 still holds the key 5s after the held release went out")
 	}
+}
+
+// pauseFirstExtend holds the first extension sent from now on at
+// testhooks.ExtendPause (after its checks, its round registered) until
+// letGo, which the test's end calls too; paused receives the instant it
+// stopped. ExtendPause is process-wide: its tests are not parallel.
+func pauseFirstExtend(t *testing.T) (paused <-chan time.Time, letGo func()) {
+	t.Helper()
+	p, resume := make(chan time.Time, 1), make(chan struct{})
+	var once atomic.Bool
+	f := func() {
+		if once.CompareAndSwap(false, true) {
+			p <- time.Now()
+			<-resume
+		}
+	}
+	testhooks.ExtendPause.Store(&f)
+	letGo = sync.OnceFunc(func() { close(resume) })
+	t.Cleanup(func() {
+		letGo()
+		testhooks.ExtendPause.Store(nil)
+	})
+	return p, letGo
 }

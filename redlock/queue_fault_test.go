@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // Fault paths of the waiter queue (DESIGN step 9): a frozen or cut-off
@@ -252,23 +250,14 @@ func TestReal_extendRacingUnlockNeverResurrects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool
-	f := func() {
-		if once.CompareAndSwap(false, true) {
-			close(paused)
-			<-resume
-		}
-	}
-	testhooks.ExtendPause.Store(&f)
-	defer testhooks.ExtendPause.Store(nil)
+	paused, letGo := pauseFirstExtend(t)
 	extended := make(chan error, 1)
 	go func() { extended <- l.Extend(context.Background()) }()
 	<-paused
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatalf("Unlock = %v", err)
 	}
-	close(resume)
+	letGo()
 	eerr := <-extended
 	t.Logf("Extend after the racing Unlock = %v", eerr)
 	// Unlock returned at a majority: the last node's release may still be
