@@ -265,7 +265,11 @@ func (e *Election) withdraw(ctx context.Context, value, term string, lease time.
 // is then released).
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	start := time.Now()
-	l, err := e.client.Lock(ctx, e.name, e.cfg.lockOpts...)
+	// A term is taken on the nodes, never passed between two Elections of
+	// one Client (redlock's local handoff): candidates queue there in their
+	// order, and each term's identity is proclaimed by the lock it took.
+	opts := append(e.cfg.lockOpts[:len(e.cfg.lockOpts):len(e.cfg.lockOpts)], redlock.WithLocalHandoff(0, 0))
+	l, err := e.client.Lock(ctx, e.name, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -526,3 +526,74 @@ func TestElection_Run(t *testing.T) {
 		}
 	})
 }
+
+// attempts counts the Client's acquisition rounds and its local handoffs.
+type attempts struct {
+	redlock.NoHooks
+	rounds, local atomic.Int64
+}
+
+func (h *attempts) Attempt(context.Context, redlock.AttemptInfo) { h.rounds.Add(1) }
+func (h *attempts) Acquire(_ context.Context, i redlock.AcquireInfo) {
+	if i.Local {
+		h.local.Add(1)
+	}
+}
+
+// Two Elections of one Client on one name: the second candidate queues on
+// the nodes, and the first's Resign hands it the term through them, never
+// by redlock's local handoff (a term is taken on the nodes).
+func TestElection_twoCandidatesOfOneClientTakeTermsOnTheNodes(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	h := &attempts{}
+	c, err := redlock.New(rc.Clients(), redlock.WithTTL(5*time.Second), redlock.WithHooks(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	a, err := election.New(c, "one-client", election.WithIdentity("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := election.New(c, "one-client", election.WithIdentity("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, err := a.Campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.rounds.Load()
+	won := make(chan error, 1)
+	go func() {
+		tb, err := b.Campaign(t.Context())
+		if err == nil {
+			defer func() { _ = tb.Resign(context.Background()) }()
+		}
+		won <- err
+	}()
+	// b's first round on the nodes is refused (a holds): it contends there
+	// rather than waiting in the Client's own line for a's lease.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.rounds.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("b made no round on the nodes within 10s of its Campaign: it waits for a's lease in the Client's line")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := ta.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatalf("b's Campaign = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b not leader 10s after a resigned")
+	}
+	if n := h.local.Load(); n != 0 {
+		t.Errorf("%d acquisitions by local handoff; want 0", n)
+	}
+}

@@ -50,7 +50,7 @@
 // fencing (a fence is taken on the nodes: a former holder's writes are
 // refused by [FencedSet] once the next holder, served through the nodes,
 // has written), without [WithMaxHold] and without [WithRetryCount]. Read-write locks, multi-locks,
-// semaphore permits, TryLock and [Client.Resume] never hand off locally;
+// semaphore permits, election terms, TryLock and [Client.Resume] never hand off locally;
 // a detached lock is never passed on.
 //
 // Build node clients with ContextTimeoutEnabled: true: the node timeout is

@@ -140,7 +140,7 @@ func WithWakeUp(on bool) Option {
 // Only plain exclusive locks are passed on: Lock and Do calls with no
 // per-call option, on a Client without WithFencing (a fence is taken on
 // the nodes), without WithMaxHold and without WithRetryCount. Read-write locks, multi-locks,
-// semaphores, TryLock and Resume never hand off locally.
+// semaphores, election terms, TryLock and Resume never hand off locally.
 func WithLocalHandoff(n int, d time.Duration) Option {
 	return optionFunc(func(c *config) { c.localMax, c.localFor = n, d })
 }

@@ -312,7 +312,7 @@ func (s *Semaphore) wait(ctx context.Context, opts []Option) (*Lock, error) {
 	res := make(chan result, k)
 	// A permit is never passed between goroutines locally (cohort.go):
 	// each goes back through its nodes, where the semaphore's order is.
-	opts = append(opts[:len(opts):len(opts)], optionFunc(func(c *config) { c.localMax = 0 }))
+	opts = append(opts[:len(opts):len(opts)], WithLocalHandoff(0, 0))
 	for i := range k {
 		go func() {
 			l, err := s.c.Lock(wctx, s.slots[i], opts...)
