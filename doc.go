@@ -186,31 +186,38 @@
 // bound (a round always has a deadline); one that did would keep the guard
 // of before, two TTLs.
 //
-// One type owns this argument, not each caller, and one file can be
-// checked against it: internal/node/round.go. Every round of a lock token
-// is node.Run (a renewal batch's is node.Batch) on the token's node.Token —
-// acquire, extension, fence commit, yield, Resume's rounds, Detach's
-// leaving the queues, and an election's identity writes; the caller names
-// only what to send (a node.Op and a script call). Run registers the round
-// under the lock's own mutex, in one step with the lock's held check where
-// the round needs it held (an extension), and fixes its start s there; it
-// then sends every request from s: D = s + node timeout (or the caller's
-// earlier deadline) however long a goroutine waits before it sends. Unlock,
-// Detach and Close change the lock's state under the same mutex, so a round
-// is either registered before the release (s ≤ s_r, so D ≤ s_r + node
-// timeout: covered by G) or never sent. Each request passes the node's
-// gates, goes after the Client's own releases of the key that were in
-// flight there at registration (an acquire), and carries that node's N
-// (Set.notAfter, clock.go; one per lock and node in a batch). A release
-// registers itself with Set.ReleaseBegin (same file), and Token.Guard
-// (token.go) sizes its guard on a node: none only when each request of the
-// token there was answered — the node replied (a late reply included), or
-// the request provably never left the client: kept back by the Client (the
-// node known down or stuck, the in-flight cap full), or refused a
+// One type owns this argument, not each caller, and two files can be
+// checked against it: internal/node/round.go for the rounds and release.go
+// for the releases. Every round of a lock token is node.Run (a renewal
+// batch's is node.Batch) on the token's node.Token — acquire, extension,
+// fence commit, yield, Resume's rounds, Detach's leaving the queues, and an
+// election's identity writes; the caller names only what to send (a node.Op
+// and a script call). Run registers the round under the lock's own mutex,
+// in one step with the lock's held check where the round needs it held (an
+// extension), and fixes its start s there; it then sends every request
+// from s: D = s + node timeout (or the caller's earlier deadline) however
+// long a goroutine waits before it sends. Unlock, Detach and Close change
+// the lock's state under the same mutex, so a round is either registered
+// before the release (s ≤ s_r, so D ≤ s_r + node timeout: covered by G) or
+// never sent. Each request passes the node's gates, goes after the
+// Client's own releases of the key that were in flight there at
+// registration (an acquire), and carries that node's N (Set.notAfter,
+// clock.go; one per lock and node in a batch). Every release of a token is
+// node.Release (Unlock's round), node.Cleanup (a failed or refused call's
+// attempt) or node.Resend (the retry loop's and Close's pipelines of
+// node.Parts); the caller names only the script and its arguments for the
+// guard it is given. Each registers itself as a release of the key on
+// each node before any goroutine sends it (what an acquire follows), and
+// sizes its guard on a node (Token.guard): none only when each request of
+// the token there was answered — the node replied (a late reply included),
+// or the request provably never left the client: kept back by the Client
+// (the node known down or stuck, the in-flight cap full), or refused a
 // connection by a go-redis client whose retries are off (built with
 // MaxRetries: -1, which go-redis stores as 0; Dial's clients keep
 // go-redis's 3 retries, so their dial errors "may have landed") — else
-// GuardTTL, the G above (Set.guardLifetime, guardclock.go). A timeout, a
+// G above (Set.guardLifetime, guardclock.go); a release the node did not
+// confirm goes to the Client's retry loop with G, unless it provably never
+// left the client and no request of the token can land there. A timeout, a
 // broken connection, or a dial error after go-redis may have retried a
 // written request "may have landed". Requests do not inherit the caller's
 // cancellation: they end at D, so a caller that cancels as it returns
@@ -218,9 +225,7 @@
 // this with it: WaitOut (guardclock.go) waits until each round has settled
 // or passed D, and where one went unanswered for G more, before the Lock
 // call's entry is taken out of the queues; Resume writes nothing until a
-// majority has confirmed the token. Still outside round.go: the release
-// rounds themselves (redlock/release.go, releaser.go) ask Token.Guard and
-// call ReleaseBegin rather than going through one node function.
+// majority has confirmed the token.
 // On a Redis Cluster node "the node's clock" is the clock of the key's
 // master: the Client keeps one estimate per master, probed with a keyed
 // script that only that master answers, and a request's bound and a

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/redis/go-redis/v9"
@@ -220,14 +221,10 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 	o := closeOutcome{res: make([]scripts.Released, len(locks)), chunkErr: make([]error, chunks)}
 	var mu sync.Mutex // protects o.errs and stopped
 	var stopped error // the first chunk the node did not answer
-	send := func(count int, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
+	send := func(parts []node.Part, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		return call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-			return pipelined(ctx, c.nodes[i].C, count, scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
-				return queue(ctx, p, j)
-			})
-		})
+		return c.resend(ctx, i, parts, queue)
 	}
 	var g errgroup.Group
 	g.SetLimit(closeDepth)
@@ -242,9 +239,12 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 			}
 			lo := ch * closeChunk
 			part := locks[lo:min(lo+closeChunk, len(locks))]
-			cmds, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
-				l := part[j]
-				return scripts.ReleaseCmd(ctx, p, l.keys[i], l.argsFor(args[lo+j], i))
+			parts := make([]node.Part, len(part))
+			for j, l := range part {
+				parts[j] = l.tok.Part(i) // with the guard node i needs
+			}
+			cmds, err := send(parts, func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+				return scripts.ReleaseCmd(ctx, p, parts[j].Keys, part[j].argsFor(args[lo+j], i, parts[j].Guard))
 			})
 			mu.Lock()
 			defer mu.Unlock()
@@ -274,8 +274,9 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 	for stopped == nil && len(es) > 0 {
 		part := es[:min(closeChunk, len(es))]
 		es = es[len(part):]
-		if _, err := send(len(part), func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
-			return scripts.ReleaseCmd(ctx, p, part[j].keys, part[j].args)
+		parts := partsOf(part)
+		if _, err := send(parts, func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+			return scripts.ReleaseCmd(ctx, p, parts[j].Keys, part[j].args)
 		}); err != nil {
 			break // left to the keys' TTLs
 		}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -112,23 +112,15 @@ func (l *Lock) release(ctx context.Context) (err error) {
 	return l.releaseError(t)
 }
 
-// releaseAll releases the lock on every node at once and returns once a
-// majority answered, or can no longer (step 4). The requests go out even
-// if ctx is done; the rest finish on the Client's goroutines, and a node
-// that does not confirm gets the release again from its retry loop.
+// releaseAll releases the lock on every node at once (node.Release) and
+// returns once a majority answered, or can no longer (step 4). The requests
+// go out even if ctx is done; the rest finish on the Client's goroutines,
+// and a node that does not confirm gets the release again from its retry
+// loop.
 func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
-	dctx := context.WithoutCancel(ctx)
-	args := l.releaseArgs()
 	q := l.c.quorum
-	dones := make([]func(), len(l.c.nodes))
-	for i := range dones {
-		dones[i] = l.tok.ReleaseBegin(i)
-	}
-	r := quorum.Start(dctx, len(l.c.nodes), l.cfg.timeout(), &l.c.wg, func(ctx context.Context, i int) (bool, error) {
-		defer dones[i]()
-		return l.releaseNode(ctx, i, args)
-	})
-	return r.Collect(dctx, voteReleased, func(t quorum.Tally) bool {
+	r := node.Release(ctx, l.tok, l.sender(l.releaseArgs()), l.retry)
+	return r.Collect(context.WithoutCancel(ctx), voteReleased, func(t quorum.Tally) bool {
 		answered := t.Yes + t.No
 		// A majority that confirmed, one of them holding our token: a lock
 		// held on a majority always gets here at once (any majority meets
@@ -162,93 +154,63 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 	return nil
 }
 
-// releaseNode releases the key on node i (steps 4, 6 and 9): hands it to
-// the first waiter queued there or deletes it, takes our own queue entry
-// out, and, when a request of this lock may still be in flight there,
-// leaves the token's guard, so that the request sets nothing when it lands,
-// whatever the key holds then. A release the node did not confirm becomes
-// pending with the node's retry loop (see needsRetry).
-func (l *Lock) releaseNode(ctx context.Context, i int, args *relArgs) (bool, error) {
-	if args == nil {
-		args = l.releaseArgs()
-	}
-	testhooks.BeforeReleaseSend(l.keys[i].Lock, i)
-	ok, err := call(l.c, ctx, i, site{l.cfg.obs, "release", l.resource}, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		a := l.argsFor(args, i)
-		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], a)
+// sender is what l's release sends node i (steps 4, 6 and 9), with the
+// guard the node layer sized there: the release script, which hands the
+// key to the first waiter queued there or deletes it, takes our own queue
+// entry out, and leaves the guard, so that a request of ours still in
+// flight sets nothing when it lands, whatever the key holds then. Its
+// arguments are boxed once for every node, in args.
+func (l *Lock) sender(args *relArgs) func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
+	return func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
+		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], l.argsFor(args, i, guard))
 		return r == scripts.Deleted || r == scripts.HandedOver, err
-	})
-	if l.needsRetry(i, err) {
-		l.c.rel.add(i, l, unsent(err))
 	}
-	return ok, err
 }
 
-// needsRetry reports whether a release to node i that failed with err must
-// be sent again: always when the node may have it (a timeout, a broken
-// connection), was busy, or answered with an error; when the request never
-// left the client (a refused dial), only if a request of the lock may still
-// land there: nothing else of ours can be on a node we cannot reach.
-func (l *Lock) needsRetry(i int, err error) bool {
-	var re redis.Error
-	switch {
-	case err == nil:
-		return false
-	case errors.Is(err, node.ErrBusy), errors.As(err, &re):
-		return true
-	case unsent(err):
-		// A request of the lock still in flight there may turn out to
-		// have never left the client either (a node that refuses every
-		// dial fails them all): the retry loop asks again (moot).
-		return l.tok.Guard(i) > 0
-	}
-	return true
+// retry makes a release the node did not confirm pending with the node's
+// retry loop (releaser.go), with the guard the node layer sized.
+func (l *Lock) retry(p node.Part) {
+	l.c.rel.add(p, scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, l.c.wakeArg()), l.cfg.ttl)
 }
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
 // with the token's guard, for nodes where a request of the lock may still
-// be in flight (node.Token.Guard). Both carry our queue member, so that the script
-// takes out any entry of ours left there: a release must never leave one
-// for a later one to hand the key to a finished token. unqueued (non-nil
-// when some node handed us the key: l.dequeued) has no member: for a node
-// whose handoff took out the entry of our latest attempt and where no
-// request of ours is in flight, so that nothing of ours can have queued
-// again (issue 32: the handing release's own lookup saved).
-type relArgs struct{ plain, guarded, unqueued []any }
+// be in flight (the node layer says: a guard > 0). Both carry our queue
+// member, so that the script takes out any entry of ours left there: a
+// release must never leave one for a later one to hand the key to a
+// finished token. unqueued (non-nil when some node handed us the key:
+// l.dequeued) has no member: for a node whose handoff took out the entry
+// of our latest attempt and where no request of ours is in flight, so
+// that nothing of ours can have queued again (issue 32: the handing
+// release's own lookup saved).
+type relArgs struct {
+	plain, unqueued []any
+	mu              sync.Mutex // protects guarded
+	guarded         []any      // with the first guard a node needed
+}
 
-// releaseArgs boxes the release's arguments once for every node. A node's
-// need for the guard can only appear while a round is pending, so one seen
-// here stays.
+// releaseArgs boxes the release's arguments once for every node.
 func (l *Lock) releaseArgs() *relArgs {
 	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
 	if l.dequeued != nil {
 		args.unqueued = scripts.Unqueued(args.plain)
 	}
-	for i := range l.keys {
-		if l.tok.Guard(i) > 0 {
-			args.guarded = l.guardArgs()
-			break
-		}
-	}
 	return args
 }
 
-// guardArgs are the release's arguments with the guard.
-func (l *Lock) guardArgs() []any {
-	return scripts.ReleaseArgs(l.token, l.tok.GuardTTL(), l.waiter, false, l.c.wakeArg())
-}
-
-// argsFor returns the arguments for node i: with the guard where a request of
-// the lock may still be in flight there.
-func (l *Lock) argsFor(args *relArgs, i int) []any {
-	if l.tok.Guard(i) == 0 {
+// argsFor returns the arguments for node i, with guard where the node
+// layer sized one (the same for every node of one release).
+func (l *Lock) argsFor(args *relArgs, i int, guard time.Duration) []any {
+	if guard == 0 {
 		if args.unqueued != nil && l.dequeued[i] {
 			return args.unqueued // no entry of ours can be left there
 		}
 		return args.plain
 	}
+	args.mu.Lock()
+	defer args.mu.Unlock()
 	if args.guarded == nil {
-		return l.guardArgs()
+		args.guarded = scripts.ReleaseArgs(l.token, guard, l.waiter, false, l.c.wakeArg())
 	}
 	return args.guarded
 }
@@ -309,63 +271,34 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
-	dctx := context.WithoutCancel(ctx)
-	args := l.releaseArgs()
 	deadline := r.Started().Add(l.cfg.timeout())
-	for i := range c.nodes {
-		vote := t.Votes[i]
-		if vote == quorum.No && l.tok.Guard(i) == 0 {
-			continue // refused, and no request of ours unanswered: nothing of ours there
+	// A straggler: wait for its answer, at most until its deadline.
+	refused := func(i int) bool {
+		tm := time.NewTimer(time.Until(deadline))
+		select {
+		case <-r.Done(i):
+		case <-tm.C:
+		case <-c.closing:
 		}
-		done := l.tok.ReleaseBegin(i)
-		c.wg.Go(func() {
-			defer done()
-			if vote != quorum.Yes {
-				// A straggler: wait for its answer, at most until its
-				// deadline.
-				tm := time.NewTimer(time.Until(deadline))
-				select {
-				case <-r.Done(i):
-				case <-tm.C:
-				case <-c.closing:
-				}
-				tm.Stop()
-				if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours && l.tok.Guard(i) == 0 {
-					return // it refused: nothing of ours there
-				}
-			}
-			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
-			defer cancel()
-			_, _ = l.releaseNode(rctx, i, args)
-		})
+		tm.Stop()
+		rep, ok := r.Reply(i)
+		return ok && rep.Err == nil && !rep.Val.ours
 	}
+	node.Cleanup(ctx, l.tok, t.Votes, false, refused, l.sender(l.releaseArgs()), l.retry)
 }
 
 // abandon ends a Lock call's lock that was never handed out (step 4): it
-// is released on every node where anything of ours may be — nodes that
-// granted, nodes that have not answered (with the token's guard, so that an
-// acquire still on its way sets nothing when it lands), and, for a queued
-// call, every node, to take our queue entry out. The caller does not wait
-// for it: the releases are sent at once on the Client's goroutines, and a
-// node that does not confirm one gets it again from its retry loop, so a
-// paused node never delays the caller's answer. t is the last attempt's
-// tally (zero: release everywhere).
+// is released on every node where anything of ours may be (node.Cleanup)
+// — nodes that granted, nodes that have not answered (with the token's
+// guard, so that an acquire still on its way sets nothing when it lands),
+// and, for a queued call, every node, to take our queue entry out. The
+// caller does not wait for it: the releases are sent at once on the
+// Client's goroutines, and a node that does not confirm one gets it again
+// from its retry loop, so a paused node never delays the caller's answer.
+// t is the last attempt's tally (zero: release everywhere).
 func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
-	dctx := context.WithoutCancel(ctx)
-	args := l.releaseArgs()
-	for i := range testhooks.AbandonNodes(len(c.nodes)) {
-		if t.Votes != nil && t.Votes[i] == quorum.No && l.waiter.Member == "" && l.tok.Guard(i) == 0 {
-			continue // refused, and no request of ours unanswered: nothing of ours there
-		}
-		done := l.tok.ReleaseBegin(i)
-		c.wg.Go(func() {
-			defer done()
-			rctx, cancel := context.WithTimeout(dctx, l.cfg.timeout())
-			defer cancel()
-			_, _ = l.releaseNode(rctx, i, args)
-		})
-	}
+	node.Cleanup(ctx, l.tok, t.Votes, l.waiter.Member != "", nil, l.sender(l.releaseArgs()), l.retry)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
 
 // The Client's background releases (DESIGN step 4). A call returns once its
@@ -20,15 +19,15 @@ import (
 // node sends its pending releases, up to relChunk of them in one pipeline,
 // until the node answers each. A release that never left the client (the
 // dial was refused, the name did not resolve) cannot land, and one is queued
-// for it only where a request of the lock may still land (node.Token.Guard).
+// for it only where a request of the lock may still land (node.Release).
 //
 // Memory: a pending release is the lock's keys on that node (a
 // scripts.Keys value, 232 bytes, whose strings and slices it shares with
-// the Lock), its arguments with the guard (six boxed values) and its
-// deadline: 937 bytes measured with the strings it keeps alive and the
+// the Lock) with its guard and node (node.Part), its arguments with the
+// guard (six boxed values) and its deadline: 937 bytes measured with the strings it keeps alive and the
 // queue's slack, for a resource name of 20 bytes and a queued member. One
 // that never left the client while a request of its lock was in flight
-// there also keeps the Lock (a few KB) until that request has ended and
+// there also keeps the lock's node.Token (a few KB with its rounds) until that request has ended and
 // tells whether it left. A node holds at most maxPending of them (about
 // 15 MB); past that the oldest is dropped, its key left to its TTL. A
 // pending release is given up after retryWindow. At 100 unlocks a second
@@ -45,20 +44,9 @@ const (
 
 // pendingRelease is one lock's release that a node has not confirmed.
 type pendingRelease struct {
-	keys  scripts.Keys // the lock's keys on that node
-	args  []any        // with the token's guard
-	until time.Time    // given up after this
-	// unsent is set when the release never left the client while a
-	// request of the lock there was still in flight: the release is needed
-	// only if that request may land (it left the client), which it tells
-	// once it ends.
-	unsent *Lock
-}
-
-// moot reports whether e need not be sent to node i: it never left the
-// client, and no request of its lock can land there.
-func (e *pendingRelease) moot(i int) bool {
-	return e.unsent != nil && e.unsent.tok.Guard(i) == 0
+	part  node.Part // the lock's keys on that node and the guard (node.Release)
+	args  []any     // with that guard
+	until time.Time // given up after this
 }
 
 // releaser owns the per-node retry loops of a Client.
@@ -96,15 +84,14 @@ func newReleaser(c *Client) *releaser {
 	return r
 }
 
-// add makes l's release on node i pending, and starts node i's loop if it
-// is not running yet. After Close has drained node i, the release is left
-// to the key's TTL.
-func (r *releaser) add(i int, l *Lock, unsent bool) {
+// add makes the release p, whose arguments are args, pending with its
+// node's loop (given up after retryWindow of the lock's ttl), and starts
+// the loop if it is not running yet. After Close has drained the node,
+// the release is left to the key's TTL.
+func (r *releaser) add(p node.Part, args []any, ttl time.Duration) {
+	i := p.Node
 	q := &r.nodes[i]
-	e := pendingRelease{keys: l.keys[i], args: l.guardArgs(), until: time.Now().Add(retryWindow(l.cfg.ttl))}
-	if unsent {
-		e.unsent = l
-	}
+	e := pendingRelease{part: p, args: args, until: time.Now().Add(retryWindow(ttl))}
 	q.mu.Lock()
 	if q.done {
 		q.mu.Unlock()
@@ -153,7 +140,7 @@ func (q *relQueue) take(i, k int, now time.Time) []pendingRelease {
 		e := q.q[q.head]
 		q.q[q.head] = pendingRelease{}
 		q.head++
-		if now.Before(e.until) && !e.moot(i) {
+		if now.Before(e.until) && !e.part.Moot() {
 			out = append(out, e)
 		}
 	}
@@ -251,14 +238,9 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 	c := r.c
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
 	defer cancel()
-	for _, e := range es {
-		defer c.set.ReleaseBegin(e.keys, i)() // registered like every release (internal/node/token.go)
-		testhooks.BeforeReleaseSend(e.keys.Lock, i)
-	}
-	cmds, err := call(c, ctx, i, site{c.cfg.obs, "release", ""}, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
-		return pipelined(ctx, c.nodes[i].C, len(es), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
-			return scripts.ReleaseCmd(ctx, p, es[j].keys, es[j].args)
-		})
+	parts := partsOf(es)
+	cmds, err := c.resend(ctx, i, parts, func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
+		return scripts.ReleaseCmd(ctx, p, es[j].part.Keys, es[j].args)
 	})
 	if err != nil {
 		return es
@@ -270,6 +252,30 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 		}
 	}
 	return left
+}
+
+// partsOf returns the node layer's parts of es.
+func partsOf(es []pendingRelease) []node.Part {
+	parts := make([]node.Part, len(es))
+	for j, e := range es {
+		parts[j] = e.part
+	}
+	return parts
+}
+
+// resend sends parts, releases on node i, in pipelines of the release
+// script (node.Resend), part j's command built by queue; a failure is a
+// *NodeError, reported to the hooks.
+func (c *Client) resend(ctx context.Context, i int, parts []node.Part, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds, err := node.Resend(ctx, c.set, i, parts, c.cfg.timeout(), func(ctx context.Context) ([]*redis.Cmd, error) {
+		return pipelined(ctx, c.nodes[i].C, len(parts), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
+			return queue(ctx, p, j)
+		})
+	})
+	if err != nil {
+		return nil, c.nodeError(ctx, i, site{c.cfg.obs, "release", ""}, err)
+	}
+	return cmds, nil
 }
 
 // stopNode stops node i's loop without waiting for it; exited tells when
@@ -298,7 +304,7 @@ func (r *releaser) drain(i int) []pendingRelease {
 	now := time.Now()
 	keep := es[:0]
 	for _, e := range es {
-		if now.Before(e.until) && !e.moot(i) {
+		if now.Before(e.until) && !e.part.Moot() {
 			keep = append(keep, e)
 		}
 	}
@@ -313,7 +319,3 @@ func (r *releaser) stop() {
 	r.mu.Unlock()
 	_ = r.g.Wait()
 }
-
-// unsent reports whether a request provably never left the client
-// (node.Unsent).
-func unsent(err error) bool { return node.Unsent(err) }

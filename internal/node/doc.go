@@ -1,9 +1,9 @@
 // Package node is the node layer of a redlock Client: what the Client
 // knows of each node it sends requests to, and of each request that may
 // still land there. Every request of the library goes through it (Run for
-// a round of a lock token, Batch for a renewal batch, Call for the rest,
-// which package redlock's call wraps; package election reaches it through
-// the Client's Link):
+// a round of a lock token, Batch for a renewal batch, Release, Cleanup and
+// Resend for its releases, Call for the rest, which package redlock's call
+// wraps; package election reaches it through the Client's Link):
 //
 //   - health: a node whose last dial failed is down, and one with requests
 //     in flight past their deadline is stuck; requests to either fail at
@@ -17,7 +17,7 @@
 //   - each server's clock (clock.go, guardclock.go): every request's
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for
-//     the bounds sent (Token.GuardTTL);
+//     the bounds sent (Token.guardTTL);
 //   - what a failed request may have done (Unsent, Answered, neverWrote):
 //     it counts as never sent only when it provably wrote no byte;
 //   - the round as its unit (round.go: Run, Batch, Op): per lock token
@@ -25,10 +25,13 @@
 //     its requests' not-after bounds — fixed before any point where it can
 //     be delayed, sent after the Client's own releases of the key, each
 //     request with its bound; the registry of requests that may still land
-//     and the size of a release's guard (token.go; DESIGN step 4).
+//     (token.go); and every release of a token (release.go: Release,
+//     Cleanup, Resend), registered before it is sent, with the guard its
+//     unanswered requests need (DESIGN step 4).
 //
 // The package knows nothing of locks: a Token is kept by its Owner (a
 // redlock Lock, an election), whose mutex and held check Run takes, so
 // that a round is registered in one step with the check that it may
-// still send; the caller says what to send (Op and a script call).
+// still send; the caller says what to send (Op and a script call; a
+// release's script, given its guard).
 package node

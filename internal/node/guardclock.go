@@ -200,7 +200,7 @@ func (g *Token) waitSent(timeout time.Duration) {
 // WaitOut waits until no request of the token can land on any node any
 // more: every registered round has been sent and has settled, or passed
 // its deadline, and, where a request went unanswered, for as long as the
-// release's guard would stay (Guard), by which time the node's clock has
+// release's guard would stay (guard), by which time the node's clock has
 // passed its not-after bound. A handover (Detach) calls it: the lock's
 // next owner knows nothing of our requests, so they must be over before it
 // is handed on. It takes at most about twice the node timeout plus the
@@ -212,7 +212,7 @@ func (g *Token) WaitOut() {
 	g.waitSent(g.timeout)
 	var d time.Duration
 	for i := range g.n {
-		d = max(d, g.Guard(i))
+		d = max(d, g.guard(i))
 	}
 	if d > 0 {
 		time.Sleep(d)

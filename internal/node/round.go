@@ -39,7 +39,7 @@ type Op struct {
 	Owner Owner
 	// Follow: each request goes after the Client's own releases of the
 	// token's keys in flight there when the round was registered, so that
-	// its own leftovers never refuse it (an acquire; see Set.ReleaseBegin).
+	// its own leftovers never refuse it (an acquire; see Set.beginRelease).
 	Follow bool
 	// Bound: each request carries its node's not-after bound for the
 	// token's key (Set.notAfter), which fn passes to its script.
@@ -299,20 +299,15 @@ type relKey struct {
 	node int
 }
 
-// ReleaseBegin registers a release of the token on node i (Set.ReleaseBegin).
-func (g *Token) ReleaseBegin(i int) (done func()) { return g.set.ReleaseBegin(g.keys[i], i) }
-
-// ReleaseBegin registers a release of keys on node i (under each of its
+// beginRelease registers a release of keys on node i (under each of its
 // lock keys: a multi-lock's every resource), before it is handed to a
-// goroutine or sent; done ends it. Every sender of a release registers
-// it: Unlock's round, a refused call's cleanup and a lost call's abandon
-// (package redlock's release.go), and the retry loop's pipelines
-// (releaser.go). This Client's next acquire of any of those keys waits on each node for the
+// goroutine or sent; done ends it. Every release registers it (Release,
+// Cleanup, Resend: release.go). This Client's next acquire of any of those keys waits on each node for the
 // releases registered there before its round was (Token.Follow), so
 // that its own leftovers never refuse it: a TryLock right after a refused
 // one found the first one's grant still there
 // (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (s *Set) ReleaseBegin(keys scripts.Keys, i int) (done func()) {
+func (s *Set) beginRelease(keys scripts.Keys, i int) (done func()) {
 	locks := keys.LockKeys()
 	f := make(chan struct{}) // closed when the release has ended
 	s.relMu.Lock()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -20,7 +19,7 @@ import (
 // check that the token may still send; Send sends the round from the start
 // fixed there. So a round registered before a release has its deadline at
 // most a node timeout after the release, however late its goroutine gets
-// to send it, and the release's guard covers it (Guard); a round that
+// to send it, and the release's guard covers it (guard, release.go); a round that
 // would come after the release is never registered, so never sent.
 //
 // Make one with Set.Token: a Token must know its nodes, or a round that
@@ -117,28 +116,4 @@ func (g *Token) unanswered(i int) bool {
 		}
 	}
 	return false
-}
-
-// Guard returns how long node i must refuse requests of the token after
-// its release: 0 when every request of the token there has been answered
-// (none can land later), else the guard's lifetime (see GuardTTL).
-func (g *Token) Guard(i int) time.Duration {
-	if g.unanswered(i) {
-		return g.GuardTTL()
-	}
-	return 0
-}
-
-// GuardTTL is how long a release's guard stays: until no request of the
-// token can land on a node with its not-after bound still ahead of the
-// node's clock (Set.guardLifetime: about a node timeout plus the clock
-// estimates' error; twice the TTL for a node that was sent a request
-// without a bound). A request that lands later is refused by its bound,
-// however late. The guard is a key of its own, so it keeps nobody else
-// waiting.
-func (g *Token) GuardTTL() time.Duration {
-	if testhooks.SkipReleaseGuard.Load() {
-		return 0 // a negative control of the chaos checker
-	}
-	return g.set.guardLifetime(g.keys, g.ttl, g.timeout)
 }

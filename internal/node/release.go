@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/testhooks"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// The release of a token (DESIGN step 4), as Run is its rounds: the caller
+// says what to send (its release script, given the guard a node must
+// leave); the node layer says how it may land. Every release of a token
+// goes through Release, Cleanup or Resend, which:
+//
+//   - register it as a release of the token's keys on each node before it
+//     is handed to a goroutine or sent, until it ends (beginRelease), so
+//     the Client's next acquire of those keys follows it (Op.Follow);
+//   - size the guard it leaves on each node from the token's unanswered
+//     requests there (guard): none where every one was answered, else
+//     until the latest not-after bound the token's requests can carry
+//     there has passed in the node's clock (guardTTL);
+//   - send it through the Set's gates, even once two nodes were found to
+//     reach one server (a lock granted before must be released);
+//   - hand a release the node did not confirm, where it may matter
+//     (needsRetry), to the caller's retry loop as a Part.
+
+// Part is a token's release on one node, sent with others in one request
+// (Resend): one the node did not confirm (Release's and Cleanup's retry),
+// or Close's release of a lock still held (Token.Part).
+type Part struct {
+	Keys  scripts.Keys  // the token's keys on the node
+	Guard time.Duration // the guard the release leaves there (0: none)
+	Node  int           // the node
+	// unsent is set when the release never left the client while a
+	// request of the token there may still land: it is needed only if
+	// that request left the client, which it tells once it ends (Moot).
+	unsent *Token
+}
+
+// Moot reports whether p need not be sent: it never left the client, and
+// no request of its token can land on its node any more.
+func (p Part) Moot() bool { return p.unsent != nil && !p.unsent.unanswered(p.Node) }
+
+// Part returns t's release on node i, with the guard it must leave there.
+func (t *Token) Part(i int) Part { return Part{Keys: t.keys[i], Guard: t.guard(i), Node: i} }
+
+// Release sends t's release to every node at once, as one round bounded
+// by t's node timeout, and returns it; the requests go out even if ctx is
+// done. send is the release script on node i, leaving guard (0: none).
+// A request the node did not confirm, where it may matter, goes to retry.
+func Release(ctx context.Context, t *Token, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) *quorum.Round[bool] {
+	ctx = context.WithoutCancel(ctx)
+	dones := make([]func(), t.n)
+	for i := range dones {
+		dones[i] = t.set.beginRelease(t.keys[i], i)
+	}
+	return quorum.Start(ctx, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
+		defer dones[i]()
+		return t.release(ctx, i, send, retry)
+	})
+}
+
+// Cleanup releases t, which was never handed out, wherever anything of it
+// may be (a failed or refused call's attempt), on goroutines the Client
+// owns, without waiting: each node's release is bounded by t's node
+// timeout. votes are the last round's (nil: release everywhere): a node
+// that refused it holds nothing of t — unless queued (t's queue entry
+// must go) or a request of t is unanswered there — and is skipped. late,
+// when set, runs on the goroutine of each node that did not grant, before
+// its release: it waits for that node's answer (at most the round's
+// deadline) and reports whether it refused; the release is then skipped
+// where no request of t is unanswered.
+func Cleanup(ctx context.Context, t *Token, votes []quorum.Vote, queued bool, late func(i int) bool, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range testhooks.AbandonNodes(t.n) {
+		if votes != nil && votes[i] == quorum.No && !queued && !t.unanswered(i) {
+			continue // refused, and no request of ours unanswered: nothing of ours there
+		}
+		done := t.set.beginRelease(t.keys[i], i)
+		t.sp.Go(func() {
+			defer done()
+			if late != nil && (votes == nil || votes[i] != quorum.Yes) && late(i) && !t.unanswered(i) {
+				return // it refused: nothing of ours there
+			}
+			rctx, cancel := context.WithTimeout(ctx, t.timeout)
+			defer cancel()
+			_, _ = t.release(rctx, i, send, retry)
+		})
+	}
+}
+
+// Resend sends parts, releases on node i, in one request (fn: a pipeline
+// of their scripts), bounded by timeout, through the Set's gates; each is
+// registered as a release of its keys there while it runs.
+func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
+	for _, p := range parts {
+		defer s.beginRelease(p.Keys, i)()
+		testhooks.BeforeReleaseSend(p.Keys.Lock, i)
+	}
+	return Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) { return fn(ctx) })
+}
+
+// release sends t's release to node i with the guard it needs there.
+func (t *Token) release(ctx context.Context, i int, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) (bool, error) {
+	testhooks.BeforeReleaseSend(t.keys[i].Lock, i)
+	ok, err := call(ctx, t, i, false, func(ctx context.Context, s redis.Scripter) (bool, error) {
+		return send(ctx, i, s, t.guard(i))
+	})
+	if err == nil {
+		return ok, nil
+	}
+	if retry != nil && t.needsRetry(i, err) {
+		p := Part{Keys: t.keys[i], Guard: t.guardTTL(), Node: i}
+		if Unsent(err) {
+			p.unsent = t
+		}
+		retry(p)
+	}
+	return false, t.own.Fail(ctx, i, "release", err)
+}
+
+// needsRetry reports whether a release to node i that failed with err must
+// be sent again: always when the node may have it (a timeout, a broken
+// connection), was busy, or answered with an error; when the request never
+// left the client (a refused dial), only if a request of the token may
+// still land there: nothing else of ours can be on a node we cannot reach.
+// A request of the token still in flight there may turn out to have never
+// left the client either (a node that refuses every dial fails them all):
+// the retry loop asks again (Part.Moot).
+func (t *Token) needsRetry(i int, err error) bool {
+	var re redis.Error
+	if errors.Is(err, ErrBusy) || errors.As(err, &re) || !Unsent(err) {
+		return true
+	}
+	return t.unanswered(i)
+}
+
+// guard returns how long node i must refuse requests of the token after
+// its release: 0 when every request of the token there has been answered
+// (none can land later), else the guard's lifetime (see guardTTL).
+func (t *Token) guard(i int) time.Duration {
+	if t.unanswered(i) {
+		return t.guardTTL()
+	}
+	return 0
+}
+
+// guardTTL is how long a release's guard stays: until no request of the
+// token can land on a node with its not-after bound still ahead of the
+// node's clock (Set.guardLifetime: about a node timeout plus the clock
+// estimates' error; twice the TTL for a node that was sent a request
+// without a bound). A request that lands later is refused by its bound,
+// however late. The guard is a key of its own, so it keeps nobody else
+// waiting.
+func (t *Token) guardTTL() time.Duration {
+	if testhooks.SkipReleaseGuard.Load() {
+		return 0 // a negative control of the chaos checker
+	}
+	return t.set.guardLifetime(t.keys, t.ttl, t.timeout)
+}
