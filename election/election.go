@@ -29,19 +29,18 @@ const LeaderSuffix = ":leader"
 // It is safe for concurrent use; several candidates (Campaign or Run calls)
 // may share one Election, though usually each process has one.
 type Election struct {
-	client  *redlock.Client
-	nodes   []redis.UniversalClient
-	layer   []*node.Node // the node layer of nodes (internal/node): every request goes through it
-	link    node.Linked  // the Client's node layer and goroutine owner
-	own     *owner       // the owner of tok
-	tok     *node.Token  // every request of the election goes through it (node.Run)
+	client *redlock.Client
+	nodes  []redis.UniversalClient
+	own    *owner // the owner of tok
+	// tok is the election's token in the Client's node layer
+	// (node.Linked.Token): every request of the election goes through it
+	// (node.Run, node.Release), bounded by WithNodeTimeout or by default
+	// the lock's node timeout, on goroutines the Client owns.
+	tok     *node.Token
 	name    string
 	cfg     config
 	quorum  int
 	cluster []bool // per node: a Cluster client (keys carry a hash tag)
-	// nodeTimeout bounds each of the election's own requests to a node:
-	// WithNodeTimeout, or by default lockTimeout.
-	nodeTimeout time.Duration
 	// lockTimeout is the node timeout of the campaigns' lock (the Client's
 	// defaults with WithLockOptions): the identity refresh follows the
 	// lease's renewals within a fraction of it.
@@ -96,16 +95,6 @@ func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name st
 	return newElection(client, nodes, name, opts)
 }
 
-// sameClients reports whether nodes are the clients of layer.
-func sameClients(nodes []redis.UniversalClient, layer []*node.Node) bool {
-	for i, n := range nodes {
-		if n != layer[i].C {
-			return false
-		}
-	}
-	return len(nodes) == len(layer)
-}
-
 // clientsOf returns the node clients of nodes.
 func clientsOf(nodes []node.Node) []redis.UniversalClient {
 	out := make([]redis.UniversalClient, len(nodes))
@@ -136,27 +125,8 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	if err != nil {
 		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
 	}
-	lt := link.NodeTimeout
 	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
-		nodeTimeout: lt, lockTimeout: lt, link: link}
-	// The election's requests go through the Client's node layer: its
-	// nodes when they are the Client's clients (New), nodes of their own
-	// over the clients given otherwise (NewWithNodes), with the Client's
-	// identity check and probes either way.
-	e.layer = make([]*node.Node, len(e.link.Set.Nodes))
-	for i := range e.layer {
-		e.layer[i] = &e.link.Set.Nodes[i]
-	}
-	if !sameClients(nodes, e.layer) {
-		e.layer = make([]*node.Node, len(nodes))
-		for i, n := range nodes {
-			nd := node.New(n)
-			e.layer[i] = &nd
-		}
-	}
-	if cfg.nodeTimeoutSet {
-		e.nodeTimeout = cfg.nodeTimeout
-	}
+		lockTimeout: link.LockTimeout()}
 	for i, n := range nodes {
 		if isNil(n) {
 			return nil, invalid("nodes[%d] is nil", i)
@@ -168,8 +138,16 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	for i := range keys {
 		keys[i] = scripts.Keys{Lock: e.lockKey(i)} // the clock of its master bounds a write (Cluster)
 	}
-	e.own = &owner{goOwned: link.Go, timeout: e.nodeTimeout}
-	e.tok = link.Set.Token(keys, 0, e.nodeTimeout, &e.own.mu, e.own, e.own).Through(e.layer)
+	// The election's requests go through the Client's node layer: its
+	// nodes when they are the Client's clients (New), nodes of their own
+	// over the clients given otherwise (NewWithNodes), with the Client's
+	// identity check, probes and clocks either way.
+	var timeout time.Duration // the lock's
+	if cfg.nodeTimeoutSet {
+		timeout = cfg.nodeTimeout
+	}
+	e.own = new(owner)
+	e.tok = link.Token(keys, timeout, nodes, &e.own.mu, e.own)
 	return e, nil
 }
 
@@ -221,27 +199,26 @@ func (e *Election) proclaim(ctx context.Context, token, value, term string) (int
 	return t.Yes, e.nodeErrors(t)
 }
 
-// withdraw ends term on every node: it marks the term withdrawn, so that
-// none of its identity writes (proclaim) still in flight — a round's
-// stragglers, which may land at any time — can write value again there,
-// and deletes the identity key where it still holds value, on a detached
-// ctx bounded by the node timeout. It returns once a majority has answered
-// (or cannot): then no majority read can return value any more, nor ever
-// will. A node that answers later is left to finish in the background;
-// where the delete does not land, the identity expires with the lease.
+// withdraw ends term on every node, as a release of the election's token
+// (node.Release): it marks the term withdrawn, so that none of its
+// identity writes (proclaim) still in flight — a round's stragglers — can
+// write value again there, and deletes the identity key where it still
+// holds value, on a detached ctx bounded by the node timeout. It returns
+// once a majority has answered (or cannot): then no majority read can
+// return value any more, nor ever will. A node that answers later is left
+// to finish in the background; where the delete does not land, the
+// identity expires with the lease.
 //
-// The mark lasts the lock key's remaining TTL there, and at least lease
-// (the term's validity when it took office: about the lock's TTL) plus
-// twice both node timeouts: a renewal of the lock already sent may land
-// after the withdraw and arm the lock key with the lock's TTL again, until
-// the release deletes it. Past the mark's TTL a proclaim can land only
-// where the lock key no longer holds the term's token, and writes nothing.
-func (e *Election) withdraw(ctx context.Context, value, term string, lease time.Duration) {
+// The mark lasts the lock key's remaining TTL there, and at least the
+// guard the node layer sizes for the token's writes that may still land
+// there: each carries its not-after bound (proclaim), so past the mark no
+// write of the term can land at all.
+func (e *Election) withdraw(ctx context.Context, value, term string) {
 	ctx = context.WithoutCancel(ctx)
-	floor := lease + 2*(e.nodeTimeout+e.lockTimeout)
-	r := start(e, ctx, false, func(ctx context.Context, i int, n redis.UniversalClient, _ int64) (any, error) {
-		return nil, scripts.Withdraw(ctx, n, e.lockKey(i), e.identityKey(i), term, value, floor)
-	})
+	r := node.Release(ctx, e.tok, func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
+		// At least 1ms: PX takes no 0, when every write there was answered.
+		return true, scripts.Withdraw(ctx, s, e.lockKey(i), e.identityKey(i), term, value, max(guard, time.Millisecond))
+	}, nil)
 	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
 		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))
 	}
@@ -283,18 +260,15 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	// The identity written now lasts at least until the lease's current
 	// validity: the lock key's TTL, which it copies, is longer there.
 	written := l.ValidUntil()
-	lease := time.Until(written)
 	// The lock is ours: finish taking office even if ctx ends now (each
 	// write is bounded by the node timeout), rather than give it up.
 	ok, errs := e.proclaim(context.WithoutCancel(ctx), l.Token(), value, me.Term)
 	if ok < e.quorum {
-		e.withdraw(ctx, value, me.Term, lease)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.nodeTimeout)
-		_ = l.Unlock(uctx)
-		cancel()
+		e.withdraw(ctx, value, me.Term)
+		_ = l.Unlock(context.WithoutCancel(ctx)) // bounded by the lock's node timeout
 		return nil, noQuorum(fmt.Sprintf("leader identity written on %d of %d nodes, %d needed", ok, len(e.nodes), e.quorum), errs)
 	}
-	t := newTerm(e, l, me, value, written, lease)
+	t := newTerm(e, l, me, value, written)
 	e.announce(ctx, "elected")
 	e.report(ctx, LeadershipInfo{Election: e.name, Identity: me.Identity, Event: EventAcquired, Fence: me.Fence, Wait: time.Since(start)})
 	go t.watch()

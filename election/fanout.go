@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,25 +14,10 @@ import (
 )
 
 // owner is an Election as the owner of its node-layer token (node.Owner):
-// it starts the requests of its rounds on goroutines the redlock Client
-// owns (node.Linked.Go), so that a straggler left behind by an early
-// decision is waited for by the Client's Close, as the lock's own are.
+// its rounds need nothing held, and a failed request's error is kept as
+// it is (nodeErrors wraps it).
 type owner struct {
-	mu      sync.Mutex // registers the rounds (node.Set.Token)
-	goOwned func(timeout time.Duration, f func()) error
-	timeout time.Duration
-	closed  atomic.Bool // the Client refused a request: it is closed
-}
-
-// Go implements quorum.Spawner. Once the Client is closed, f runs on a
-// goroutine of its own, where its request sees closed (open) and returns
-// at once, with no I/O.
-func (o *owner) Go(f func()) {
-	if !o.closed.Load() && o.goOwned(o.timeout, f) == nil {
-		return
-	}
-	o.closed.Store(true)
-	go f()
+	mu sync.Mutex // registers the rounds (node.Linked.Token)
 }
 
 func (o *owner) Open() bool    { return true }
@@ -42,14 +25,6 @@ func (o *owner) Usable() error { return nil }
 
 // Fail keeps a request's error as it is: nodeErrors wraps it.
 func (o *owner) Fail(_ context.Context, _ int, _ string, err error) error { return err }
-
-// open lets a request go out unless the Client is closed (node.Op.Only).
-func (o *owner) open(context.Context, int) (bool, error) {
-	if o.closed.Load() {
-		return false, redlock.ErrClosed
-	}
-	return true, nil
-}
 
 // start sends call to every node at once, each on a goroutine the redlock
 // Client owns, as a round of the election's token (node.Run: the Client's
@@ -69,7 +44,7 @@ func (o *owner) open(context.Context, int) (bool, error) {
 // pool (see New). The caller stops waiting for them when ctx ends, by
 // giving ctx to Collect.
 func start[T any](e *Election, ctx context.Context, bound bool, call func(ctx context.Context, i int, n redis.UniversalClient, notAfter int64) (T, error)) *quorum.Round[T] {
-	op := node.Op{Name: "election", Bound: bound, Only: e.own.open}
+	op := node.Op{Name: "election", Bound: bound}
 	r, _ := node.Run(context.WithoutCancel(ctx), e.tok, op, func(ctx context.Context, i int, _ redis.Scripter, notAfter *int64) (T, error) {
 		var b int64
 		if notAfter != nil {

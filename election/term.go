@@ -22,9 +22,6 @@ type Term struct {
 	lock  *redlock.Lock
 	me    Leader // write-once
 	value string // write-once: the identity value on the nodes
-	// lease is the lease's validity when the term began (write-once): about
-	// the lock's TTL, for withdraw's mark.
-	lease time.Duration
 	// written is the lease's ValidUntil as of the last identity write that
 	// a majority took: the identity lasts at least until then. Only watch
 	// uses it after newTerm.
@@ -42,8 +39,8 @@ type Term struct {
 	unlost context.Context
 }
 
-func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time, lease time.Duration) *Term {
-	t := &Term{e: e, lock: l, me: me, value: value, written: written, lease: lease,
+func newTerm(e *Election, l *redlock.Lock, me Leader, value string, written time.Time) *Term {
+	t := &Term{e: e, lock: l, me: me, value: value, written: written,
 		stopRefresh: make(chan struct{}), refreshed: make(chan struct{}), done: make(chan struct{})}
 	if testhooks.TermIgnoresLoss.Load() {
 		t.unlost = ignoreLoss(l.Context())
@@ -148,7 +145,7 @@ func (t *Term) resign(ctx context.Context) error {
 	// Withdraw first, so that no observer sees this candidate as leader
 	// after its successor took office. The refresh's writes still in
 	// flight are made harmless by withdraw itself (see there).
-	t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
+	t.e.withdraw(ctx, t.value, t.me.Term)
 	err := t.lock.Unlock(ctx)
 	<-t.done
 	if cause := context.Cause(t.lock.Context()); !errors.Is(cause, redlock.ErrUnlocked) {
@@ -231,12 +228,12 @@ func (t *Term) finish(lctx context.Context) {
 		info.Event = EventResigned
 	case errors.Is(cause, redlock.ErrClosed):
 		info.Event, info.Err = EventResigned, cause
-		t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
+		t.e.withdraw(ctx, t.value, t.me.Term)
 	default:
 		info.Event, info.Err = EventLost, cause
 		// The identity expires with the lease anyway; withdrawing it
 		// (only where it is still ours) lets observers see the loss now.
-		t.e.withdraw(ctx, t.value, t.me.Term, t.lease)
+		t.e.withdraw(ctx, t.value, t.me.Term)
 		// Release what is left on the nodes (a minority may still hold
 		// our key), bounded by the lock's node timeout.
 		_ = t.lock.Unlock(ctx)

@@ -7,18 +7,17 @@ import (
 )
 
 // This file holds what packages built on a Client (package election, the
-// qlock command) need of it beyond locks: its nodes, so that they cannot be
-// given others and their requests pass the same gates; an owner for their
-// requests, so that Close waits for those as for its own; and the node
-// timeout its locks use, so that their own requests time out where the
-// lock's do.
+// qlock command) need of it beyond locks: its node layer (node.Linked), so
+// that they cannot be given other nodes, their requests pass the same gates
+// and time out where the lock's do, and Close waits for them as for its
+// own.
 
 // Link returns the Client's node layer to a package of this module built
-// on it (package election, the qlock command): its nodes, an owner for
-// their requests (Close waits for them), and the node timeout of a lock
-// this Client takes with the per-call options opts (the value of
-// WithNodeTimeout, or by default a tenth of the effective TTL, at most
-// MaxNodeTimeout). Its first argument is of a type internal to this
+// on it (package election, the qlock command): its nodes, and the tokens
+// of that package's requests (node.Linked.Token: Close waits for them),
+// which time out where a lock this Client takes with the per-call options
+// opts does (the value of WithNodeTimeout, or by default a tenth of the
+// effective TTL, at most MaxNodeTimeout). Its first argument is of a type internal to this
 // module, so no other package can call it. It does no I/O.
 //
 // It returns an error matching ErrInvalidArgument when opts are not valid
@@ -34,7 +33,7 @@ func (c *Client) Link(_ node.Key, opts ...Option) (node.Linked, error) {
 	if err := cfg.validate(); err != nil {
 		return node.Linked{}, err
 	}
-	return node.Linked{Set: c.set, Go: c.goOwned, NodeTimeout: cfg.timeout()}, nil
+	return c.set.Link(cfg.timeout(), c.goOwned), nil
 }
 
 // goOwned runs f on a goroutine the Client owns, as it runs the stragglers

@@ -34,14 +34,14 @@ func TestClient_Link(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			lk, err := c.Link(node.Key{}, tc.opts...)
-			if err != nil || lk.NodeTimeout != tc.want || lk.Set != c.set {
-				t.Errorf("Link() = %v, %v; want NodeTimeout %v, the Client's nodes, nil", lk.NodeTimeout, err, tc.want)
+			if err != nil || lk.LockTimeout() != tc.want || lk.Set != c.set {
+				t.Errorf("Link() = %v, %v; want LockTimeout %v, the Client's nodes, nil", lk.LockTimeout(), err, tc.want)
 			}
 		})
 	}
 	for _, opts := range [][]Option{{WithKeyPrefix("x:")}, {WithRenewBatch(2)}, {WithTTL(-time.Second)}} {
 		if lk, err := c.Link(node.Key{}, opts...); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("Link(invalid) = %v, %v; want ErrInvalidArgument", lk.NodeTimeout, err)
+			t.Errorf("Link(invalid) = %v, %v; want ErrInvalidArgument", lk.LockTimeout(), err)
 		}
 	}
 }

@@ -1,25 +1,96 @@
 package node
 
-import "time"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
 
 // Linked is what a package built on a redlock Client (election, the qlock
 // command) uses of it: the Client's node layer, so that its requests pass
 // the same gates (a node down or stuck, the in-flight cap, the identity
-// check) and count in the same health; and an owner for its requests, so
-// that the Client's Close waits for them as it waits for its own.
+// check), count in the same health and are bounded on the same clocks; and
+// tokens whose requests run on goroutines the Client owns, so that the
+// Client's Close waits for them as it waits for its own (Token).
 type Linked struct {
-	// Set is the Client's nodes, in the order given to it: Call runs a
-	// request on one with the Client's gates, Set.gate gives them for a
-	// request sent on a client of its own.
-	Set *Set
-	// Go runs f on a goroutine the Client owns: Close waits for it, at most
-	// timeout (which f must keep to) plus a short grace. It returns an
-	// error matching redlock.ErrClosed, and does not run f, once Close has
-	// begun.
-	Go func(timeout time.Duration, f func()) error
-	// NodeTimeout is the node timeout of a lock the Client takes with the
-	// per-call options given to Link.
-	NodeTimeout time.Duration
+	// Set is the Client's nodes, in the order given to it.
+	Set     *Set
+	timeout time.Duration // the node timeout of the Client's locks with the options given to Link
+	goOwned func(timeout time.Duration, f func()) error
+}
+
+// Link returns the Set as a package built on its Client sees it: timeout is
+// the node timeout of the Client's locks (with that package's per-call
+// options); goOwned runs f on a goroutine the Client owns, which Close
+// waits for at most timeout (which f must keep to) plus a short grace, and
+// returns the Client's ErrClosed, not running f, once Close has begun.
+func (s *Set) Link(timeout time.Duration, goOwned func(timeout time.Duration, f func()) error) Linked {
+	return Linked{Set: s, timeout: timeout, goOwned: goOwned}
+}
+
+// Token returns a token of the linked package (an election's) for keys,
+// one per node, kept by own under mu: its rounds (Run) and releases
+// (Release) go to nodes, clients of the Set's nodes in the same order (a
+// client that is not the Set's gets a Node of its own, with the Set's
+// gates and clocks), each bounded by timeout (0: the Client's lock's node
+// timeout, LockTimeout) and run on a goroutine the Client owns. Once the
+// Client is closed, a request sends nothing and fails with its ErrClosed.
+func (l Linked) Token(keys []scripts.Keys, timeout time.Duration, nodes []redis.UniversalClient, mu *sync.Mutex, own Owner) *Token {
+	if timeout == 0 {
+		timeout = l.timeout
+	}
+	sp := &linkSpawner{goOwned: l.goOwned, timeout: timeout}
+	t := l.Set.Token(keys, 0, timeout, mu, sp, own)
+	t.closed = sp.refused
+	for i, n := range nodes {
+		if n != l.Set.Nodes[i].C {
+			t.via = make([]*Node, len(nodes))
+			for i, n := range nodes {
+				nd := newNode(n)
+				t.via[i] = &nd
+			}
+			break
+		}
+	}
+	return t
+}
+
+// LockTimeout is the node timeout of the Client's locks with the per-call
+// options given to Link: what the linked package's own requests default to
+// (Token), and what paces a package that follows a lock's renewals.
+func (l Linked) LockTimeout() time.Duration { return l.timeout }
+
+// linkSpawner starts a linked token's requests on goroutines the Client
+// owns. Once the Client refuses one (it is closed), f runs on a goroutine
+// of its own, where its request fails at once, unsent (refused).
+type linkSpawner struct {
+	goOwned func(timeout time.Duration, f func()) error
+	timeout time.Duration
+	closed  atomic.Pointer[error] // the Client's error once it refused one
+}
+
+func (sp *linkSpawner) Go(f func()) {
+	if sp.closed.Load() == nil {
+		err := sp.goOwned(sp.timeout, f)
+		if err == nil {
+			return
+		}
+		sp.closed.Store(&err)
+	}
+	go f()
+}
+
+// refused returns the Client's error once it is closed, else nil.
+func (sp *linkSpawner) refused(context.Context, int) error {
+	if p := sp.closed.Load(); p != nil {
+		return neverSent(*p)
+	}
+	return nil
 }
 
 // Key is the first argument of redlock's Client.Link: a type internal to

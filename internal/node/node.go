@@ -36,8 +36,8 @@ type Node struct {
 	clock *nodeClock
 }
 
-// New returns the node of client c (no I/O).
-func New(c redis.UniversalClient) Node {
+// newNode returns the node of client c (no I/O).
+func newNode(c redis.UniversalClient) Node {
 	_, cluster := c.(*redis.ClusterClient)
 	return Node{C: c, Addr: nodeaddr.Of(c), Cluster: cluster, Health: newHealth(c),
 		noRetries: retriesOff(c), sem: make(chan struct{}, maxInFlight)}
@@ -188,7 +188,7 @@ type Config struct {
 func NewSet(clients []redis.UniversalClient, cfg Config) *Set {
 	s := &Set{Nodes: make([]Node, len(clients)), cfg: cfg}
 	for i, c := range clients {
-		s.Nodes[i] = New(c)
+		s.Nodes[i] = newNode(c)
 		s.Nodes[i].id = newIdentity()
 		s.Nodes[i].clock = new(nodeClock)
 	}

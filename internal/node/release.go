@@ -107,7 +107,9 @@ func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout tim
 
 // release sends t's release to node i with the guard it needs there.
 func (t *Token) release(ctx context.Context, i int, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) (bool, error) {
-	testhooks.BeforeReleaseSend(t.keys[i].Lock, i)
+	if t.closed == nil { // a lock's release, not a linked package's (Linked.Token) of the same key
+		testhooks.BeforeReleaseSend(t.keys[i].Lock, i)
+	}
 	ok, err := call(ctx, t, i, false, func(ctx context.Context, s redis.Scripter) (bool, error) {
 		return send(ctx, i, s, t.guard(i))
 	})

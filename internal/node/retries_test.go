@@ -35,9 +35,9 @@ func TestDo_refusedDialIsUnsentOnlyWithoutRetries(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: tc.maxRetries, DialerRetries: 1,
 				MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond})
 			t.Cleanup(func() { c.Close() })
-			n := New(c)
+			n := newNode(c)
 			if n.noRetries != tc.unsent {
-				t.Errorf("New(client with MaxRetries %d).noRetries = %v; want %v (Options().MaxRetries is %d)", tc.maxRetries, n.noRetries, tc.unsent, c.Options().MaxRetries)
+				t.Errorf("newNode(client with MaxRetries %d).noRetries = %v; want %v (Options().MaxRetries is %d)", tc.maxRetries, n.noRetries, tc.unsent, c.Options().MaxRetries)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()

@@ -107,18 +107,16 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 	return r
 }
 
-// Through makes t send its requests on nodes, one per node of its Set (the
-// same server, on a client of its own), with the Set's gates (Set.gate)
-// and clocks: package election, whose deprecated NewWithNodes takes such
-// clients. It returns t.
-func (t *Token) Through(nodes []*Node) *Token {
-	t.via = nodes
-	return t
-}
-
 // call runs fn on node i for a request of t: through Call, or on t's own
-// client of the node (Through) with the Set's gates.
+// client of the node (Linked.Token) with the Set's gates; for a linked
+// token, not at all once its Client is closed.
 func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+	if t.closed != nil {
+		if err := t.closed(ctx, i); err != nil {
+			var zero T
+			return zero, err
+		}
+	}
 	if t.via == nil {
 		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,10 @@ type Token struct {
 	keys         []scripts.Keys // per node
 	ttl, timeout time.Duration  // the lock's TTL and node timeout
 	own          Owner
-	ownMu        *sync.Mutex    // the owner's: it ends the token under it
-	sp           quorum.Spawner // starts the requests, on goroutines the Client owns
-	via          []*Node        // per node, the client its requests go on (nil: the Set's; see Through)
+	ownMu        *sync.Mutex                      // the owner's: it ends the token under it
+	sp           quorum.Spawner                   // starts the requests, on goroutines the Client owns
+	via          []*Node                          // per node, the client its requests go on (nil: the Set's; see Linked.Token)
+	closed       func(context.Context, int) error // a linked token's: its Client's error once closed (Linked.Token)
 
 	mu     sync.Mutex  // protects rounds, unsure
 	rounds []roundView // rounds with requests maybe still in flight
