@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -198,14 +199,14 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // checkNode returns an error matching ErrInvalidArgument, naming nodes by
 // index, if nodes[i] cannot be one of nodes: it is the same client as an
-// earlier one or reaches the same address (see node.DuplicateNode), or go-redis
-// would drop commands sent through it (see node.DroppedCommands). Every node up
+// earlier one or reaches the same address (see nodecheck.DuplicateNode), or go-redis
+// would drop commands sent through it (see nodecheck.DroppedCommands). Every node up
 // to i must be non-nil. It does no I/O.
 func checkNode(nodes []redis.UniversalClient, i int) error {
-	if j, why := node.DuplicateNode(nodes, i); j >= 0 {
+	if j, why := nodecheck.DuplicateNode(nodes, i); j >= 0 {
 		return invalid("nodes[%d] and nodes[%d] %s: one server counted twice is not a majority", j, i, why)
 	}
-	if why := node.DroppedCommands(nodes[i]); why != "" {
+	if why := nodecheck.DroppedCommands(nodes[i]); why != "" {
 		return invalid("nodes[%d]: %s", i, why)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -107,11 +107,11 @@ func Dial(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
 		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, addr)
-		if why := node.DroppedCommands(n); why != "" {
+		if why := nodecheck.DroppedCommands(n); why != "" {
 			closeAll()
 			return nil, invalid("urls[%d] (%s): %s", i, redact(raw), why)
 		}
-		if j, why := node.DuplicateNode(nodes, i); j >= 0 {
+		if j, why := nodecheck.DuplicateNode(nodes, i); j >= 0 {
 			closeAll()
 			return nil, invalid("urls[%d] (%s) and urls[%d] (%s) %s: one server counted twice is not a majority", j, redact(urls[j]), i, redact(raw), why)
 		}
@@ -155,7 +155,7 @@ func (tlsOption) apply(*config) {}
 // parallel (see Dial for what fails). urls name the nodes in errors.
 func (c *Client) ping(ctx context.Context, urls []string) error {
 	n := len(c.nodes)
-	probes := make([]node.ServerInfo, n)
+	probes := make([]nodecheck.ServerInfo, n)
 	// A fan-out that waits for every node: the zero errgroup.Group, which
 	// cancels nothing when one fails (each probe writes its own slot).
 	var g errgroup.Group
@@ -164,7 +164,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
 			defer cancel()
 			start := time.Now()
-			probes[i] = node.ProbeNode(pctx, c.nodes[i].C)
+			probes[i] = nodecheck.ProbeNode(pctx, c.nodes[i].C)
 			probes[i].Err = silentUntil(ctx, pctx, start, probes[i].Err)
 			return nil
 		})
@@ -188,7 +188,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 			refused = append(refused, ne)
 		}
 	}
-	if err := node.UnsafeNodes(probes, func(i int) string { return redact(urls[i]) }, invalid); err != nil {
+	if err := nodecheck.UnsafeNodes(probes, func(i int) string { return redact(urls[i]) }, invalid); err != nil {
 		return err
 	}
 	if len(refused) > 0 {
@@ -220,7 +220,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 // deadline only sometimes was the result.
 func silentUntil(ctx, pctx context.Context, start time.Time, err error) error {
 	dl, ok := pctx.Deadline()
-	if err == nil || !ok || time.Now().Before(dl) || !node.IsTimeout(err) {
+	if err == nil || !ok || time.Now().Before(dl) || !nodecheck.IsTimeout(err) {
 		return err
 	}
 	cdl, caller := ctx.Deadline()
@@ -232,7 +232,7 @@ func silentUntil(ctx, pctx context.Context, start time.Time, err error) error {
 // server certificate that does not verify, or a TLS alert from the server
 // (such as "certificate required" without a client certificate).
 func permanent(err error) bool {
-	if node.AuthRefused(err) || redis.HasErrorPrefix(err, "NOPERM") {
+	if nodecheck.AuthRefused(err) || redis.HasErrorPrefix(err, "NOPERM") {
 		return true
 	}
 	var (

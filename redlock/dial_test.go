@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -160,7 +160,7 @@ func TestDial_pingToleratesAMinorityDown(t *testing.T) {
 	// reported as not verified, which is no failure.
 	var failed, unverified []NodeErrorInfo
 	for _, ne := range h.seen {
-		if errors.Is(ne.Err, node.ErrUnverified) {
+		if errors.Is(ne.Err, nodecheck.ErrUnverified) {
 			unverified = append(unverified, ne)
 		} else {
 			failed = append(failed, ne)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -312,7 +312,7 @@ func onlyAt(n redis.UniversalClient, addr, raw string) bool {
 		return len(c.Options().Addrs) > 0
 	case *redis.Client:
 		o := c.Options()
-		if o.Addr == node.FailoverAddr {
+		if o.Addr == nodecheck.FailoverAddr {
 			// The Sentinels: the URL's host and its addr parameters.
 			u, err := url.Parse(raw)
 			if err != nil || u.Host != addr {

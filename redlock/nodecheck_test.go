@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -193,7 +193,7 @@ func TestDial_aclWithoutRoleOrInfo(t *testing.T) {
 			t.Errorf("node errors reported = %+v; want one per node", seen)
 		}
 		for _, ne := range seen {
-			if ne.Op != "dial" || ne.Kind != "reply" || !errors.Is(ne.Err, node.ErrUnverified) || !strings.Contains(ne.Err.Error(), "NOPERM") {
+			if ne.Op != "dial" || ne.Kind != "reply" || !errors.Is(ne.Err, nodecheck.ErrUnverified) || !strings.Contains(ne.Err.Error(), "NOPERM") {
 				t.Errorf("node error %+v; want Op dial, Kind reply, not verified because of NOPERM", ne)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 )
@@ -177,19 +178,12 @@ func (s *Set) learnClock(ctx context.Context, mc *masterClock, probe clockProbe)
 	mc.mu.Lock()
 	err := mc.lastErr
 	mc.mu.Unlock()
-	if AuthRefused(err) {
+	if nodecheck.AuthRefused(err) {
 		// TIME is the first request on a new connection, and the
 		// connection's handshake (HELLO/AUTH) is what failed.
 		return nil, fmt.Errorf("authentication refused by the node (check the client's username and password): %w", err)
 	}
 	return nil, fmt.Errorf("learning the node's clock (TIME): %w", err)
-}
-
-// AuthRefused reports whether err is the node's refusal of the client's
-// credentials: WRONGPASS (a wrong password or user) or NOAUTH (none sent
-// where one is required).
-func AuthRefused(err error) bool {
-	return redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH")
 }
 
 // probeClock reads mc's clock with probe, at most for probeTimeout, and

@@ -11,9 +11,9 @@
 //     sockets; a node found down is probed until it answers (Set.probeDown);
 //   - the in-flight cap per node;
 //   - identity: before a Client's first lock request to a node, a check
-//     that it is none of the others under another name (node.go, with the
-//     Set); and the checks of a node list that need no I/O, or only Dial's
-//     (check.go);
+//     that it is none of the others under another name (identity.go; the
+//     checks of a node list that need no I/O, or only Dial's, are package
+//     nodecheck's);
 //   - each server's clock (clock.go, guardclock.go): every request's
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for

@@ -12,6 +12,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 )
 
 // What a Client knows of each node's health, so that a call is answered by
@@ -58,7 +60,7 @@ func (d *dialState) DialHook(next redis.DialHook) redis.DialHook {
 		switch {
 		case err == nil:
 			d.set(nil)
-		case ctx.Err() == nil && !IsTimeout(err):
+		case ctx.Err() == nil && !nodecheck.IsTimeout(err):
 			// Refused, unresolvable, unreachable: the node is down. A dial
 			// cut short by its ctx, or one that timed out, says less.
 			d.set(err)
@@ -171,7 +173,7 @@ func probeEvery(timeout time.Duration) time.Duration {
 // with the dialer's error. The request may still have landed: the error
 // does not match errNotSent.
 func (h *health) Cause(err error) error {
-	if err == nil || !IsTimeout(err) || errors.Is(err, errNotSent) {
+	if err == nil || !nodecheck.IsTimeout(err) || errors.Is(err, errNotSent) {
 		return err
 	}
 	if down := h.dials.down(); down != nil {
@@ -249,9 +251,3 @@ func (e *stuckError) Error() string {
 }
 
 func (e *stuckError) Unwrap() []error { return []error{errNotSent, context.DeadlineExceeded} }
-
-// IsTimeout reports whether err is a deadline or a network timeout.
-func IsTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}

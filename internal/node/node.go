@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/internal/nodecheck"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -48,7 +49,7 @@ func newNode(c redis.UniversalClient) Node {
 // with -1 turned into 0 and 0 (the default) into 3, so the 0 that
 // Options() returns is "no retries" (go-redis v9 options.go init; a
 // negative value there is one below -1, which New refuses, see
-// DroppedCommands). A Cluster client is never counted so: it retries on
+// nodecheck.DroppedCommands). A Cluster client is never counted so: it retries on
 // redirects too.
 func retriesOff(c redis.UniversalClient) bool {
 	rc, ok := c.(*redis.Client)
@@ -103,7 +104,7 @@ func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	}
 	// One wording for a node that did not answer in time, whether the
 	// client reports the deadline or an i/o timeout.
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && IsTimeout(err) {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && nodecheck.IsTimeout(err) {
 		after := dl.Sub(start)
 		// The round's node timeout, when it was that deadline (the
 		// request started a moment after the round).

@@ -1,21 +1,25 @@
-package node
+// Package nodecheck holds the checks of a redlock Client's node list that
+// need no I/O, or only Dial's: one server counted twice, or a replica
+// counted as a master, would make a "majority" that is not one. A redlock
+// Client's New checks what it can know without I/O (the same client, the
+// same address); its Dial also asks each node what it is (ROLE, INFO
+// run_id). It also says what a node's error means where Dial and the node
+// layer both ask (AuthRefused, IsTimeout). The node layer's own check that
+// no two nodes reach one server, before the first lock request, is package
+// node's (identity.go).
+package nodecheck
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// This file holds the checks that a node list is safe: one server counted
-// twice, or a replica counted as a master, would make a "majority" that is
-// not one. A redlock Client's New checks what it can know without I/O (the
-// same client, the same address); its Dial also asks each node what it is
-// (ROLE, INFO run_id).
 
 // FailoverAddr is the placeholder go-redis puts in the Options().Addr of a
 // Sentinel failover client: not an address.
@@ -201,4 +205,17 @@ func UnsafeNodes(probes []ServerInfo, name func(int) string, invalid func(format
 		first[p.RunID] = i
 	}
 	return errors.Join(errs...)
+}
+
+// AuthRefused reports whether err is the node's refusal of the client's
+// credentials: WRONGPASS (a wrong password or user) or NOAUTH (none sent
+// where one is required).
+func AuthRefused(err error) bool {
+	return redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH")
+}
+
+// IsTimeout reports whether err is a deadline or a network timeout.
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
