@@ -252,12 +252,10 @@ func (e *NodeError) Kind() string { return errorKind(e.Err) }
 func errorKind(err error) string {
 	var ne net.Error
 	var re redis.Error
-	var ce *node.ConnError
+	if k := node.Kind(err); k != "" {
+		return k // "connection": the node's dials fail; "busy": its in-flight cap was full
+	}
 	switch {
-	case errors.As(err, &ce):
-		return "connection" // the node's dials fail: ce says the dialer's error
-	case errors.Is(err, node.ErrBusy):
-		return "busy"
 	case errors.Is(err, ErrNodeRestarted):
 		return "restarted"
 	case errors.Is(err, context.Canceled):

@@ -18,7 +18,7 @@
 //     not-after bound in the clock of the server that runs it (a Cluster
 //     node's key's master), and how long a release's guard must stay for
 //     the bounds sent (Token.guardTTL);
-//   - what a failed request may have done (Unsent, Answered, neverWrote):
+//   - what a failed request may have done (unsent, Answered, neverWrote):
 //     it counts as never sent only when it provably wrote no byte;
 //   - the round as its unit (round.go: Run, Batch, Op): per lock token
 //     (Token), every round registered with its start — so its deadline and

@@ -177,7 +177,7 @@ func (h *health) Cause(err error) error {
 		return err
 	}
 	if down := h.dials.down(); down != nil {
-		return &ConnError{Err: fmt.Errorf("%w (its dials fail; %v)", down, err)}
+		return &connError{Err: fmt.Errorf("%w (its dials fail; %v)", down, err)}
 	}
 	return err
 }
@@ -189,9 +189,23 @@ func (h *health) Cause(err error) error {
 // client: it cannot land on the node later.
 var errNotSent = errors.New("not sent")
 
-// ErrBusy is the error of a request not sent because the node's in-flight
+// Kind is what the node layer alone can tell of a request's failure:
+// "connection" (the node's dials fail: the error says the dialer's), "busy"
+// (not sent: the node's in-flight cap was full), else "".
+func Kind(err error) string {
+	var ce *connError
+	switch {
+	case errors.As(err, &ce):
+		return "connection"
+	case errors.Is(err, errBusy):
+		return "busy"
+	}
+	return ""
+}
+
+// errBusy is the error of a request not sent because the node's in-flight
 // cap was full. It matches errNotSent.
-var ErrBusy = &busyError{}
+var errBusy = &busyError{}
 
 type busyError struct{}
 
@@ -216,21 +230,21 @@ type markedError struct{ err, mark error }
 func (e *markedError) Error() string   { return e.err.Error() }
 func (e *markedError) Unwrap() []error { return []error{e.err, e.mark} }
 
-// ConnError is the error of a node that could not be reached: its dial
+// connError is the error of a node that could not be reached: its dial
 // failed (refused, unresolvable, unreachable); Err is the dialer's error.
-type ConnError struct {
+type connError struct {
 	Err     error
 	notSent bool // the request was not sent: the node was known down
 }
 
-func (e *ConnError) Error() string {
+func (e *connError) Error() string {
 	if e.notSent {
 		return "not sent: the node is down (last dial: " + e.Err.Error() + ")"
 	}
 	return e.Err.Error()
 }
 
-func (e *ConnError) Unwrap() []error {
+func (e *connError) Unwrap() []error {
 	if e.notSent {
 		return []error{errNotSent, e.Err}
 	}

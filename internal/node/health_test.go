@@ -34,9 +34,9 @@ func TestClassify(t *testing.T) {
 		{"dial after a pipeline wrote", MayHaveLanded(dial), false, false, false, false},
 		{"timeout", context.DeadlineExceeded, false, false, false, false},
 		{"eof", io.EOF, false, false, false, false},
-		{"busy", ErrBusy, false, true, true, false},
-		{"down", &ConnError{Err: dial, notSent: true}, true, true, true, false},
-		{"timeout while dials fail", &ConnError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false},
+		{"busy", errBusy, false, true, true, false},
+		{"down", &connError{Err: dial, notSent: true}, true, true, true, false},
+		{"timeout while dials fail", &connError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false},
 		{"stuck", &stuckError{}, false, true, true, false},
 	}
 	for _, tc := range cases {
@@ -45,8 +45,8 @@ func TestClassify(t *testing.T) {
 			if got := neverWrote(tc.err); got != tc.neverWrote {
 				t.Errorf("neverWrote(%v) = %v; want %v", tc.err, got, tc.neverWrote)
 			}
-			if got := Unsent(tc.err); got != tc.unsent {
-				t.Errorf("Unsent(%v) = %v; want %v", tc.err, got, tc.unsent)
+			if got := unsent(tc.err); got != tc.unsent {
+				t.Errorf("unsent(%v) = %v; want %v", tc.err, got, tc.unsent)
 			}
 			if got := Answered(tc.err); got != tc.answered {
 				t.Errorf("Answered(%v) = %v; want %v", tc.err, got, tc.answered)
@@ -60,8 +60,8 @@ func TestClassify(t *testing.T) {
 	// is wrapped with the dialer's error, and must still "may have landed".
 	h := &health{dials: &dialState{}}
 	h.dials.set(dial)
-	if err := h.Cause(context.DeadlineExceeded); Unsent(err) || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Errorf("Cause(timeout) while dials fail = %v (unsent %v); want the dialer's error, not unsent", err, Unsent(err))
+	if err := h.Cause(context.DeadlineExceeded); unsent(err) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Cause(timeout) while dials fail = %v (unsent %v); want the dialer's error, not unsent", err, unsent(err))
 	}
 }
 

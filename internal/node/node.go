@@ -59,7 +59,7 @@ func retriesOff(c redis.UniversalClient) bool {
 // do runs fn on node n: the one path of every request of the library. A
 // request is not sent, and fails at once with an error matching
 // errNotSent, to a node known down (down is called: the caller probes it)
-// or stuck, or when the in-flight cap is full (ErrBusy). gate, when set,
+// or stuck, or when the in-flight cap is full (errBusy). gate, when set,
 // runs first on the same ctx (the Client's identity check); its error is
 // the request's. fn's error is classified here, before anything wraps it:
 // only one that proves the request was never written matches errNotSent
@@ -84,7 +84,7 @@ func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	select {
 	case n.sem <- struct{}{}:
 	default:
-		return zero, ErrBusy
+		return zero, errBusy
 	}
 	n.Health.sent(due)
 	if gate != nil {
@@ -253,7 +253,7 @@ func (s *Set) probeDown(i int) {
 // probes it (see probeEvery).
 func (h *health) refuse() (err error, down bool) {
 	if err := h.dials.down(); err != nil {
-		return &ConnError{Err: err, notSent: true}, true
+		return &connError{Err: err, notSent: true}, true
 	}
 	if in := h.inflight.Load(); in > 0 {
 		due := h.due.Load()
@@ -337,21 +337,21 @@ var epoch = time.Now()
 
 func monoNow() int64 { return int64(time.Since(epoch)) }
 
-// Unsent reports whether a request provably never left the client, so
+// unsent reports whether a request provably never left the client, so
 // that nothing of it can land on the node later: the node layer kept it
 // back (the in-flight cap was full; the node is down or stuck), or go-redis
 // got it no connection on its only try (see neverWrote, and do). Every
 // other failure — a timeout, a broken connection, a dial error after
 // go-redis retried a request it may have written — "may have landed".
-func Unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
+func unsent(err error) bool { return err != nil && errors.Is(err, errNotSent) }
 
 // Answered reports whether a request that ended with err can no longer
 // change anything on the node: the node replied (a result, an error reply,
 // or scripts.ErrLate: it ran past its not-after bound and changed nothing),
-// or the request provably never left the client (Unsent). A timeout or a
+// or the request provably never left the client (unsent). A timeout or a
 // broken connection leaves it unknown whether (and when) the request
 // reaches the node.
-func Answered(err error) bool { return replied(err) || Unsent(err) }
+func Answered(err error) bool { return replied(err) || unsent(err) }
 
 // replied reports whether a request that ended with err got the node's
 // reply: a result, an error reply, or scripts.ErrLate.

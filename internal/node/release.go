@@ -118,7 +118,7 @@ func (t *Token) release(ctx context.Context, i int, send func(ctx context.Contex
 	}
 	if retry != nil && t.needsRetry(i, err) {
 		p := Part{Keys: t.keys[i], Guard: t.guardTTL(), Node: i}
-		if Unsent(err) {
+		if unsent(err) {
 			p.unsent = t
 		}
 		retry(p)
@@ -136,7 +136,7 @@ func (t *Token) release(ctx context.Context, i int, send func(ctx context.Contex
 // the retry loop asks again (Part.Moot).
 func (t *Token) needsRetry(i int, err error) bool {
 	var re redis.Error
-	if errors.Is(err, ErrBusy) || errors.As(err, &re) || !Unsent(err) {
+	if errors.Is(err, errBusy) || errors.As(err, &re) || !unsent(err) {
 		return true
 	}
 	return t.unanswered(i)

@@ -44,8 +44,8 @@ func TestDo_refusedDialIsUnsentOnlyWithoutRetries(t *testing.T) {
 			_, err := do(ctx, &n, 5*time.Second, nil, nil, func(ctx context.Context, s redis.Scripter) (string, error) {
 				return c.Ping(ctx).Result()
 			})
-			if err == nil || Unsent(err) != tc.unsent {
-				t.Errorf("PING to a refusing node with MaxRetries %d = %v, Unsent %v; want an error, Unsent %v", tc.maxRetries, err, Unsent(err), tc.unsent)
+			if err == nil || unsent(err) != tc.unsent {
+				t.Errorf("PING to a refusing node with MaxRetries %d = %v, Unsent %v; want an error, Unsent %v", tc.maxRetries, err, unsent(err), tc.unsent)
 			}
 		})
 	}
