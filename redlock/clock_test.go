@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
@@ -19,7 +22,12 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	t.Parallel()
 	const ttl, nt = 500 * time.Millisecond, 100 * time.Millisecond
 	rc := redistest.Start(t, 3)
-	c := newClient(t, rc.Clients(), WithTTL(ttl), WithNodeTimeout(nt), WithAutoRenew(false))
+	nodes := rc.Clients()
+	var timed [3]atomic.Bool // node i answered a TIME: the Client learned its clock
+	for i, n := range nodes {
+		n.(*redis.Client).AddHook(timeHook{&timed[i]})
+	}
+	c := newClient(t, nodes, WithTTL(ttl), WithNodeTimeout(nt), WithAutoRenew(false))
 	ctx := t.Context()
 	const j = 2 // the node that gets the late request
 	admin := rc.Admin(j)
@@ -60,7 +68,7 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 	}
 	known := func() bool {
 		for i := range c.nodes {
-			if !c.set.ClockKnown(i) {
+			if !timed[i].Load() {
 				return false
 			}
 		}
@@ -134,4 +142,22 @@ func TestReal_lateRequestPausedPastGuardChangesNothing(t *testing.T) {
 		}
 		proved++
 	}
+}
+
+// timeHook records that the node answered a TIME (the clock probe of a
+// plain node).
+type timeHook struct{ answered *atomic.Bool }
+
+func (h timeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h timeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && cmd.Name() == "time" {
+			h.answered.Store(true)
+		}
+		return err
+	}
+}
+func (h timeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -140,7 +140,7 @@ func (q *relQueue) take(i, k int, now time.Time) []pendingRelease {
 		e := q.q[q.head]
 		q.q[q.head] = pendingRelease{}
 		q.head++
-		if now.Before(e.until) && !e.part.Moot() {
+		if now.Before(e.until) {
 			out = append(out, e)
 		}
 	}
@@ -247,6 +247,9 @@ func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendi
 	}
 	var left []pendingRelease
 	for j, cmd := range cmds {
+		if cmd == nil {
+			continue // need not be sent (node.Resend)
+		}
 		if _, err := scripts.ReleaseResult(cmd); err != nil {
 			left = append(left, es[j]) // an error reply: again later
 		}
@@ -264,13 +267,19 @@ func partsOf(es []pendingRelease) []node.Part {
 }
 
 // resend sends parts, releases on node i, in pipelines of the release
-// script (node.Resend), part j's command built by queue; a failure is a
+// script (node.Resend), part j's command built by queue; cmds[j] is nil
+// for a part the node layer found need not be sent. A failure is a
 // *NodeError, reported to the hooks.
 func (c *Client) resend(ctx context.Context, i int, parts []node.Part, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
-	cmds, err := node.Resend(ctx, c.set, i, parts, c.cfg.timeout(), func(ctx context.Context) ([]*redis.Cmd, error) {
-		return pipelined(ctx, c.nodes[i].C, len(parts), scripts.ReleaseScript, func(p redis.Pipeliner, j int) *redis.Cmd {
-			return queue(ctx, p, j)
+	cmds := make([]*redis.Cmd, len(parts))
+	_, err := node.Resend(ctx, c.set, i, parts, c.cfg.timeout(), func(ctx context.Context, live []int) (struct{}, error) {
+		sent, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ReleaseScript, func(p redis.Pipeliner, k int) *redis.Cmd {
+			return queue(ctx, p, live[k])
 		})
+		for k, cmd := range sent {
+			cmds[live[k]] = cmd
+		}
+		return struct{}{}, err
 	})
 	if err != nil {
 		return nil, c.nodeError(ctx, i, site{c.cfg.obs, "release", ""}, err)
@@ -304,7 +313,7 @@ func (r *releaser) drain(i int) []pendingRelease {
 	now := time.Now()
 	keep := es[:0]
 	for _, e := range es {
-		if now.Before(e.until) && !e.part.Moot() {
+		if now.Before(e.until) {
 			keep = append(keep, e)
 		}
 	}

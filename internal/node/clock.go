@@ -255,23 +255,6 @@ func (s *Set) clockFor(ctx context.Context, i int, key string) (*masterClock, cl
 	return nc.master(m.Options().Addr, time.Now(), s.cfg.Drift), clockProbe{cc: cc, m: m, key: key}, nil
 }
 
-// ClockKnown reports whether the clock of node i's server is known (on a
-// Cluster node: whether the clock of any of its masters is).
-func (s *Set) ClockKnown(i int) bool {
-	nc := s.Nodes[i].clock
-	if nc.est.Load() != nil {
-		return true
-	}
-	nc.mastersMu.RLock()
-	defer nc.mastersMu.RUnlock()
-	for _, mc := range nc.masters {
-		if mc.est.Load() != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // master returns the clock of the Cluster master at addr, adding it if
 // new. When the map is full (maxMasterClocks), adding drops every idle
 // master first: the map holds the masters in use, and those whose bounds

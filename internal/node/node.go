@@ -144,10 +144,6 @@ func (s *Set) Duplicate() error {
 	return nil
 }
 
-// InFlight returns how many requests of this Client are in flight on the
-// node.
-func (n *Node) InFlight() int { return len(n.sem) }
-
 // Set is the nodes of one redlock Client, and what the Client knows of
 // them beyond each one's health: that no two are one server (identify,
 // below), and each server's clock (clock.go), which bounds every request and sizes

@@ -38,13 +38,13 @@ type Part struct {
 	Node  int           // the node
 	// unsent is set when the release never left the client while a
 	// request of the token there may still land: it is needed only if
-	// that request left the client, which it tells once it ends (Moot).
+	// that request left the client, which it tells once it ends (moot).
 	unsent *Token
 }
 
-// Moot reports whether p need not be sent: it never left the client, and
+// moot reports whether p need not be sent: it never left the client, and
 // no request of its token can land on its node any more.
-func (p Part) Moot() bool { return p.unsent != nil && !p.unsent.unanswered(p.Node) }
+func (p Part) moot() bool { return p.unsent != nil && !p.unsent.unanswered(p.Node) }
 
 // Part returns t's release on node i, with the guard it must leave there.
 func (t *Token) Part(i int) Part { return Part{Keys: t.keys[i], Guard: t.guard(i), Node: i} }
@@ -94,15 +94,27 @@ func Cleanup(ctx context.Context, t *Token, votes []quorum.Vote, queued bool, la
 	}
 }
 
-// Resend sends parts, releases on node i, in one request (fn: a pipeline
-// of their scripts), bounded by timeout, through the Set's gates; each is
+// Resend sends parts, releases on node i, in one request: fn, a pipeline
+// of the scripts of parts[k] for each k in live, bounded by timeout,
+// through the Set's gates. A part that need not be sent any more (it never
+// left the client, and no request of its token can land there now) is
+// left out of live; with none left, nothing is sent. Each part sent is
 // registered as a release of its keys there while it runs.
-func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
-	for _, p := range parts {
+func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout time.Duration, fn func(ctx context.Context, live []int) (T, error)) (T, error) {
+	live := make([]int, 0, len(parts))
+	for k, p := range parts {
+		if p.moot() {
+			continue
+		}
+		live = append(live, k)
 		defer s.beginRelease(p.Keys, i)()
 		testhooks.BeforeReleaseSend(p.Keys.Lock, i)
 	}
-	return Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) { return fn(ctx) })
+	if len(live) == 0 {
+		var zero T
+		return zero, nil
+	}
+	return Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) { return fn(ctx, live) })
 }
 
 // release sends t's release to node i with the guard it needs there.
@@ -133,7 +145,7 @@ func (t *Token) release(ctx context.Context, i int, send func(ctx context.Contex
 // still land there: nothing else of ours can be on a node we cannot reach.
 // A request of the token still in flight there may turn out to have never
 // left the client either (a node that refuses every dial fails them all):
-// the retry loop asks again (Part.Moot).
+// the retry loop asks again (Part.moot).
 func (t *Token) needsRetry(i int, err error) bool {
 	var re redis.Error
 	if errors.Is(err, errBusy) || errors.As(err, &re) || !unsent(err) {
