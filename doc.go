@@ -203,8 +203,8 @@
 // Client's own releases of the key that were in flight there at
 // registration (an acquire), and carries that node's N (Set.notAfter,
 // clock.go; one per lock and node in a batch). Every release of a token is
-// node.Release (Unlock's round), node.Cleanup (a failed or refused call's
-// attempt) or node.Resend (the retry loop's and Close's pipelines of
+// node.Release (Unlock's round, and the cleanup of a failed or refused
+// call's attempt) or node.Resend (the retry loop's and Close's pipelines of
 // node.Parts); the caller names only the script and its arguments for the
 // guard it is given. Each registers itself as a release of the key on
 // each node before any goroutine sends it (what an acquire follows), and

@@ -215,7 +215,7 @@ func (e *Election) proclaim(ctx context.Context, token, value, term string) (int
 // write of the term can land at all.
 func (e *Election) withdraw(ctx context.Context, value, term string) {
 	ctx = context.WithoutCancel(ctx)
-	r := node.Release(ctx, e.tok, func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
+	r := node.Release(ctx, e.tok, nil, func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
 		// At least 1ms: PX takes no 0, when every write there was answered.
 		return true, scripts.Withdraw(ctx, s, e.lockKey(i), e.identityKey(i), term, value, max(guard, time.Millisecond))
 	}, nil)

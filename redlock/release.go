@@ -119,7 +119,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 // loop.
 func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	q := l.c.quorum
-	r := node.Release(ctx, l.tok, l.sender(l.releaseArgs()), l.retry)
+	r := node.Release(ctx, l.tok, nil, l.sender(l.releaseArgs()), l.retry)
 	return r.Collect(context.WithoutCancel(ctx), voteReleased, func(t quorum.Tally) bool {
 		answered := t.Yes + t.No
 		// A majority that confirmed, one of them holding our token: a lock
@@ -272,8 +272,11 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 	l.state = stateFinished
 	l.mu.Unlock()
 	deadline := r.Started().Add(l.cfg.timeout())
-	// A straggler: wait for its answer, at most until its deadline.
-	refused := func(i int) bool {
+	vote := func(i int) quorum.Vote {
+		if v := t.Votes[i]; v == quorum.Yes || v == quorum.No {
+			return v
+		}
+		// A straggler: wait for its answer, at most until its deadline.
 		tm := time.NewTimer(time.Until(deadline))
 		select {
 		case <-r.Done(i):
@@ -281,14 +284,16 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 		case <-c.closing:
 		}
 		tm.Stop()
-		rep, ok := r.Reply(i)
-		return ok && rep.Err == nil && !rep.Val.ours
+		if rep, ok := r.Reply(i); ok && rep.Err == nil && !rep.Val.ours {
+			return quorum.No
+		}
+		return quorum.Pending // a grant, a failure or no answer: released
 	}
-	node.Cleanup(ctx, l.tok, t.Votes, false, refused, l.sender(l.releaseArgs()), l.retry)
+	node.Release(ctx, l.tok, vote, l.sender(l.releaseArgs()), l.retry)
 }
 
 // abandon ends a Lock call's lock that was never handed out (step 4): it
-// is released on every node where anything of ours may be (node.Cleanup)
+// is released on every node where anything of ours may be (node.Release)
 // — nodes that granted, nodes that have not answered (with the token's
 // guard, so that an acquire still on its way sets nothing when it lands),
 // and, for a queued call, every node, to take our queue entry out. The
@@ -300,5 +305,12 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
-	node.Cleanup(ctx, l.tok, t.Votes, l.waiter.Member != "", nil, l.sender(l.releaseArgs()), l.retry)
+	queued := l.waiter.Member != "" // our queue entry must go from every node
+	vote := func(i int) quorum.Vote {
+		if t.Votes == nil || queued {
+			return quorum.Pending
+		}
+		return t.Votes[i]
+	}
+	node.Release(ctx, l.tok, vote, l.sender(l.releaseArgs()), l.retry)
 }

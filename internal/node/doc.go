@@ -1,8 +1,8 @@
 // Package node is the node layer of a redlock Client: what the Client
 // knows of each node it sends requests to, and of each request that may
 // still land there. Every request of the library goes through it (Run for
-// a round of a lock token, Batch for a renewal batch, Release, Cleanup and
-// Resend for its releases, Call for the rest, which package redlock's call
+// a round of a lock token, Batch for a renewal batch, Release and Resend
+// for its releases, Call for the rest, which package redlock's call
 // wraps; package election reaches it through the Client's Link):
 //
 //   - health: a node whose last dial failed is down, and one with requests
@@ -25,8 +25,8 @@
 //     its requests' not-after bounds — fixed before any point where it can
 //     be delayed, sent after the Client's own releases of the key, each
 //     request with its bound; the registry of requests that may still land
-//     (token.go); and every release of a token (release.go: Release,
-//     Cleanup, Resend), registered before it is sent, with the guard its
+//     (token.go); and every release of a token (release.go: Release and
+//     Resend), registered before it is sent, with the guard its
 //     unanswered requests need (DESIGN step 4).
 //
 // The package knows nothing of locks: a Token is kept by its Owner (a

@@ -15,7 +15,8 @@ import (
 // The release of a token (DESIGN step 4), as Run is its rounds: the caller
 // says what to send (its release script, given the guard a node must
 // leave); the node layer says how it may land. Every release of a token
-// goes through Release, Cleanup or Resend, which:
+// goes through Release (a round to every node, or a cleanup of an attempt)
+// or Resend (a pipeline of releases to one node), which:
 //
 //   - register it as a release of the token's keys on each node before it
 //     is handed to a goroutine or sent, until it ends (beginRelease), so
@@ -30,7 +31,7 @@ import (
 //     (needsRetry), to the caller's retry loop as a Part.
 
 // Part is a token's release on one node, sent with others in one request
-// (Resend): one the node did not confirm (Release's and Cleanup's retry),
+// (Resend): one the node did not confirm (Release's retry),
 // or Close's release of a lock still held (Token.Part).
 type Part struct {
 	Keys  scripts.Keys  // the token's keys on the node
@@ -49,49 +50,45 @@ func (p Part) moot() bool { return p.unsent != nil && !p.unsent.unanswered(p.Nod
 // Part returns t's release on node i, with the guard it must leave there.
 func (t *Token) Part(i int) Part { return Part{Keys: t.keys[i], Guard: t.guard(i), Node: i} }
 
-// Release sends t's release to every node at once, as one round bounded
-// by t's node timeout, and returns it; the requests go out even if ctx is
-// done. send is the release script on node i, leaving guard (0: none).
-// A request the node did not confirm, where it may matter, goes to retry.
-func Release(ctx context.Context, t *Token, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) *quorum.Round[bool] {
+// Release sends t's release to every node at once, as one round, and
+// returns it; the requests go out even if ctx is done, each bounded by t's
+// node timeout. send is the release script on node i, leaving guard (0:
+// none). A request the node did not confirm, where it may matter, goes to
+// retry.
+//
+// vote, when set, makes the release a cleanup of t, which was never handed
+// out (a failed or refused call's attempt): vote(i) is what node i answered
+// the call's last round, which it may wait for, at most that round's
+// deadline (so its release gets a node timeout of its own after it, and
+// the round two). A node that refused (No), where no request of t is
+// unanswered, holds nothing of t and is skipped (the caller answers
+// Pending where it must go anyway: t's queue entry, say). Nobody need wait
+// for a cleanup: its round ends on the Client's goroutines.
+func Release(ctx context.Context, t *Token, vote func(i int) quorum.Vote, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) *quorum.Round[bool] {
 	ctx = context.WithoutCancel(ctx)
 	dones := make([]func(), t.n)
 	for i := range dones {
 		dones[i] = t.set.beginRelease(t.keys[i], i)
 	}
-	return quorum.Start(ctx, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
-		defer dones[i]()
-		return t.release(ctx, i, send, retry)
-	})
-}
-
-// Cleanup releases t, which was never handed out, wherever anything of it
-// may be (a failed or refused call's attempt), on goroutines the Client
-// owns, without waiting: each node's release is bounded by t's node
-// timeout. votes are the last round's (nil: release everywhere): a node
-// that refused it holds nothing of t — unless queued (t's queue entry
-// must go) or a request of t is unanswered there — and is skipped. late,
-// when set, runs on the goroutine of each node that did not grant, before
-// its release: it waits for that node's answer (at most the round's
-// deadline) and reports whether it refused; the release is then skipped
-// where no request of t is unanswered.
-func Cleanup(ctx context.Context, t *Token, votes []quorum.Vote, queued bool, late func(i int) bool, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) {
-	ctx = context.WithoutCancel(ctx)
-	for i := range testhooks.AbandonNodes(t.n) {
-		if votes != nil && votes[i] == quorum.No && !queued && !t.unanswered(i) {
-			continue // refused, and no request of ours unanswered: nothing of ours there
-		}
-		done := t.set.beginRelease(t.keys[i], i)
-		t.sp.Go(func() {
-			defer done()
-			if late != nil && (votes == nil || votes[i] != quorum.Yes) && late(i) && !t.unanswered(i) {
-				return // it refused: nothing of ours there
-			}
-			rctx, cancel := context.WithTimeout(ctx, t.timeout)
-			defer cancel()
-			_, _ = t.release(rctx, i, send, retry)
-		})
+	timeout := t.timeout
+	if vote != nil {
+		timeout *= 2
 	}
+	return quorum.Start(ctx, t.n, timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
+		defer dones[i]()
+		if vote == nil {
+			return t.release(ctx, i, send, retry)
+		}
+		if testhooks.AbandonNodes(t.n) == 0 {
+			return false, nil // a negative control: the cleanup releases nothing
+		}
+		if v := vote(i); v == quorum.No && !t.unanswered(i) {
+			return false, nil // refused, and no request of ours unanswered: nothing of ours there
+		}
+		rctx, cancel := context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		return t.release(rctx, i, send, retry)
+	})
 }
 
 // Resend sends parts, releases on node i, in one request: fn, a pipeline
