@@ -121,8 +121,8 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	link, err := client.Link(node.Key{}, cfg.lockOpts...)
-	if err != nil {
+	var link node.Linked
+	if err := client.Link(&link, cfg.lockOpts...); err != nil {
 		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
 	}
 	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
@@ -336,6 +336,7 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 // linkOf returns the node layer of client (redlock's Client.Link, which
 // only this module's packages can call), without per-call options.
 func linkOf(client *redlock.Client) node.Linked {
-	link, _ := client.Link(node.Key{}) // no options: nothing to refuse
+	var link node.Linked
+	_ = client.Link(&link) // no options: nothing to refuse
 	return link
 }

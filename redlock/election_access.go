@@ -12,28 +12,32 @@ import (
 // and time out where the lock's do, and Close waits for them as for its
 // own.
 
-// Link returns the Client's node layer to a package of this module built
-// on it (package election, the qlock command): its nodes, and the tokens
-// of that package's requests (node.Linked.Token: Close waits for them),
-// which time out where a lock this Client takes with the per-call options
-// opts does (the value of WithNodeTimeout, or by default a tenth of the
-// effective TTL, at most MaxNodeTimeout). Its first argument is of a type internal to this
-// module, so no other package can call it. It does no I/O.
+// Link sets *link to the Client's node layer for a package of this module
+// built on it (package election, the qlock command): its nodes, and the
+// tokens of that package's requests (node.Linked.Token: Close waits for
+// them), which time out where a lock this Client takes with the per-call
+// options opts does (the value of WithNodeTimeout, or by default a tenth of
+// the effective TTL, at most MaxNodeTimeout). link points to a type
+// internal to this module, so no other package can pass anything but nil,
+// for which it returns ErrInvalidArgument. It does no I/O.
 //
 // It returns an error matching ErrInvalidArgument when opts are not valid
 // per call (Lock would refuse them too), ErrClosed never.
-func (c *Client) Link(_ node.Key, opts ...Option) (node.Linked, error) {
+func (c *Client) Link(link *node.Linked, opts ...Option) error {
 	cfg := buildConfig(c.cfg, opts)
 	switch {
+	case link == nil:
+		return invalid("Link: link must not be nil")
 	case cfg.keyPrefixSet:
-		return node.Linked{}, invalid("WithKeyPrefix is valid for New only")
+		return invalid("WithKeyPrefix is valid for New only")
 	case cfg.renewBatchSet:
-		return node.Linked{}, invalid("WithRenewBatch is valid for New only")
+		return invalid("WithRenewBatch is valid for New only")
 	}
 	if err := cfg.validate(); err != nil {
-		return node.Linked{}, err
+		return err
 	}
-	return c.set.Link(cfg.timeout(), c.goOwned), nil
+	*link = c.set.Link(cfg.timeout(), c.goOwned)
+	return nil
 }
 
 // goOwned runs f on a goroutine the Client owns, as it runs the stragglers

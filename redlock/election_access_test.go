@@ -33,16 +33,21 @@ func TestClient_Link(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			lk, err := c.Link(node.Key{}, tc.opts...)
+			var lk node.Linked
+			err := c.Link(&lk, tc.opts...)
 			if err != nil || lk.LockTimeout() != tc.want || lk.Set != c.set {
 				t.Errorf("Link() = %v, %v; want LockTimeout %v, the Client's nodes, nil", lk.LockTimeout(), err, tc.want)
 			}
 		})
 	}
 	for _, opts := range [][]Option{{WithKeyPrefix("x:")}, {WithRenewBatch(2)}, {WithTTL(-time.Second)}} {
-		if lk, err := c.Link(node.Key{}, opts...); !errors.Is(err, ErrInvalidArgument) {
+		var lk node.Linked
+		if err := c.Link(&lk, opts...); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("Link(invalid) = %v, %v; want ErrInvalidArgument", lk.LockTimeout(), err)
 		}
+	}
+	if err := c.Link(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Link(nil) = %v; want ErrInvalidArgument", err)
 	}
 }
 

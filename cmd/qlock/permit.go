@@ -252,7 +252,8 @@ func statusPermits(nodes []redis.UniversalClient, c *common, resource string, st
 // clientsOf returns the node clients of client, in its order (the node
 // layer's Link: package redlock exports no such plumbing).
 func clientsOf(client *redlock.Client) []redis.UniversalClient {
-	link, _ := client.Link(node.Key{}) // no options: nothing to refuse
+	var link node.Linked
+	_ = client.Link(&link) // no options: nothing to refuse
 	nodes := link.Set.Nodes
 	out := make([]redis.UniversalClient, len(nodes))
 	for i, n := range nodes {

@@ -92,7 +92,3 @@ func (sp *linkSpawner) refused(context.Context, int) error {
 	}
 	return nil
 }
-
-// Key is the first argument of redlock's Client.Link: a type internal to
-// this module, so that only its packages can call that method.
-type Key struct{ _ [0]func() }
