@@ -135,6 +135,23 @@ func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.D
 	return do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
 }
 
+// call runs fn on node i for a request of t: through Call, or on t's own
+// client of the node (Linked.Token) with the Set's gates; for a linked
+// token, not at all once its Client is closed.
+func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+	if t.closed != nil {
+		if err := t.closed(ctx, i); err != nil {
+			var zero T
+			return zero, err
+		}
+	}
+	if t.via == nil {
+		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
+	}
+	gate, down := t.set.gate(i)
+	return do(ctx, t.via[i], t.timeout, gate, down, fn)
+}
+
 // Duplicate returns the error of two nodes found to reach one server, or
 // nil.
 func (s *Set) Duplicate() error {

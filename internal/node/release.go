@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,6 +90,46 @@ func Release(ctx context.Context, t *Token, vote func(i int) quorum.Vote, send f
 		defer cancel()
 		return t.release(rctx, i, send, retry)
 	})
+}
+
+// beginRelease registers a release of keys on node i (under each of its
+// lock keys: a multi-lock's every resource), before it is handed to a
+// goroutine or sent; done ends it. Every release registers it (Release,
+// Resend: release.go). This Client's next acquire of any of those keys
+// waits on each node for the releases registered there before its round
+// was (Op.Follow), so
+// that its own leftovers never refuse it: a TryLock right after a refused
+// one found the first one's grant still there
+// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
+func (s *Set) beginRelease(keys scripts.Keys, i int) (done func()) {
+	locks := keys.LockKeys()
+	f := make(chan struct{}) // closed when the release has ended
+	s.relMu.Lock()
+	if s.releasing == nil {
+		s.releasing = make(map[relKey][]chan struct{})
+	}
+	for _, key := range locks {
+		k := relKey{key, i}
+		s.releasing[k] = append(s.releasing[k], f)
+	}
+	s.relMu.Unlock()
+	return func() {
+		s.relMu.Lock()
+		for _, key := range locks {
+			k := relKey{key, i}
+			fs := s.releasing[k]
+			if j := slices.Index(fs, f); j >= 0 {
+				fs = slices.Delete(fs, j, j+1)
+			}
+			if len(fs) == 0 {
+				delete(s.releasing, k)
+			} else {
+				s.releasing[k] = fs
+			}
+		}
+		s.relMu.Unlock()
+		close(f)
+	}
 }
 
 // Resend sends parts, releases on node i, in one request: fn, a pipeline

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -105,23 +104,6 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 	})
 	p.Attach(roundOf(r))
 	return r
-}
-
-// call runs fn on node i for a request of t: through Call, or on t's own
-// client of the node (Linked.Token) with the Set's gates; for a linked
-// token, not at all once its Client is closed.
-func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
-	if t.closed != nil {
-		if err := t.closed(ctx, i); err != nil {
-			var zero T
-			return zero, err
-		}
-	}
-	if t.via == nil {
-		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
-	}
-	gate, down := t.set.gate(i)
-	return do(ctx, t.via[i], t.timeout, gate, down, fn)
 }
 
 // runLate is Run under the negative control testhooks.ExtendRegisterLate:
@@ -286,8 +268,8 @@ func (g *Token) markUnsureLocked(i int) {
 
 // The order of a Client's own requests to one key on one node: an acquire
 // goes after this Client's releases of the key in flight there when its
-// round was registered (Follow, Request), so that its own leftovers never
-// refuse it.
+// round was registered (Op.Follow), so that its own leftovers never
+// refuse it. A release registers itself (Set.beginRelease, release.go).
 
 // relKey names a lock key on one node; Set.releasing holds, per
 // relKey, one channel per release of it in flight there, closed when that
@@ -295,46 +277,6 @@ func (g *Token) markUnsureLocked(i int) {
 type relKey struct {
 	key  string // the lock key on the node
 	node int
-}
-
-// beginRelease registers a release of keys on node i (under each of its
-// lock keys: a multi-lock's every resource), before it is handed to a
-// goroutine or sent; done ends it. Every release registers it (Release,
-// Resend: release.go). This Client's next acquire of any of those keys
-// waits on each node for the releases registered there before its round
-// was (Op.Follow), so
-// that its own leftovers never refuse it: a TryLock right after a refused
-// one found the first one's grant still there
-// (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
-func (s *Set) beginRelease(keys scripts.Keys, i int) (done func()) {
-	locks := keys.LockKeys()
-	f := make(chan struct{}) // closed when the release has ended
-	s.relMu.Lock()
-	if s.releasing == nil {
-		s.releasing = make(map[relKey][]chan struct{})
-	}
-	for _, key := range locks {
-		k := relKey{key, i}
-		s.releasing[k] = append(s.releasing[k], f)
-	}
-	s.relMu.Unlock()
-	return func() {
-		s.relMu.Lock()
-		for _, key := range locks {
-			k := relKey{key, i}
-			fs := s.releasing[k]
-			if j := slices.Index(fs, f); j >= 0 {
-				fs = slices.Delete(fs, j, j+1)
-			}
-			if len(fs) == 0 {
-				delete(s.releasing, k)
-			} else {
-				s.releasing[k] = fs
-			}
-		}
-		s.relMu.Unlock()
-		close(f)
-	}
 }
 
 // releasesBefore returns, per node, this Client's releases of keys in
