@@ -126,6 +126,18 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 	p.Reentry = true
 	p.SlowTimeVaries = p.SlowTime > 0 && r.IntN(2) == 0
 	p.ResumeEvict = r.IntN(2) == 0
+	// The expired-grant episode (expired.go), one seed in two: in the
+	// settling's last second and a half, on a Client the mid-run Close
+	// spares.
+	if r.IntN(2) == 0 {
+		p.GrantExpired = true
+		p.GXAt = time.Duration(r.Int64N(int64(1500 * time.Millisecond)))
+		p.GXClient = r.IntN(p.Clients)
+		if p.CloseAt > 0 && p.GXClient == p.CloseClient {
+			p.GXClient = (p.GXClient + 1) % p.Clients
+		}
+		p.GXLock = r.IntN(2) == 0
+	}
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -402,7 +414,8 @@ var withdrawSrc = []byte("-- withdraw.lua:")
 // chunk b (a request going up).
 func dropsControl(b []byte) bool {
 	return releasesDropped.Load() && bytes.Contains(b, releaseSHA) ||
-		withdrawsDropped.Load() && bytes.Contains(b, withdrawSrc)
+		withdrawsDropped.Load() && bytes.Contains(b, withdrawSrc) ||
+		dropsExpiredRelease(b)
 }
 
 // slowExtend is the guard's episode of the slow TIME plan (issue 42): in
