@@ -186,7 +186,7 @@ func (l *Lock) retry(p node.Part) {
 type relArgs struct {
 	plain, unqueued []any
 	mu              sync.Mutex // protects guarded
-	guarded         []any      // with the first guard a node needed
+	guarded         []any      // with the first guard a node needed (argsFor)
 }
 
 // releaseArgs boxes the release's arguments once for every node.
@@ -199,7 +199,9 @@ func (l *Lock) releaseArgs() *relArgs {
 }
 
 // argsFor returns the arguments for node i, with guard where the node
-// layer sized one (the same for every node of one release).
+// layer sized one. The first guard a node needed serves every node of the
+// release: it covers every request of the token, all registered before
+// the release began.
 func (l *Lock) argsFor(args *relArgs, i int, guard time.Duration) []any {
 	if guard == 0 {
 		if args.unqueued != nil && l.dequeued[i] {

@@ -95,11 +95,10 @@ func Release(ctx context.Context, t *Token, vote func(i int) quorum.Vote, send f
 // beginRelease registers a release of keys on node i (under each of its
 // lock keys: a multi-lock's every resource), before it is handed to a
 // goroutine or sent; done ends it. Every release registers it (Release,
-// Resend: release.go). This Client's next acquire of any of those keys
-// waits on each node for the releases registered there before its round
-// was (Op.Follow), so
-// that its own leftovers never refuse it: a TryLock right after a refused
-// one found the first one's grant still there
+// Resend). This Client's next acquire of any of those keys waits on each
+// node for the releases registered there before its round was (Op.Follow),
+// so that its own leftovers never refuse it: a TryLock right after a
+// refused one found the first one's grant still there
 // (TestReal_evenNNeedsThreeOfFour, once beside stress-ng).
 func (s *Set) beginRelease(keys scripts.Keys, i int) (done func()) {
 	locks := keys.LockKeys()
