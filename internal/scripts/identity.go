@@ -42,9 +42,10 @@ func Proclaim(ctx context.Context, c redis.Scripter, lock, identity, term, token
 
 // Withdraw ends the holding term: it marks term withdrawn beside identity
 // for lock's remaining TTL and at least floor (which must outlast any
-// write of the term still able to land: a renewal landing after the
-// withdraw can re-arm lock), then deletes identity where it still holds
-// value (a successor's is never erased).
+// write of the term still able to land: package election passes the guard
+// its node layer sizes from the writes' not-after bounds; it must be
+// positive), then deletes identity where it still holds value (a
+// successor's is never erased).
 func Withdraw(ctx context.Context, c redis.Scripter, lock, identity, term, value string, floor time.Duration) error {
 	keys := []string{identity, withdrawnKey(identity, term), lock}
 	return withdrawScript.Eval(ctx, c, keys, value, floor.Milliseconds()).Err()
