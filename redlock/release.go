@@ -274,9 +274,12 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 	l.state = stateFinished
 	l.mu.Unlock()
 	deadline := r.Started().Add(l.cfg.timeout())
-	vote := func(i int) quorum.Vote {
+	vote := func(i int, wait bool) quorum.Vote {
 		if v := t.Votes[i]; v == quorum.Yes || v == quorum.No {
 			return v
+		}
+		if !wait {
+			return quorum.Pending
 		}
 		// A straggler: wait for its answer, at most until its deadline.
 		tm := time.NewTimer(time.Until(deadline))
@@ -308,7 +311,7 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 	l.state = stateFinished
 	l.mu.Unlock()
 	queued := l.waiter.Member != "" // our queue entry must go from every node
-	vote := func(i int) quorum.Vote {
+	vote := func(i int, _ bool) quorum.Vote {
 		if t.Votes == nil || queued {
 			return quorum.Pending
 		}

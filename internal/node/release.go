@@ -58,38 +58,62 @@ func (t *Token) Part(i int) Part { return Part{Keys: t.keys[i], Guard: t.guard(i
 // retry.
 //
 // vote, when set, makes the release a cleanup of t, which was never handed
-// out (a failed or refused call's attempt): vote(i) is what node i answered
-// the call's last round, which it may wait for, at most that round's
-// deadline (so its release gets a node timeout of its own after it, and
-// the round two). A node that refused (No), where no request of t is
-// unanswered, holds nothing of t and is skipped (the caller answers
-// Pending where it must go anyway: t's queue entry, say). Nobody need wait
-// for a cleanup: its round ends on the Client's goroutines.
-func Release(ctx context.Context, t *Token, vote func(i int) quorum.Vote, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) *quorum.Round[bool] {
-	ctx = context.WithoutCancel(ctx)
-	dones := make([]func(), t.n)
-	for i := range dones {
-		dones[i] = t.set.beginRelease(t.keys[i], i)
-	}
+// out (a failed or refused call's attempt): vote(i, false) is what node i
+// answered the call's last round as far as is known now (Pending: not yet,
+// or the release must go there anyway: t's queue entry, say); vote(i,
+// true) may wait for that answer, at most that round's deadline (so the
+// node's release gets a node timeout of its own after it, and the round
+// two). A node that refused (No) holds nothing of t unless a request of t
+// is unanswered there (holdsNothing): it is skipped, before the round when
+// its answer is known, and with every node skipped nothing is sent and
+// the round is nil. Nobody need wait for a cleanup: its round ends on the
+// Client's goroutines.
+func Release(ctx context.Context, t *Token, vote func(i int, wait bool) quorum.Vote, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) *quorum.Round[bool] {
 	timeout := t.timeout
 	if vote != nil {
 		timeout *= 2
+		if testhooks.AbandonNodes(t.n) == 0 {
+			return nil // a negative control: the cleanup releases nothing
+		}
+		left := 0
+		for i := range t.n {
+			if !t.holdsNothing(i, vote(i, false)) {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil // refused everywhere, nothing of ours unanswered: a refused TryLock's usual end
+		}
+	}
+	ctx = context.WithoutCancel(ctx)
+	dones := make([]func(), t.n)
+	for i := range dones {
+		if vote == nil || !t.holdsNothing(i, vote(i, false)) {
+			dones[i] = t.set.beginRelease(t.keys[i], i)
+		}
 	}
 	return quorum.Start(ctx, t.n, timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
+		if dones[i] == nil {
+			return false, nil // skipped: nothing of ours there
+		}
 		defer dones[i]()
 		if vote == nil {
 			return t.release(ctx, i, send, retry)
 		}
-		if testhooks.AbandonNodes(t.n) == 0 {
-			return false, nil // a negative control: the cleanup releases nothing
-		}
-		if v := vote(i); v == quorum.No && !t.unanswered(i) {
-			return false, nil // refused, and no request of ours unanswered: nothing of ours there
+		if t.holdsNothing(i, vote(i, true)) {
+			return false, nil // it refused, and no request of ours unanswered: nothing of ours there
 		}
 		rctx, cancel := context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 		return t.release(rctx, i, send, retry)
 	})
+}
+
+// holdsNothing reports whether node i, whose answer to t's last round was
+// v, holds nothing of t: it refused, and no request of t is unanswered
+// there.
+func (t *Token) holdsNothing(i int, v quorum.Vote) bool {
+	return v == quorum.No && !t.unanswered(i)
 }
 
 // beginRelease registers a release of keys on node i (under each of its

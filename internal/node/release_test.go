@@ -39,7 +39,7 @@ func TestRelease_guardOnlyWhereUnanswered(t *testing.T) {
 		guard     time.Duration
 		following bool // an acquire registered now would follow this release
 	}
-	release := func(vote func(int) quorum.Vote) map[int]sent {
+	release := func(vote func(int, bool) quorum.Vote) map[int]sent {
 		var mu sync.Mutex
 		got := make(map[int]sent)
 		r := Release(context.Background(), g, vote, func(_ context.Context, i int, _ redis.Scripter, guard time.Duration) (bool, error) {
@@ -49,7 +49,9 @@ func TestRelease_guardOnlyWhereUnanswered(t *testing.T) {
 			mu.Unlock()
 			return true, nil
 		}, nil)
-		r.Wait()
+		if r != nil {
+			r.Wait()
+		}
 		return got
 	}
 
@@ -69,8 +71,14 @@ func TestRelease_guardOnlyWhereUnanswered(t *testing.T) {
 		t.Error("a release is still registered after the round ended")
 	}
 
-	got = release(func(int) quorum.Vote { return quorum.No })
+	got = release(func(int, bool) quorum.Vote { return quorum.No })
 	if _, ok := got[1]; !ok || len(got) != 1 {
 		t.Errorf("cleanup with every node refused: sent to %v; want node 1 only (its request may still land)", got)
+	}
+	h := s.Token(keys, time.Second, time.Second, new(sync.Mutex), nil, testOwner{}) // a token whose requests all answered
+	p2, _ := h.register(false, nil)
+	p2.Attach(allAnswered{})
+	if r := Release(context.Background(), h, func(int, bool) quorum.Vote { return quorum.No }, nil, nil); r != nil || s.releasesBefore(keys) != nil {
+		t.Errorf("cleanup refused everywhere, every request answered: round %v; want none sent, nothing registered", r)
 	}
 }
