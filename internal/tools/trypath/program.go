@@ -167,8 +167,8 @@ func (p *program) index() {
 			case *ast.CallExpr:
 				called[unparen(info, x.Fun)] = true
 			case *ast.FuncLit:
-				if !called[x] {
-					p.lits[x].value = true
+				if l := p.lits[x]; l != nil && !called[x] {
+					l.value = true // (a literal outside any function, as a package variable's value, is not read)
 				}
 			case *ast.Ident:
 				if !called[x] {
