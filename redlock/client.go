@@ -145,8 +145,8 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("nodes: at least one node is needed")
 	}
-	cfg := buildConfig(defaultConfig(), opts)
-	if err := cfg.validate(); err != nil {
+	cfg, err := buildConfig(defaultConfig(), opts, false)
+	if err != nil {
 		return nil, err
 	}
 	c := &Client{
@@ -171,7 +171,6 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
 	c.chanPre = c.cfg.keyPrefix + "wake:"
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.

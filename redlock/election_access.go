@@ -24,14 +24,8 @@ import (
 // It returns an error matching ErrInvalidArgument when opts are not valid
 // per call (Lock would refuse them too), ErrClosed never.
 func (c *Client) Link(_ node.Key, opts ...Option) (node.Linked, error) {
-	cfg := buildConfig(c.cfg, opts)
-	switch {
-	case cfg.keyPrefixSet:
-		return node.Linked{}, invalid("WithKeyPrefix is valid for New only")
-	case cfg.renewBatchSet:
-		return node.Linked{}, invalid("WithRenewBatch is valid for New only")
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := buildConfig(c.cfg, opts, true)
+	if err != nil {
 		return node.Linked{}, err
 	}
 	return node.Linked{Set: c.set, Go: c.goOwned, NodeTimeout: cfg.timeout()}, nil

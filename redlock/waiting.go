@@ -176,7 +176,7 @@ func firstRenewal(cfg config, until time.Time) time.Duration {
 // the same ticket; the waiter follows the new token. err is returned
 // (with a nil lock) only if no token could be made.
 func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
-	l, nerr := q.c.newLock(old.resource, old.cfg)
+	l, nerr := q.c.newLock(old.resource, old.cfg, "")
 	if nerr != nil {
 		return nil, nerr
 	}

@@ -37,7 +37,7 @@ type Prepared struct {
 // PrepareExtend prepares Extend(k, token, ttl, t); run it with
 // Prepared.Extend.
 func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
-	s := k.kind().extend
+	s := k.set.extend
 	return Prepared{s: s, keys: k.ext, cmd: s.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
 }
 
@@ -56,7 +56,7 @@ func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64)
 	cmd := make([]any, len(p.cmd)+1)
 	copy(cmd, p.cmd)
 	cmd[len(p.cmd)] = notAfter
-	return parseExtended(p.s.runCmd(ctx, c, p.keys, cmd).Int64())
+	return parseExtended(p.s.run(ctx, c, p.keys, cmd).Int64())
 }
 
 func parseExtended(n int64, err error) (Extended, error) {

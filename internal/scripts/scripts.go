@@ -81,27 +81,16 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run runs the script with keys (boxed: numkeys first, then the keys; see
-// boxKeys) and args as given, as EVALSHA, and as EVAL when the node answers
-// NOSCRIPT (after a restart or SCRIPT FLUSH), like redis.Script.Run. Unlike
-// Script.Run it does not box the keys and arguments again for each
-// request: the command is the keys and arguments of the lock, boxed once,
-// behind the script's head. A client without Process gets Script.Run.
-func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any, last ...any) *redis.Cmd {
-	return s.runCmd(ctx, c, keys, s.evalshaCmd(boxed, args, last...))
-}
-
-// runCmd is run with the whole EVALSHA command built already (see
-// evalshaCmd): nothing is allocated for it per request.
-func (s script) runCmd(ctx context.Context, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
+// run sends cmd, the whole EVALSHA command of s for keys (see evalshaCmd:
+// the keys and arguments of a lock are boxed once, not for each request as
+// redis.Script.Run does), and sends it again as EVAL when the node answers
+// NOSCRIPT (after a restart or SCRIPT FLUSH), as Script.Run does. A client
+// without Process gets Script.Run.
+func (s script) run(ctx context.Context, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
 	p, ok := c.(processor)
 	if !ok {
 		return s.Run(ctx, c, keys, cmd[2+1+len(keys):]...)
 	}
-	return s.process(ctx, p, c, keys, cmd)
-}
-
-func (s script) process(ctx context.Context, p processor, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
 	r := redis.NewCmd(ctx, cmd...)
 	if len(keys) > 0 {
 		r.SetFirstKeyPos(3) // as EvalSha does: Cluster routes by the first key
@@ -159,17 +148,10 @@ type Keys struct {
 	com   []string
 	// The same, boxed once for the commands, each behind its count.
 	acqv, extv, relv []any
-	// set is the scripts of this kind of lock; nil: the plain lock's
-	// (read-write and multi-resource locks: rwkeys.go).
+	// set is the scripts of this kind of lock: plainSet, or a read-write
+	// or multi-resource lock's (rwkeys.go). A Keys not made by one of the
+	// New…Keys functions has none, and runs no script.
 	set *scriptSet
-}
-
-// kind returns the scripts of k's kind of lock.
-func (k Keys) kind() *scriptSet {
-	if k.set == nil {
-		return plainSet
-	}
-	return k.set
 }
 
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
@@ -184,7 +166,7 @@ const (
 // NewKeys returns the keys of the lock held by token: fence is "" when
 // fencing is off.
 func NewKeys(lock, fence, token string) Keys {
-	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence}
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence, set: plainSet}
 	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Lapse}
 	k.acq, k.ext = k.rel, k.rel[:2]
 	if fence != "" {
@@ -243,7 +225,8 @@ func (lateError) Is(target error) bool { return target == context.DeadlineExceed
 // so *notAfter must not change until the call returns; a pointer (not a
 // boxed int64) lets a round keep the bounds of all its nodes in one slice.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
-	v, err := k.kind().acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
+	s := k.set.acquire
+	v, err := s.run(ctx, c, k.acq, s.evalshaCmd(k.acqv, args, notAfter)).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -300,11 +283,11 @@ const (
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
 func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	s := k.kind().release
+	s := k.set.release
 	if s == release && testhooks.QueueTieKeeps.Load() {
 		s = releaseTieKeeps // a negative control
 	}
-	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
+	return parseReleased(s.run(ctx, c, k.rel, s.evalshaCmd(k.relv, args)).Int64())
 }
 
 // tieRule is the line of queue.lua that breaks a tie of tickets by member.
