@@ -22,7 +22,6 @@ import (
 type Workers struct {
 	waitGroup // functions handed to Go or run, and Add's count
 
-
 	mu     sync.Mutex // protects idle, closed
 	idle   []*worker  // parked workers, the most recently parked last
 	closed bool
