@@ -53,7 +53,9 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (
 // with fencing): one round (attempt), and what a failed one left on the
 // nodes released in the background (abandonLate); it neither queues nor
 // waits. Lock takes its turn in this Client's line for resource (but
-// readers), then runs the attempt loop (acquire).
+// readers; inLine returns ErrClosed, or ErrNotObtained joined with ctx's
+// error, while it waits there), then runs the retry loop, whose doc lists
+// every other way a Lock call ends (acquire).
 func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
@@ -111,24 +113,50 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	return nil, o.err
 }
 
-// acquire is Lock's attempt loop: attempt, give back
-// what a failed attempt left, wait (waiting.go). One token serves the whole
-// call, so that the waiter queued on the nodes (step 9) is the one a
-// release hands the key to; a token is replaced only when an attempt ended
-// with a request of ours unanswered that could still change the key (see
-// giveBack).
+// acquire is Lock's retry loop, the one loop of a Lock call (DESIGN steps
+// 1-3, 6 and 9): attempt (step: a round, or a key handed to us), give back
+// what a failed attempt left (giveBack), wait (waiting.wait). One token
+// serves the whole call, so that the waiter queued on the nodes (step 9)
+// is the one a release hands the key to; a token is replaced only when a
+// grant expired or an attempt ended with a request of ours unanswered that
+// could still change the key (see giveBack).
 //
-// Nothing slow runs between a grant and the return (step 6): leaving the
-// wake-up registry and this Client's line only unregisters, and the lock's
-// validity is checked last, so an expired lock is never returned.
+// It returns at the first of these, checked in this order:
+//
+//  1. no token can be made (crypto/rand failed): that error; nothing sent.
+//  2. the wake-up registration fails (startWaiting): that error; nothing
+//     sent.
+//  3. an attempt made the lock ours and it is still valid (handOut): the
+//     lock. A grant whose validity ran out before this check is dropped
+//     and counts as a refusal (ErrNotObtained, ErrGrantExpired) on a fresh
+//     token, or, when none can be made, that error.
+//  4. the Client was closed during the attempt: ErrClosed.
+//  5. ctx ended: the error of the last attempt that settled anything (an
+//     attempt cut short by ctx says nothing about the nodes), joined with
+//     ctx's error.
+//  6. the attempt's error is permanent (a node's answer no retry changes,
+//     see isPermanent): that error.
+//  7. WithRetryCount attempts were made: the last settled attempt's error
+//     (ErrNotObtained, or ErrNoQuorum joined with a *NodeError per node).
+//  8. a request of the attempt is still unanswered and no fresh token can
+//     be made: that error.
+//  9. while waiting for the next attempt (waiting.wait): the wake-up
+//     registration fails (that error), ctx ends (the attempt's error joined
+//     with ctx's), or the Client closes (ErrClosed).
+//
+// Every exit after 3 first abandons the token: what it may have set is
+// released in the background (abandon). Nothing slow runs between a grant
+// and the return (step 6): leaving the wake-up registry and this Client's
+// line only unregisters, and the lock's validity is checked last, so an
+// expired lock is never returned.
 func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, attempts *int) (*Lock, error) {
 	l, err := c.newLock(resource, cfg, "")
 	if err != nil {
-		return nil, err
+		return nil, err // 1
 	}
 	q, err := c.startWaiting(ctx, l, cfg)
 	if err != nil {
-		return nil, err
+		return nil, err // 2
 	}
 	defer q.stop()
 	var verdict error // the error of the last attempt that settled anything
@@ -139,24 +167,21 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if err == nil {
 			q.noteDequeued(l)
 			if l.handOut() {
-				return l, nil
+				return l, nil // 3
 			}
 			// Validity ran out between the decision and here (the process
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
 			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
 			if l, err = q.renew(l, err); l == nil {
-				return nil, err
+				return nil, err // 3, no token
 			}
 			t = quorum.Tally{} // the grants were the dropped token's, released by drop
-
 		}
 		if errors.Is(err, ErrClosed) {
 			c.abandon(ctx, l, t)
-			return nil, err
+			return nil, err // 4
 		}
-		// An attempt cut short by ctx says nothing about the nodes: the
-		// last attempt that did tells contention from an outage.
 		if settled {
 			verdict = err
 		} else if verdict != nil {
@@ -165,9 +190,9 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if ctx.Err() != nil || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			c.abandon(ctx, l, t)
 			if ctx.Err() != nil {
-				return nil, errors.Join(err, ctx.Err())
+				return nil, errors.Join(err, ctx.Err()) // 5
 			}
-			return nil, err
+			return nil, err // 6, 7
 		}
 		// Between attempts: grants of a failed attempt go to waiters
 		// before us (or back, without a queue), so that split votes
@@ -181,11 +206,12 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if !q.giveBack(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
 			if l, err = q.renew(l, err); l == nil {
-				return nil, err
+				return nil, err // 8
 			}
 		}
 		if err := q.wait(ctx, l, t, err); err != nil {
-			return nil, err
+			c.abandon(ctx, l, quorum.Tally{})
+			return nil, err // 9
 		}
 	}
 }

@@ -196,13 +196,13 @@ func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
 // this Client's channel, once per Client; queue on the nodes with the next
 // attempt, made at once); otherwise it sleeps the retry delay, cut short
 // when releases hand it the key. It returns an error only when the call
-// ends (ctx done, Client closed), after abandoning l.
+// must end (acquire's exit 9: the registration failed, ctx done, Client
+// closed); acquire then abandons l.
 func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) error {
 	c := q.c
 	if q.w == nil && q.cfg.wakeUp && errors.Is(err, ErrNotObtained) {
 		w, jerr := c.wake.join(l.token)
 		if jerr != nil {
-			c.abandon(ctx, l, quorum.Tally{})
 			return jerr
 		}
 		q.w = w
@@ -265,10 +265,8 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 				}
 			}
 		case <-ctx.Done():
-			c.abandon(ctx, l, quorum.Tally{})
 			return errors.Join(err, ctx.Err())
 		case <-c.closing:
-			c.abandon(ctx, l, quorum.Tally{})
 			return ErrClosed
 		}
 	}
