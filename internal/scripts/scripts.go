@@ -81,34 +81,31 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run sends cmd, the whole EVALSHA command of s for keys (see evalshaCmd:
-// the keys and arguments of a lock are boxed once, not for each request as
-// redis.Script.Run does), and sends it again as EVAL when the node answers
-// NOSCRIPT (after a restart or SCRIPT FLUSH), as Script.Run does. A client
-// without Process gets Script.Run.
-func (s script) run(ctx context.Context, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
+// run runs the script with keys (boxed: numkeys first, then the keys; see
+// boxKeys), args and then last, as EVALSHA, and again as EVAL when the node
+// answers NOSCRIPT (after a restart or SCRIPT FLUSH), as redis.Script.Run
+// does. Unlike Script.Run it does not box the keys and arguments again for
+// each request: the keys and arguments of a lock are boxed once, and the
+// command is one allocation for all of them. A client without Process gets
+// Script.Run. Every script call of a lock goes through it.
+func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed, args []any, last ...any) *redis.Cmd {
+	cmd := make([]any, 0, 2+len(boxed)+len(args)+len(last))
+	cmd = append(cmd, "evalsha", s.sha)
+	cmd = append(cmd, boxed...)
+	cmd = append(cmd, args...)
+	cmd = append(cmd, last...)
 	p, ok := c.(processor)
 	if !ok {
-		return s.Run(ctx, c, keys, cmd[2+1+len(keys):]...)
+		return s.Run(ctx, c, keys, cmd[2+len(boxed):]...)
 	}
 	r := redis.NewCmd(ctx, cmd...)
 	if len(keys) > 0 {
 		r.SetFirstKeyPos(3) // as EvalSha does: Cluster routes by the first key
 	}
 	if err := p.Process(ctx, r); err != nil && IsNoScript(err) {
-		return s.Eval(ctx, c, keys, cmd[2+1+len(keys):]...)
+		return s.Eval(ctx, c, keys, cmd[2+len(boxed):]...)
 	}
 	return r
-}
-
-// evalshaCmd returns the whole EVALSHA command of s for boxed keys, args
-// and then last (one allocation for all of it).
-func (s script) evalshaCmd(boxed []any, args []any, last ...any) []any {
-	cmd := make([]any, 0, 2+len(boxed)+len(args)+len(last))
-	cmd = append(cmd, "evalsha", s.sha)
-	cmd = append(cmd, boxed...)
-	cmd = append(cmd, args...)
-	return append(cmd, last...)
 }
 
 // numKeys are the boxed key counts of the scripts' commands.
@@ -226,7 +223,7 @@ func (lateError) Is(target error) bool { return target == context.DeadlineExceed
 // boxed int64) lets a round keep the bounds of all its nodes in one slice.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
 	s := k.set.acquire
-	v, err := s.run(ctx, c, k.acq, s.evalshaCmd(k.acqv, args, notAfter)).Result()
+	v, err := s.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -287,7 +284,7 @@ func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Rel
 	if s == release && testhooks.QueueTieKeeps.Load() {
 		s = releaseTieKeeps // a negative control
 	}
-	return parseReleased(s.run(ctx, c, k.rel, s.evalshaCmd(k.relv, args)).Int64())
+	return parseReleased(s.run(ctx, c, k.rel, k.relv, args).Int64())
 }
 
 // tieRule is the line of queue.lua that breaks a tie of tickets by member.
