@@ -172,10 +172,10 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 			// Validity ran out between the decision and here (the process
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
-			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
-			if l, err = q.renew(l, err); l == nil {
+			if l, err = q.retoken(l); err != nil {
 				return nil, err // 3, no token
 			}
+			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
 			t = quorum.Tally{} // the grants were the dropped token's, released by drop
 		}
 		if errors.Is(err, ErrClosed) {
@@ -205,8 +205,9 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		}
 		if !q.giveBack(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
-			if l, err = q.renew(l, err); l == nil {
-				return nil, err // 8
+			var terr error
+			if l, terr = q.retoken(l); terr != nil {
+				return nil, terr // 8
 			}
 		}
 		if err := q.wait(ctx, l, t, err); err != nil {
