@@ -389,3 +389,73 @@ func TestCohort_lossFreesLine(t *testing.T) {
 	}
 	a.Unlock(t.Context())
 }
+
+// Every Lock call's bound, the local line's included (docs/fairness.md):
+// with I Clients of G goroutines each contending for one resource, a call
+// waits at most G × I leases (each at most the budget d plus one hold
+// plus one release and grant through the nodes, t_n): ahead of it in its
+// Client's line are at most G − 1 calls, each lease of its Client serves
+// at least one of them, and between two of its Client's leases each other
+// Client holds one lease. 2 Clients × 4 goroutines, d = 20ms, holds of
+// 1ms, for 3s; t_n allowed 10ms (about 1ms measured on local nodes, more
+// when a loaded machine deschedules a node), 5× slack: 1.24s. Without the
+// budget (the mutant cohort-budget-ignored) one Client's line starves the
+// other's for the whole run.
+func TestCohort_everyCallWithinItsBound(t *testing.T) {
+	t.Parallel()
+	rc := redistest.Start(t, 3)
+	const (
+		clients, goroutines = 2, 4
+		budget, hold, tn    = 20 * time.Millisecond, time.Millisecond, 10 * time.Millisecond
+		run                 = 3 * time.Second
+	)
+	bound := 5 * goroutines * clients * (budget + hold + tn)
+	ctx, cancel := context.WithTimeout(t.Context(), run)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		longest [clients]time.Duration
+		got     [clients]int
+		wg      sync.WaitGroup
+	)
+	for ci := range clients {
+		c := newClient(t, rc.Clients(), WithLocalHandoff(DefaultLocalHandoffs, budget))
+		for g := range goroutines {
+			wg.Go(func() {
+				first := true
+				for ctx.Err() == nil {
+					start := time.Now()
+					l, err := c.Lock(ctx, "co:bound")
+					w := time.Since(start)
+					if !first || err != nil { // a Client's first call subscribes and may poll once
+						mu.Lock()
+						longest[ci] = max(longest[ci], w)
+						mu.Unlock()
+					}
+					first = false
+					if err != nil {
+						return // the run ended while it waited: counted above
+					}
+					time.Sleep(hold)
+					if err := l.Unlock(context.Background()); err != nil {
+						t.Errorf("client %d goroutine %d: Unlock = %v", ci, g, err)
+					}
+					mu.Lock()
+					got[ci]++
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	total := got[0] + got[1]
+	t.Logf("%d acquisitions, per Client %v; longest Lock call per Client %v; bound %v", total, got, longest, bound)
+	for ci := range clients {
+		if longest[ci] > bound {
+			t.Errorf("a Lock call of Client %d waited %v; want ≤ %v (G × I × (d + hold + t_n), 5× slack)", ci, longest[ci], bound)
+		}
+		if total > 0 && got[ci]*5 < total {
+			t.Errorf("Client %d got %d of %d acquisitions; want ≥ 20%%", ci, got[ci], total)
+		}
+	}
+}

@@ -133,7 +133,10 @@ func WithWakeUp(on bool) Option {
 // of other Clients are served in their order. So a waiter of another Client
 // queued on the nodes waits for this Client's lease at most d plus the
 // hold of the goroutine that holds it when d runs out (and a release round
-// trip). The defaults are 16 ([DefaultLocalHandoffs]) and 10ms
+// trip). Every Lock call has a bound too: with I Clients of at most G
+// calls each in line for the resource, a call waits at most G × I leases,
+// each at most d plus one hold plus one release and grant through the
+// nodes (docs/fairness.md; TestCohort_everyCallWithinItsBound). The defaults are 16 ([DefaultLocalHandoffs]) and 10ms
 // ([DefaultLocalHandoffTime]); n = 0 turns local handoff off. It needs
 // n ≥ 0, d ≥ 0, and d > 0 when n > 0.
 //
