@@ -126,6 +126,18 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 	p.Reentry = true
 	p.SlowTimeVaries = p.SlowTime > 0 && r.IntN(2) == 0
 	p.ResumeEvict = r.IntN(2) == 0
+	// The expired-grant episode (expired.go), one seed in two: in the
+	// settling's last second and a half, on a Client the mid-run Close
+	// spares.
+	if r.IntN(2) == 0 {
+		p.GrantExpired = true
+		p.GXAt = time.Duration(r.Int64N(int64(1500 * time.Millisecond)))
+		p.GXClient = r.IntN(p.Clients)
+		if p.CloseAt > 0 && p.GXClient == p.CloseClient {
+			p.GXClient = (p.GXClient + 1) % p.Clients
+		}
+		p.GXLock = r.IntN(2) == 0
+	}
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -402,16 +414,17 @@ var withdrawSrc = []byte("-- withdraw.lua:")
 // chunk b (a request going up).
 func dropsControl(b []byte) bool {
 	return releasesDropped.Load() && bytes.Contains(b, releaseSHA) ||
-		withdrawsDropped.Load() && bytes.Contains(b, withdrawSrc)
+		withdrawsDropped.Load() && bytes.Contains(b, withdrawSrc) ||
+		dropsExpiredRelease(b)
 }
 
 // slowExtend is the guard's episode of the slow TIME plan (issue 42): in
 // a seed whose clock probes are slowed on their way up (each estimate is
 // then ahead of the node's clock by up to half the delay D, within its
 // error), half the Extends that race an Unlock have their request to one
-// node held a node timeout and 0.55-0.95 D. The release there waits for
-// it to answer or time out (a node timeout), so it lands first and its
-// guard must outlast the Extend's not-after bound, which the estimate's
+// node held a node timeout and 0.55-0.95 D (or, one in two, 0.05-0.5 D:
+// see below). The release goes at the Extend's instant and lands first,
+// and its guard must outlast the Extend's not-after bound, which the estimate's
 // error put up to D past the deadline: a guard that ignores the error
 // (sized from the estimate's middle) ends D/2 early, and the Extend
 // lands after it and sets the key again (key-back). It returns the
@@ -424,7 +437,17 @@ func (p *LockProfile) slowExtend(env *Env, r2 *rand.Rand, c int) (restore func()
 	}
 	n := env.cl.net
 	i := r2.IntN(pl.Nodes)
-	d := pl.NodeTimeout + time.Duration((0.55+0.4*r2.Float64())*float64(pl.SlowTime))
+	// Past the deadline by 0.55-0.95 D (the guard sized from the
+	// estimate's middle ends D/2 early), or, one in two, by 0.05-0.5 D: the
+	// window of an estimate that claims no error, whose guard ends a
+	// node timeout and its margin after the release landed, while the
+	// Extend's bound, from a middle D/2 ahead of the node's clock, is up
+	// to D/2 later.
+	frac := 0.55 + 0.4*r2.Float64()
+	if frac < 0.75 {
+		frac = 0.05 + 0.45*(frac-0.55)/0.2
+	}
+	d := pl.NodeTimeout + time.Duration(frac*float64(pl.SlowTime))
 	n.mu.Lock()
 	before := n.delay[c][i]
 	n.mu.Unlock()

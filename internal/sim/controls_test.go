@@ -113,6 +113,11 @@ var controls = []control{
 	// plan states (cohort.go, issue 41's local handoff): a lease goes
 	// round a Client's goroutines past its count or time budget.
 	{"cohort-budget-hidden", []*atomic.Bool{&cohortBudgetHidden}, "cohort-budget", 3, false},
+	// Every release of the expired-grant episode's key is swallowed on
+	// its way (issue 42): the keys of a grant dropped because its
+	// validity ran out before the call could return it stay for their
+	// TTL, which expired-grant must see.
+	{"expired-release-dropped", []*atomic.Bool{&expiredReleaseDropped}, "expired-grant", 1, false},
 }
 
 // extraControls can be applied with -sim.control; TestControls does not

@@ -83,6 +83,9 @@ func (p *LockProfile) Start(env *Env) {
 	if env.Plan.CloseAt > 0 {
 		env.Go(func() { p.closeEpisode(env, env.Plan.CloseClient) })
 	}
+	if env.Plan.GrantExpired {
+		env.Go(func() { p.expiredGrant(env) })
+	}
 	env.Go(func() { p.sampler(env) })
 }
 

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(1600)
 	}
 	testhooks.ExtendPause.Store(&sendDelay)
+	testhooks.AfterHold.Store(&afterHold) // the expired-grant episode's starved caller (expired.go)
 	goleak.VerifyTestMain(m)
 }
 

@@ -104,6 +104,14 @@ type Plan struct {
 	Reentry        bool
 	SlowTimeVaries bool
 	ResumeEvict    bool
+	// GrantExpired is the expired-grant episode (expired.go): client
+	// GXClient's Lock (GXLock) or TryLock of its own resource, GXAt after
+	// a TTL before the settling ends, whose grant starves past its
+	// validity before the call's last check. Lock profile only.
+	GrantExpired bool
+	GXAt         time.Duration
+	GXClient     int
+	GXLock       bool
 }
 
 // FaultKind names a fault.
@@ -439,6 +447,13 @@ func (p Plan) String() string {
 	}
 	if p.ResumePause {
 		s += ", majority paused in Resume's re-arm"
+	}
+	if p.GrantExpired {
+		call := "TryLock"
+		if p.GXLock {
+			call = "Lock"
+		}
+		s += fmt.Sprintf(", c%d's %s starved past its grant's validity %v after a TTL before the settling's end", p.GXClient, call, p.GXAt)
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing/synctest"
 	"time"
 
@@ -48,6 +49,7 @@ type Env struct {
 	wg      sync.WaitGroup
 	faults  *faultLog
 	res     *residue
+	gx      atomic.Pointer[gxEpisode] // the expired-grant episode (expired.go)
 }
 
 // Go runs fn on a goroutine that the run waits for before its checks.
@@ -117,6 +119,7 @@ func Run(p Plan, profiles ...Profile) Result {
 		p.Handoff = nil
 		p.YieldKeep = false
 		p.CloseAt = 0
+		p.GrantExpired = false
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
