@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
@@ -53,6 +55,27 @@ func waitInLine(t *testing.T, c *Client, resource string, n int) {
 	}
 }
 
+// requestsSettled returns requestsServed once it has stopped moving: a's
+// requests to its slowest node and its clock probes may still land after
+// Lock returned (under load, one of them was counted as the handoff's: "a
+// local handoff sent 2 requests"). Stable over 100ms, within 10s.
+func requestsSettled(t *testing.T, stats []redis.UniversalClient) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	n := requestsServed(t, stats)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		m := requestsServed(t, stats)
+		if m == n {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests to the nodes still moving 10s after Lock returned (%d then %d)", n, m)
+		}
+		n = m
+	}
+}
+
 // A lock unlocked while another goroutine of the Client waits for it is
 // passed to it with no request to any node (INFO commandstats): the lease
 // carries over (token, validity), the old *Lock is unlocked at once, the
@@ -71,8 +94,7 @@ func TestCohort_handoffSendsNothing(t *testing.T) {
 	got := lockAsyncCtx(context.Background(), c, "co:1")
 	waitInLine(t, c, "co:1", 1)
 	stats := rc.Clients() // connections of their own, opened by a first INFO
-	requestsServed(t, stats)
-	before := requestsServed(t, stats)
+	before := requestsSettled(t, stats)
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock with a waiter = %v; want nil", err)
 	}
