@@ -332,7 +332,7 @@ type Tally struct {
 // of what t held for it (Pending, as a rule): every tally's counts are
 // made here. A vote other than Yes or No counts as Failed.
 func (t *Tally) Record(i int, v Vote, err error) {
-	switch t.Votes[i] {
+	switch t.Votes[i] { // what node i held leaves the counts
 	case Pending:
 		t.Pending--
 	case Yes:
@@ -342,19 +342,6 @@ func (t *Tally) Record(i int, v Vote, err error) {
 	default:
 		t.Failed--
 	}
-	t.count(i, v, err)
-}
-
-// Counted returns the tally of votes (one per node) and their errors.
-func Counted(votes []Vote, errs []error) Tally {
-	t := Tally{Votes: votes, Errs: errs}
-	for i, v := range votes {
-		t.count(i, v, errs[i])
-	}
-	return t
-}
-
-func (t *Tally) count(i int, v Vote, err error) {
 	switch v {
 	case Pending:
 		t.Pending++
@@ -367,6 +354,16 @@ func (t *Tally) count(i int, v Vote, err error) {
 		t.Failed++
 	}
 	t.Votes[i], t.Errs[i] = v, err
+}
+
+// Counted returns the tally of votes (one per node) and their errors.
+func Counted(votes []Vote, errs []error) Tally {
+	t := Tally{Votes: votes, Errs: errs, Pending: len(votes)}
+	for i, v := range votes {
+		t.Votes[i] = Pending
+		t.Record(i, v, errs[i])
+	}
+	return t
 }
 
 // Size returns the number of nodes that make a majority of n: n/2+1. For

@@ -15,17 +15,20 @@ import (
 // longest-idle worker go if it has been idle for longer than idleFor (no
 // timer: a Client that stops working keeps its idle workers until Close).
 //
-// Workers counts every function until it returns, like a sync.WaitGroup:
-// Add, Done and Wait are those of a WaitGroup over the same count, so one
-// Workers can own everything an operation leaves behind. The zero value is
-// ready to use.
+// Workers counts every function until it returns, in the sync.WaitGroup it
+// embeds: its Add, Done and Wait are that WaitGroup's, over the same count,
+// so one Workers can own everything an operation leaves behind (its Go is
+// Workers' own). The zero value is ready to use.
 type Workers struct {
-	wg sync.WaitGroup // functions handed to Go or run, and Add's count
+	waitGroup // functions handed to Go or run, and Add's count
 
 	mu     sync.Mutex // protects idle, closed
 	idle   []*worker  // parked workers, the most recently parked last
 	closed bool
 }
+
+// waitGroup is sync.WaitGroup under a name that does not export the field.
+type waitGroup = sync.WaitGroup
 
 // worker is one parked goroutine: it takes its next task from tasks; a nil
 // task tells it to exit.
@@ -53,7 +56,7 @@ const (
 func (p *Workers) Go(f func()) { p.run(funcTask(f)) }
 
 func (p *Workers) run(t task) {
-	p.wg.Add(1)
+	p.waitGroup.Add(1)
 	p.mu.Lock()
 	n := len(p.idle)
 	if n == 0 || p.closed {
@@ -89,7 +92,7 @@ func (p *Workers) work(t task) {
 		p.mu.Lock()
 		if p.closed || len(p.idle) >= maxIdle {
 			p.mu.Unlock()
-			p.wg.Done()
+			p.waitGroup.Done()
 			return
 		}
 		if w == nil {
@@ -101,22 +104,13 @@ func (p *Workers) work(t task) {
 		// Done only once parked (or on the way out, above): when Wait
 		// returns, every worker is idle or gone, so a Close after Wait
 		// lets every one of them go and waits for it.
-		p.wg.Done()
+		p.waitGroup.Done()
 		if t = <-w.tasks; t == nil {
 			close(w.exited)
 			return
 		}
 	}
 }
-
-// Add adds delta to the count, as sync.WaitGroup.Add.
-func (p *Workers) Add(delta int) { p.wg.Add(delta) }
-
-// Done decrements the count by one, as sync.WaitGroup.Done.
-func (p *Workers) Done() { p.wg.Done() }
-
-// Wait waits until the count is zero: every function has returned.
-func (p *Workers) Wait() { p.wg.Wait() }
 
 // Close lets the idle workers go and waits for them to exit; a worker busy
 // now exits when its function returns. Functions handed to Go afterwards

@@ -32,30 +32,31 @@ import (
 // before the call (cancelled, or past its deadline) sends nothing: the
 // error matches ctx's alone, neither ErrNotObtained nor ErrNoQuorum.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
-	return run(c, ctx, resource, opts, lockUntil)
+	return c.lock(ctx, resource, opts, false)
 }
 
 // TryLock makes exactly one attempt to acquire the lock on resource. It
 // returns the same errors as Lock.
 func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (*Lock, error) {
-	return run(c, ctx, resource, opts, tryOnce)
+	return c.lock(ctx, resource, opts, true)
 }
 
-// lock is Lock, or with once TryLock, for every kind of lock (rwlock.go,
-// multilock.go).
-func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (*Lock, error) {
-	if once {
-		return run(c, ctx, resource, opts, tryOnce)
-	}
-	return run(c, ctx, resource, opts, lockUntil)
-}
-
-// run runs one Lock or TryLock call on resource with body: its options
+// lock is one Lock call, or with once one TryLock call, on resource, for
+// every kind of lock (rwlock.go, multilock.go): its options and resource
 // checked, the call reported to the hooks when it returns (with the
-// attempts body made), and Close waiting for it. body is a plain function,
-// not a closure, so that a call allocates nothing for it.
-func run(c *Client, ctx context.Context, resource string, opts []Option,
-	body func(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error)) (l *Lock, err error) {
+// attempts it made), and Close waiting for it. It returns before sending
+// anything on bad input (ErrInvalidArgument), when the caller holds the
+// lock already (ErrAlreadyHeld), when the Client is closed (ErrClosed) and
+// when ctx is done (ctx's error alone).
+//
+// TryLock is the straight path of an acquisition (DESIGN steps 1-3, and 8
+// with fencing): one round (attempt), and what a failed one left on the
+// nodes released in the background (abandonLate); it neither queues nor
+// waits. Lock takes its turn in this Client's line for resource (but
+// readers; inLine returns ErrClosed, or ErrNotObtained joined with ctx's
+// error, while it waits there), then runs the retry loop, whose doc lists
+// every other way a Lock call ends (acquire).
+func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
 	cfg, err := c.callConfig(resource, opts)
 	if err != nil {
 		return nil, err
@@ -79,21 +80,24 @@ func run(c *Client, ctx context.Context, resource string, opts []Option,
 		// passed (issue 44 item 3).
 		return nil, ctxDoneBefore(ctx)
 	}
-	return body(c, ctx, resource, cfg, callID, &attempts)
-}
-
-// tryOnce is TryLock's body, the straight path of an acquisition (DESIGN
-// steps 1-3, and 8 with fencing): one round (attempt), and what a failed
-// one left on the nodes released in the background (abandon). It neither
-// queues nor waits.
-func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error) {
-	l, err := c.newLock(resource, cfg)
+	if !once {
+		if cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
+			// Fairness within this Client: its Lock calls on one resource
+			// take turns in arrival order, and only the first contends on
+			// the nodes; a lock unlocked may pass to the next without a
+			// round trip (cohort.go). A goroutine that unlocks and locks
+			// again goes to the back.
+			return c.inLine(ctx, callID, resource, cfg, &attempts)
+		}
+		return c.acquire(ctx, callID, resource, cfg, &attempts)
+	}
+	l, err = c.newLock(resource, cfg, "")
 	if err != nil {
 		return nil, err
 	}
-	*attempts = 1
+	attempts = 1
 	o := c.attempt(ctx, callID, l, scripts.Waiter{}, nil)
-	if err := o.err; err == nil {
+	if o.err == nil {
 		if l.handOut() {
 			return l, nil
 		}
@@ -109,38 +113,50 @@ func tryOnce(c *Client, ctx context.Context, resource string, cfg config, callID
 	return nil, o.err
 }
 
-// lockUntil is Lock's body: in this Client's line for resource (but
-// readers), then the attempt loop (acquire).
-func lockUntil(c *Client, ctx context.Context, resource string, cfg config, callID uint64, attempts *int) (*Lock, error) {
-	if cfg.mode != ModeRead { // readers share: they do not take turns (rwlock.go)
-		// Fairness within this Client: its Lock calls on one resource take
-		// turns in arrival order, and only the first contends on the
-		// nodes; a lock unlocked may pass to the next without a round
-		// trip (cohort.go). A goroutine that unlocks and locks again goes
-		// to the back.
-		return c.inLine(ctx, callID, resource, cfg, attempts)
-	}
-	return c.acquire(ctx, callID, resource, cfg, attempts)
-}
-
-// acquire is Lock's attempt loop: attempt, give back
-// what a failed attempt left, wait (waiting.go). One token serves the whole
-// call, so that the waiter queued on the nodes (step 9) is the one a
-// release hands the key to; a token is replaced only when an attempt ended
-// with a request of ours unanswered that could still change the key (see
-// giveBack).
+// acquire is Lock's retry loop, the one loop of a Lock call (DESIGN steps
+// 1-3, 6 and 9): attempt (step: a round, or a key handed to us), give back
+// what a failed attempt left (giveBack), wait (waiting.wait). One token
+// serves the whole call, so that the waiter queued on the nodes (step 9)
+// is the one a release hands the key to; a token is replaced only when a
+// grant expired or an attempt ended with a request of ours unanswered that
+// could still change the key (see giveBack).
 //
-// Nothing slow runs between a grant and the return (step 6): leaving the
-// wake-up registry and this Client's line only unregisters, and the lock's
-// validity is checked last, so an expired lock is never returned.
+// It returns at the first of these, checked in this order:
+//
+//  1. no token can be made (crypto/rand failed): that error; nothing sent.
+//  2. the wake-up registration fails (startWaiting): that error; nothing
+//     sent.
+//  3. an attempt made the lock ours and it is still valid (handOut): the
+//     lock. A grant whose validity ran out before this check is dropped
+//     and counts as a refusal (ErrNotObtained, ErrGrantExpired) on a fresh
+//     token, or, when none can be made, that error.
+//  4. the Client was closed during the attempt: ErrClosed.
+//  5. ctx ended: the error of the last attempt that settled anything (an
+//     attempt cut short by ctx says nothing about the nodes), joined with
+//     ctx's error.
+//  6. the attempt's error is permanent (a node's answer no retry changes,
+//     see isPermanent): that error.
+//  7. WithRetryCount attempts were made: the last settled attempt's error
+//     (ErrNotObtained, or ErrNoQuorum joined with a *NodeError per node).
+//  8. a request of the attempt is still unanswered and no fresh token can
+//     be made: that error.
+//  9. while waiting for the next attempt (waiting.wait): the wake-up
+//     registration fails (that error), ctx ends (the attempt's error joined
+//     with ctx's), or the Client closes (ErrClosed).
+//
+// Every exit after 3 first abandons the token: what it may have set is
+// released in the background (abandon). Nothing slow runs between a grant
+// and the return (step 6): leaving the wake-up registry and this Client's
+// line only unregisters, and the lock's validity is checked last, so an
+// expired lock is never returned.
 func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cfg config, attempts *int) (*Lock, error) {
-	l, err := c.newLock(resource, cfg)
+	l, err := c.newLock(resource, cfg, "")
 	if err != nil {
-		return nil, err
+		return nil, err // 1
 	}
 	q, err := c.startWaiting(ctx, l, cfg)
 	if err != nil {
-		return nil, err
+		return nil, err // 2
 	}
 	defer q.stop()
 	var verdict error // the error of the last attempt that settled anything
@@ -151,24 +167,21 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if err == nil {
 			q.noteDequeued(l)
 			if l.handOut() {
-				return l, nil
+				return l, nil // 3
 			}
 			// Validity ran out between the decision and here (the process
 			// was starved or paused): never hand out an expired lock.
 			c.drop(ctx, l)
-			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
-			if l, err = q.renew(l, err); l == nil {
-				return nil, err
+			if l, err = q.retoken(l); err != nil {
+				return nil, err // 3, no token
 			}
+			err, settled = grantExpired("granted, but its validity ran out before Lock could return it"), true
 			t = quorum.Tally{} // the grants were the dropped token's, released by drop
-
 		}
 		if errors.Is(err, ErrClosed) {
 			c.abandon(ctx, l, t)
-			return nil, err
+			return nil, err // 4
 		}
-		// An attempt cut short by ctx says nothing about the nodes: the
-		// last attempt that did tells contention from an outage.
 		if settled {
 			verdict = err
 		} else if verdict != nil {
@@ -177,9 +190,9 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		if ctx.Err() != nil || isPermanent(err) || (cfg.retryCount > 0 && attempt >= cfg.retryCount) {
 			c.abandon(ctx, l, t)
 			if ctx.Err() != nil {
-				return nil, errors.Join(err, ctx.Err())
+				return nil, errors.Join(err, ctx.Err()) // 5
 			}
-			return nil, err
+			return nil, err // 6, 7
 		}
 		// Between attempts: grants of a failed attempt go to waiters
 		// before us (or back, without a queue), so that split votes
@@ -192,28 +205,29 @@ func (c *Client) acquire(ctx context.Context, callID uint64, resource string, cf
 		}
 		if !q.giveBack(ctx, l, t) {
 			c.abandon(ctx, l, quorum.Tally{})
-			if l, err = q.renew(l, err); l == nil {
-				return nil, err
+			var terr error
+			if l, terr = q.retoken(l); terr != nil {
+				return nil, terr // 8
 			}
 		}
 		if err := q.wait(ctx, l, t, err); err != nil {
-			return nil, err
+			c.abandon(ctx, l, quorum.Tally{})
+			return nil, err // 9
 		}
 	}
 }
 
-// newLock returns a lock for one Lock or TryLock call on resource, with a
-// fresh token, not yet held.
-func (c *Client) newLock(resource string, cfg config) (*Lock, error) {
-	id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
-	if err != nil {
-		return nil, fmt.Errorf("redlock: token: %w", err)
+// newLock returns a lock for one Lock or TryLock call on resource, not yet
+// held, with token, or with a fresh one when token is "" (Resume gives
+// its own).
+func (c *Client) newLock(resource string, cfg config, token string) (*Lock, error) {
+	if token == "" {
+		id, err := uuid.NewRandom() // v4, 122 bits from crypto/rand
+		if err != nil {
+			return nil, fmt.Errorf("redlock: token: %w", err)
+		}
+		token = id.String()
 	}
-	return c.newLockToken(resource, cfg, id.String()), nil
-}
-
-// newLockToken is newLock with a given token (Resume's).
-func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 	n := len(c.nodes)
 	l := &Lock{
 		lease: &lease{
@@ -237,7 +251,7 @@ func (c *Client) newLockToken(resource string, cfg config, token string) *Lock {
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
 	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), &l.mu, &c.wg, (*owner)(l))
-	return l
+	return l, nil
 }
 
 // outcome is what one attempt came to: the tally of its round (phase 1),
@@ -255,19 +269,15 @@ type outcome struct {
 // fencing), queued as w says (its zero value: not queued): on success l is
 // held. With h (nil: none), a key handed to the attempt by a node that
 // refused it counts too (see inFlight).
-func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.Waiter, h *inFlight) outcome {
-	start := time.Now()
-	o := c.try(ctx, l, w, h)
-	if obs := l.cfg.obs; obs != nil {
-		obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes, Pending: o.t.Pending,
-			Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(o.err), Err: o.err, NodeErrors: c.nodeErrors(o.t)})
-	}
-	return o
-}
-
-// try is attempt without the hook.
-func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight) outcome {
+func (c *Client) attempt(ctx context.Context, callID uint64, l *Lock, w scripts.Waiter, h *inFlight) (o outcome) {
 	cfg := l.cfg
+	if obs := cfg.obs; obs != nil { // WithHooks, WithLogger (hooks.go)
+		start := time.Now()
+		defer func() {
+			obs.Attempt(ctx, AttemptInfo{Call: callID, Resource: l.resource, Latency: time.Since(start), Granted: o.t.Yes, Pending: o.t.Pending,
+				Quorum: c.quorum, Nodes: len(c.nodes), Outcome: outcomeOf(o.err), Err: o.err, NodeErrors: c.nodeErrors(o.t)})
+		}()
+	}
 	// The arguments are boxed once for every node; each node's not-after
 	// bound (step 4) is the node layer's.
 	args := scripts.AcquireArgs(l.token, cfg.ttl, w, c.wakeArgs)
@@ -289,7 +299,7 @@ func (c *Client) try(ctx context.Context, l *Lock, w scripts.Waiter, h *inFlight
 	// or, queued, granted or was handed to us (step 9).
 	var t quorum.Tally
 	if h == nil {
-		t = r.Collect(ctx, classify, quorum.Majority)
+		t = r.CollectWake(ctx, classify, quorum.Majority, nil)
 	} else {
 		h.start = r.Started()
 		t = r.CollectWake(ctx, classify, h.decide, h.wake())
@@ -346,7 +356,7 @@ func (c *Client) hold(ctx context.Context, l *Lock, validUntil time.Time, first 
 	l.taken = l.acquired
 	l.id = c.ids.Add(1)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	l.outer, l.ctx = heldBy(ctx), withHolder(l.ctx, l) // a call on this ctx is the holder's (reentry.go)
+	l.outer, l.ctx = heldBy(ctx), context.WithValue(l.ctx, holderKey{}, l) // a call on this ctx is the holder's (reentry.go)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

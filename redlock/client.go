@@ -36,41 +36,41 @@ type clientNode struct {
 // fenceSuffix names a resource's fence counter: key + fenceSuffix.
 const fenceSuffix = ":fence"
 
-// keys names the keys of resource on this node. On a Cluster node the lock
-// key and the fence counter share a hash tag, so they live in one slot and
-// one script may touch both.
-func (n *clientNode) keys(prefix, resource string, fencing bool, token string) scripts.Keys {
-	lock := prefix + resource
+// lockKey names resource's lock key on this node. On a Cluster node it
+// carries a hash tag, so that the lock's other keys (its name and a
+// suffix: the fence counter, the queue, the guards) live in its slot and
+// one script may touch them all.
+func (n *clientNode) lockKey(prefix, resource string) string {
 	if n.Cluster {
-		lock = prefix + "{" + resource + "}"
+		return prefix + "{" + resource + "}"
 	}
-	fence := ""
-	if fencing {
-		fence = lock + fenceSuffix
-	}
-	return scripts.NewKeys(lock, fence, token)
+	return prefix + resource
 }
 
 // lockKeys names the keys of a lock of cfg's kind (Mode: rwlock.go,
-// multilock.go) on this node (newLock).
+// multilock.go) on this node, held by token (newLock).
 func (n *clientNode) lockKeys(prefix, resource string, cfg config, token string) scripts.Keys {
-	switch cfg.mode {
-	case ModeRead:
-		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker
-			return scripts.NewBrokenReadKeys(n.keys(prefix, resource, false, "").Lock, token)
-		}
-		return scripts.NewReadKeys(n.keys(prefix, resource, false, "").Lock, token)
-	case ModeWrite:
-		k := n.keys(prefix, resource, cfg.fencing, "")
-		return scripts.NewWriteKeys(k.Lock, k.Fence, token)
-	case ModeMulti:
+	if cfg.mode == ModeMulti {
 		locks := make([]string, len(cfg.resources))
 		for i, r := range cfg.resources {
-			locks[i] = n.keys(prefix, r, false, "").Lock
+			locks[i] = n.lockKey(prefix, r)
 		}
 		return scripts.NewMultiKeys(locks, token)
 	}
-	return n.keys(prefix, resource, cfg.fencing, token)
+	lock, fence := n.lockKey(prefix, resource), ""
+	if cfg.fencing {
+		fence = lock + fenceSuffix
+	}
+	switch cfg.mode {
+	case ModeRead: // readers have no fence
+		if testhooks.ReaderIgnoresWriter.Load() { // a negative control of the chaos checker
+			return scripts.NewBrokenReadKeys(lock, token)
+		}
+		return scripts.NewReadKeys(lock, token)
+	case ModeWrite:
+		return scripts.NewWriteKeys(lock, fence, token)
+	}
+	return scripts.NewKeys(lock, fence, token)
 }
 
 // Client acquires locks on a majority of N independent Redis masters. It is
@@ -146,8 +146,8 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("nodes: at least one node is needed")
 	}
-	cfg := buildConfig(defaultConfig(), opts)
-	if err := cfg.validate(); err != nil {
+	cfg, err := buildConfig(defaultConfig(), opts, false)
+	if err != nil {
 		return nil, err
 	}
 	c := &Client{
@@ -172,7 +172,6 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.cfg.keyPrefixSet, c.cfg.renewBatchSet = false, false
 	c.chanPre = c.cfg.keyPrefix + "wake:"
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
@@ -319,7 +318,7 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	n := len(c.nodes)
 	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
-			ok, err := scripts.Exists(ctx, s, c.nodes[i].keys(c.cfg.keyPrefix, resource, false, "").Lock)
+			ok, err := scripts.Exists(ctx, s, c.nodes[i].lockKey(c.cfg.keyPrefix, resource))
 			return reply{ours: ok}, err
 		})
 	})

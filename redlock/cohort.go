@@ -236,7 +236,7 @@ func (c *Client) handOn(ctx context.Context, l *Lock) bool {
 	}
 	n := &Lock{lease: l.lease, id: c.ids.Add(1), lost: make(chan struct{}), lostDone: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancelCause(context.WithoutCancel(t.ctx))
-	n.outer, n.ctx = heldBy(t.ctx), withHolder(n.ctx, n)
+	n.outer, n.ctx = heldBy(t.ctx), context.WithValue(n.ctx, holderKey{}, n)
 	c.mu.Lock()
 	ok := !c.closed
 	if ok {

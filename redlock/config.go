@@ -61,8 +61,11 @@ func defaultConfig() config {
 	}
 }
 
-// buildConfig applies opts over base. A nil option is ignored.
-func buildConfig(base config, opts []Option) config {
+// buildConfig applies opts over base (a nil option is ignored) and checks
+// the result: the one place a config is made and validated, for New (base:
+// the defaults) and for each call (forCall; base: the Client's), where the
+// options valid for New only are refused.
+func buildConfig(base config, opts []Option, forCall bool) (config, error) {
 	c := base
 	c.keyPrefixSet, c.renewBatchSet = false, false
 	for _, o := range opts {
@@ -70,20 +73,18 @@ func buildConfig(base config, opts []Option) config {
 			o.apply(&c)
 		}
 	}
-	c.obs = c.observer()
-	return c
-}
-
-// observer returns the hooks to call (WithHooks and WithLogger, hooks.go),
-// or nil when there are none.
-func (c *config) observer() Hooks {
+	c.plain = forCall && len(opts) == 0
+	// The hooks to call (WithHooks and WithLogger, hooks.go), nil when
+	// there are none.
 	switch {
 	case c.logger == nil:
-		return c.hooks
+		c.obs = c.hooks
 	case c.hooks == nil:
-		return logHooks{c.logger}
+		c.obs = logHooks{c.logger}
+	default:
+		c.obs = multiHooks{c.hooks, logHooks{c.logger}}
 	}
-	return multiHooks{c.hooks, logHooks{c.logger}}
+	return c, c.validate(forCall)
 }
 
 // interval returns the effective renew interval.
@@ -102,9 +103,14 @@ func (c *config) timeout() time.Duration {
 	return min(c.ttl/10, MaxNodeTimeout)
 }
 
-// validate checks the rules of the contract, once all options are applied.
-func (c *config) validate() error {
+// validate checks the rules of the contract, once all options are applied
+// (buildConfig); forCall refuses the options valid for New only.
+func (c *config) validate(forCall bool) error {
 	switch {
+	case forCall && c.keyPrefixSet:
+		return invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
+	case forCall && c.renewBatchSet:
+		return invalid("WithRenewBatch is valid for New only")
 	case c.ttl <= 0:
 		return invalid("WithTTL: ttl must be positive, got %v", c.ttl)
 	case c.drift < 0 || c.drift >= 1 || c.drift != c.drift:
@@ -144,20 +150,12 @@ func (c *config) validate() error {
 }
 
 // callConfig merges per-call options over the Client's defaults and checks
-// the result.
+// them and resource.
 func (c *Client) callConfig(resource string, opts []Option) (config, error) {
-	cfg := buildConfig(c.cfg, opts)
-	cfg.plain = len(opts) == 0
 	if err := c.checkResource(resource); err != nil {
-		return cfg, err
+		return config{}, err
 	}
-	if cfg.keyPrefixSet {
-		return cfg, invalid("WithKeyPrefix is valid for New only: per call it would hide the key from IsLocked")
-	}
-	if cfg.renewBatchSet {
-		return cfg, invalid("WithRenewBatch is valid for New only")
-	}
-	return cfg, cfg.validate()
+	return buildConfig(c.cfg, opts, true)
 }
 
 // checkResource refuses resource names that would collide with other keys.

@@ -30,7 +30,7 @@ func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // runHeld runs fn under l and releases l afterwards: the rest of Do, shared
 // with Semaphore.Do.
 func runHeld(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
-	fctx, cancel := context.WithCancelCause(withHolder(ctx, l)) // fn locking l's resource again would wait for itself (reentry.go)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, holderKey{}, l)) // fn locking l's resource again would wait for itself (reentry.go)
 	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
 	ferr := fn(fctx)
 	stop()

@@ -24,16 +24,11 @@ import (
 // It returns an error matching ErrInvalidArgument when opts are not valid
 // per call (Lock would refuse them too), ErrClosed never.
 func (c *Client) Link(link *node.Linked, opts ...Option) error {
-	cfg := buildConfig(c.cfg, opts)
-	switch {
-	case link == nil:
+	if link == nil {
 		return invalid("Link: link must not be nil")
-	case cfg.keyPrefixSet:
-		return invalid("WithKeyPrefix is valid for New only")
-	case cfg.renewBatchSet:
-		return invalid("WithRenewBatch is valid for New only")
 	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := buildConfig(c.cfg, opts, true)
+	if err != nil {
 		return err
 	}
 	*link = c.set.Link(cfg.timeout(), c.goOwned)

@@ -177,8 +177,8 @@ func FuzzClient(f *testing.F) {
 			// the previous call's lock that lands after this call began
 			// (the Client finishes it, step 4) can hand it the key. Never
 			// more than a TTL from now holds for every path.
-			if ttl := buildConfig(c.cfg, callOpts).ttl; l.ValidUntil().After(time.Now().Add(ttl)) {
-				t.Errorf("%s: ValidUntil %v after now + TTL %v", call, time.Until(l.ValidUntil()), ttl)
+			if cfg, _ := buildConfig(c.cfg, callOpts, true); l.ValidUntil().After(time.Now().Add(cfg.ttl)) {
+				t.Errorf("%s: ValidUntil %v after now + TTL %v", call, time.Until(l.ValidUntil()), cfg.ttl)
 			}
 			if err := l.Unlock(context.Background()); !typedErr(err, ErrNotHeld, ErrLockLost, ErrNoQuorum) {
 				t.Errorf("%s: Unlock = %v; want a typed error", call, err)

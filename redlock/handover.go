@@ -152,7 +152,10 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 	if ctx.Err() != nil {
 		return nil, ctxDoneBefore(ctx) // nothing sent, nothing known (issue 44 item 3)
 	}
-	l := c.newLockToken(resource, cfg, token)
+	l, err := c.newLock(resource, cfg, token) // token is a UUID, never ""
+	if err != nil {
+		return nil, err
+	}
 	n := len(c.nodes)
 	// Ask first, write nothing: heal absent nodes only once a majority
 	// confirmed the token (DESIGN step 4).
@@ -206,7 +209,7 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		// the re-arm wrote no key, so the keys are left alone, as after a
 		// first round without quorum, and Resume may be retried (issue 44
 		// review D4; it used to release them). The lock was never held
-		// (newLockToken) and nothing is released, so a re-arm request
+		// (newLock) and nothing is released, so a re-arm request
 		// still in flight lands after no release of ours; its not-after
 		// bound voids it if it lands late.
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes confirmed the extension, %d needed", ErrNoQuorum, resource, t2.Yes, n, c.quorum), t2)

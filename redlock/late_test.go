@@ -374,6 +374,14 @@ func TestLate_resumedWaiterLeavesNoQueueEntry(t *testing.T) {
 	}
 	warm.Unlock(context.Background())
 	listening(t, waiter)
+	// The resumer too: Resume is its first call, and a fresh Client's first
+	// request to a node (dial, identity check, clock probe) missed the 1s
+	// node timeout on two nodes once beside stress-ng (.ci/stress).
+	if warm, err := resumer.Lock(wctx, "late-queue-warm-up"); err != nil {
+		t.Fatal(err)
+	} else {
+		warm.Unlock(context.Background())
+	}
 	// A retry delay of 10s: the waiter's entries neither lapse nor get
 	// refreshed by a fallback attempt while the test runs.
 	got := lockAsync(t, waiter, res, WithRetryDelay(10*time.Second, 11*time.Second))
@@ -882,7 +890,9 @@ func TestLate_refusedTryLockWaitsForItsStragglers(t *testing.T) {
 // (internal/sim/mutate) takes the check out: the lock is then valid
 // again. A trial proves something only if the Extend began well before
 // ValidUntil and returned after it; a loaded machine may shift it, so up
-// to 8 trials are made until 2 prove it.
+// to 8 trials are made until one proves it. One is enough: without the
+// check every proving trial leaves the lock valid (it took 2 before, 2s
+// each of this serial test).
 func TestLate_extendDecidedAfterValidUntilLoses(t *testing.T) {
 	testhooks.DeadlineUnwatched.Store(true)
 	defer testhooks.DeadlineUnwatched.Store(false)
@@ -893,7 +903,7 @@ func TestLate_extendDecidedAfterValidUntilLoses(t *testing.T) {
 	c := newClient(t, rc.Clients(), WithTTL(2*time.Second), WithNodeTimeout(1500*time.Millisecond),
 		WithRenewInterval(1800*time.Millisecond), WithAutoRenew(false))
 	proved := 0
-	for trial := 0; trial < 8 && proved < 2; trial++ {
+	for trial := 0; trial < 8 && proved < 1; trial++ {
 		res := "late-decided-" + strconv.Itoa(trial)
 		l, err := c.Lock(t.Context(), res)
 		if err != nil {
@@ -925,8 +935,8 @@ func TestLate_extendDecidedAfterValidUntilLoses(t *testing.T) {
 		}
 		l.Unlock(context.Background())
 	}
-	if proved < 2 {
-		t.Fatalf("only %d of 8 trials had an Extend begun before ValidUntil and decided after it; want 2", proved)
+	if proved < 1 {
+		t.Fatalf("none of 8 trials had an Extend begun before ValidUntil and decided after it; want 1")
 	}
 }
 

@@ -163,13 +163,6 @@ func (l *Lock) ValidUntil() time.Time {
 	return l.validUntil
 }
 
-// until is the lease's validity, whichever handle holds it.
-func (le *lease) until() time.Time {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.validUntil
-}
-
 // Valid reports whether the lock is held: not lost, not unlocked, not closed,
 // and now is before ValidUntil. It never reports true at or after
 // ValidUntil. It does no I/O.
@@ -183,10 +176,13 @@ func (l *Lock) Valid() bool {
 }
 
 // handOut is Lock's last check before it returns l (step 6): Valid, and,
-// the first time the lease holds, the registration with the renewal
-// scheduler (watch), so that the scheduler only ever watches a lock the
-// caller got. A handle a lease was passed to (cohort.go) is checked the
-// same way; its lease is watched already.
+// the first time the lease holds, its registration with the Client's
+// renewal scheduler (step 7), so that the scheduler only ever watches a
+// lock the caller got: a lock granted but then found expired is dropped
+// without ever being watched, so its loss can never reach the caller's
+// OnLost. A deadline that passes from here on is the returned lock's loss.
+// A handle a lease was passed to (cohort.go) is checked the same way; its
+// lease is watched already.
 func (l *Lock) handOut() bool {
 	l.mu.Lock()
 	ok := l.cur == l && l.state == stateHeld && time.Now().Before(l.validUntil)
@@ -198,28 +194,20 @@ func (l *Lock) handOut() bool {
 		l.watched = true
 	}
 	l.mu.Unlock()
-	if first {
-		l.watch()
+	if !first {
+		return ok
 	}
-	return ok
-}
-
-// watch registers the lock with the Client's renewal scheduler (step 7).
-// Lock's last check calls it, through Valid, once the lock is sure to be
-// returned: a lock granted but then found expired is dropped without ever
-// being watched, so its loss can never reach the caller's OnLost. A
-// deadline that passes from here on is the returned lock's loss.
-func (l *Lock) watch() {
 	if l.cfg.maxHold > 0 {
 		l.armMaxHold() // WithMaxHold (maxhold.go)
 	}
 	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
 	if err != nil { // closed meanwhile; Close releases it
-		return
+		return true
 	}
 	l.mu.Lock()
 	l.handle = h
 	l.mu.Unlock()
+	return true
 }
 
 // watch is what the renewal scheduler sees of a Lock.
@@ -239,7 +227,13 @@ func renewError(err error) error {
 	return err
 }
 
-func (w watch) ValidUntil() time.Time { return w.l.until() } // the lease's, whichever handle holds it
+// ValidUntil is the lease's validity, whichever handle holds it.
+func (w watch) ValidUntil() time.Time {
+	le := w.l.lease
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.validUntil
+}
 
 func (w watch) Lose(err error) {
 	// A renewal that raced Close (it found the Client closed) is not a

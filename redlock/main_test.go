@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 	// Fault tests kill and cut nodes on purpose; go-redis would log every
 	// failed dial.
 	redis.SetLogger(quietLogger{})
-	redistest.WaitingParallel(2)
+	// 3 per CPU: see WaitingParallel.
+	redistest.WaitingParallel(3)
 	goleak.VerifyTestMain(m)
 }

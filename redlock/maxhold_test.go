@@ -99,8 +99,7 @@ func TestWithMaxHold_defaultNone(t *testing.T) {
 	if got := defaultConfig().maxHold; got != 0 {
 		t.Errorf("default max hold = %v; want 0 (none)", got)
 	}
-	cfg := buildConfig(defaultConfig(), []Option{WithMaxHold(-1)})
-	if err := cfg.validate(); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("WithMaxHold(-1): validate = %v; want ErrInvalidArgument", err)
+	if _, err := buildConfig(defaultConfig(), []Option{WithMaxHold(-1)}, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("WithMaxHold(-1): buildConfig = %v; want ErrInvalidArgument", err)
 	}
 }

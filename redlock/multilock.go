@@ -75,7 +75,7 @@ func (c *Client) multiResources(resources []string) ([]string, error) {
 		}
 		first := -1
 		for j, r := range rs {
-			s := keySlot(c.nodes[i].keys(c.cfg.keyPrefix, r, false, "").Lock)
+			s := keySlot(c.nodes[i].lockKey(c.cfg.keyPrefix, r))
 			if first < 0 {
 				first = s
 			} else if s != first {

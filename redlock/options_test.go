@@ -120,9 +120,12 @@ func TestConfig_derivedDefaults(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			base := buildConfig(defaultConfig(), tc.client)
-			cfg := buildConfig(base, tc.call)
-			if err := cfg.validate(); err != nil {
+			base, err := buildConfig(defaultConfig(), tc.client, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := buildConfig(base, tc.call, true)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if cfg.interval() != tc.wantInterval || cfg.timeout() != tc.wantTime {

@@ -21,20 +21,9 @@ import (
 // deadlocks, as it does with sync.RWMutex. A ctx that does not come from the lock (context.Background(),
 // a request's ctx) is another caller, and waits its turn.
 
-// holderKey is the ctx key under which a Lock's Context carries the lock.
+// holderKey is the ctx key under which a Lock's Context carries the lock
+// (context.WithValue(ctx, holderKey{}, l)).
 type holderKey struct{}
-
-// withHolder returns ctx carrying l as its holder.
-func withHolder(ctx context.Context, l *Lock) context.Context {
-	return context.WithValue(ctx, holderKey{}, l)
-}
-
-// holderOf returns the innermost lock ctx carries, or nil. The others
-// it carried when that lock was acquired are in its outer.
-func holderOf(ctx context.Context) *Lock {
-	l, _ := ctx.Value(holderKey{}).(*Lock)
-	return l
-}
 
 // heldBy returns the locks ctx carries that are still held: a lock
 // acquired on ctx records them as its outer. Only held ones are kept, so
@@ -42,7 +31,7 @@ func holderOf(ctx context.Context) *Lock {
 // hand-over-hand locking, where each lock's ctx comes from the previous,
 // released one (it grew by one lock per acquisition before).
 func heldBy(ctx context.Context) []*Lock {
-	h := holderOf(ctx)
+	h, _ := ctx.Value(holderKey{}).(*Lock) // the innermost; the others it carried are in its outer
 	if h == nil {
 		return nil
 	}
@@ -66,12 +55,8 @@ func (l *Lock) holds() bool {
 // lock of c, still held, that a call of kind cfg.mode on resource would
 // wait for: the call would wait for itself.
 func (c *Client) callerHolds(ctx context.Context, resource string, cfg config) error {
-	h := holderOf(ctx)
-	if h == nil {
-		return nil
-	}
-	for _, h := range append([]*Lock{h}, h.outer...) {
-		if h.c != c || !h.holds() {
+	for _, h := range heldBy(ctx) {
+		if h.c != c {
 			continue
 		}
 		for _, r := range h.Resources() {

@@ -268,7 +268,9 @@ func TestLock_ctxDoneBeforeTheCall(t *testing.T) {
 // that one unlocked after: the locks a ctx carries are pruned to those
 // still held, so the list stays short (it grew by one per lock before: the
 // 1,000th lock carried 999 released ones), and the holder is still told
-// it holds the lock it holds.
+// it holds the lock it holds. 100 locks show it as 1,000 did (the list
+// would reach 99; a list that stays at one is bounded), in a tenth of the
+// time: 1,000 took 7.6-9.5s under -race, the package's CPU.
 func TestReentry_handOverHandChainBounded(t *testing.T) {
 	t.Parallel()
 	_, nodes := miniNodes(t, 3)
@@ -278,7 +280,7 @@ func TestReentry_handOverHandChainBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	longest := 0
-	for i := 1; i <= 1000; i++ {
+	for i := 1; i <= 100; i++ {
 		l, err := c.Lock(prev.Context(), "hoh:"+string(rune('a'+i%2)))
 		if err != nil {
 			t.Fatalf("lock %d: %v", i, err)

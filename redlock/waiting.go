@@ -20,7 +20,7 @@ import (
 // wake-up registration), the retry delay, and what the last wait brought —
 // a key handed over by a majority of releases, which makes the lock ours
 // without a round; and what its attempts with the current token did
-// (queuedAt, yielded, queueSent, starts: reset with the token, renew).
+// (queuedAt, yielded, queueSent, starts: reset with the token, retoken).
 // Only the call's goroutine touches it.
 type waiting struct {
 	c      *Client
@@ -172,13 +172,13 @@ func firstRenewal(cfg config, until time.Time) time.Duration {
 	return max((time.Until(until)-cfg.timeout())/2, time.Millisecond)
 }
 
-// renew replaces the call's lock with one of a fresh token, queued with
-// the same ticket; the waiter follows the new token. err is returned
-// (with a nil lock) only if no token could be made.
-func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
-	l, nerr := q.c.newLock(old.resource, old.cfg)
-	if nerr != nil {
-		return nil, nerr
+// retoken replaces the call's lock with one of a fresh token, queued with
+// the same ticket; the waiter follows the new token. It fails only if no
+// token can be made.
+func (q *waiting) retoken(old *Lock) (*Lock, error) {
+	l, err := q.c.newLock(old.resource, old.cfg, "")
+	if err != nil {
+		return nil, err
 	}
 	if old.waiter.Member != "" {
 		l.waiter = q.c.queued(l, q.ticket)
@@ -188,7 +188,7 @@ func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
 	if q.w != nil {
 		q.w.retoken(l.token)
 	}
-	return l, err
+	return l, nil
 }
 
 // wait is what a Lock call does after a failed attempt whose error is
@@ -196,13 +196,13 @@ func (q *waiting) renew(old *Lock, err error) (*Lock, error) {
 // this Client's channel, once per Client; queue on the nodes with the next
 // attempt, made at once); otherwise it sleeps the retry delay, cut short
 // when releases hand it the key. It returns an error only when the call
-// ends (ctx done, Client closed), after abandoning l.
+// must end (acquire's exit 9: the registration failed, ctx done, Client
+// closed); acquire then abandons l.
 func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) error {
 	c := q.c
 	if q.w == nil && q.cfg.wakeUp && errors.Is(err, ErrNotObtained) {
 		w, jerr := c.wake.join(l.token)
 		if jerr != nil {
-			c.abandon(ctx, l, quorum.Tally{})
 			return jerr
 		}
 		q.w = w
@@ -265,10 +265,8 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 				}
 			}
 		case <-ctx.Done():
-			c.abandon(ctx, l, quorum.Tally{})
 			return errors.Join(err, ctx.Err())
 		case <-c.closing:
-			c.abandon(ctx, l, quorum.Tally{})
 			return ErrClosed
 		}
 	}

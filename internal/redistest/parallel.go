@@ -17,7 +17,12 @@ import (
 // those waits; each test's bounds are kept for a loaded machine anyway (see
 // docs/development.md). Not too many: at 5 per CPU the redlock package's
 // requests all timed out beside stress-ng --cpu 2 (in 2 of 2 runs), at 2
-// per CPU it passed. -parallel on the command line still decides.
+// per CPU it passed. The redlock package runs 3 per CPU: its parallel
+// tests kept 4 slots busy the whole of its parallel phase (about 90 of
+// its 140s idle, 53s of CPU), and at load 17-21 three runs of each took
+// 145-169s at 2 per CPU and 119-131s at 3, with one failing test in two
+// runs of either (a different test each time). -parallel on the command
+// line still decides.
 func WaitingParallel(perCPU int) {
 	if !flag.Parsed() {
 		flag.Parse()

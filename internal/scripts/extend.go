@@ -29,16 +29,17 @@ func Extend(ctx context.Context, c redis.Scripter, k Keys, token string, ttl tim
 // arguments that stay the same — for a lock that sends it again and again
 // (Extend, on every renewal). It is safe for concurrent use.
 type Prepared struct {
-	s    script
-	keys []string
-	cmd  []any // the whole EVALSHA command but the not-after bound
+	s     script
+	keys  []string
+	boxed []any // keys, boxed behind their count (see boxKeys)
+	args  []any // the arguments but the not-after bound
 }
 
 // PrepareExtend prepares Extend(k, token, ttl, t); run it with
 // Prepared.Extend.
 func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
-	s := k.kind().extend
-	return Prepared{s: s, keys: k.ext, cmd: s.evalshaCmd(k.extv, []any{token, ms(ttl), t})}
+	s := k.set.extend
+	return Prepared{s: s, keys: k.ext, boxed: k.extv, args: []any{token, ms(ttl), t}}
 }
 
 // PrepareRearm prepares an Extend of a plain lock's key that re-arms it
@@ -47,16 +48,13 @@ func PrepareExtend(k Keys, token string, ttl time.Duration, t int64) Prepared {
 // it, so that a key that expired after Resume read it is not set again
 // before a majority confirmed the token in the same round.
 func PrepareRearm(k Keys, token string, ttl time.Duration) Prepared {
-	return Prepared{s: rearm, keys: k.ext, cmd: rearm.evalshaCmd(k.extv, []any{token, ms(ttl), 0})}
+	return Prepared{s: rearm, keys: k.ext, boxed: k.extv, args: []any{token, ms(ttl), 0}}
 }
 
 // Extend runs a call prepared by PrepareExtend on c, as Extend does, with
 // a not-after bound (see AcquireWith; nil or 0: none).
 func (p Prepared) Extend(ctx context.Context, c redis.Scripter, notAfter *int64) (Extended, error) {
-	cmd := make([]any, len(p.cmd)+1)
-	copy(cmd, p.cmd)
-	cmd[len(p.cmd)] = notAfter
-	return parseExtended(p.s.runCmd(ctx, c, p.keys, cmd).Int64())
+	return parseExtended(p.s.run(ctx, c, p.keys, p.boxed, p.args, notAfter).Int64())
 }
 
 func parseExtended(n int64, err error) (Extended, error) {

@@ -44,7 +44,7 @@ func AcquireGuarded(ctx context.Context, c redis.Scripter, k Keys, token string,
 // a not-after bound (see AcquireWith; nil or 0: none).
 func AcquireGuardedWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64, guard time.Duration) (bool, int64, error) {
 	secs := int64((guard + time.Second - 1) / time.Second)
-	v, err := k.kind().acquireGuarded.Run(ctx, c, k.acq, append(args[:len(args):len(args)], notAfter, secs)...).Result()
+	v, err := k.set.acquireGuarded.Run(ctx, c, k.acq, append(args[:len(args):len(args)], notAfter, secs)...).Result()
 	if err != nil {
 		return false, 0, err
 	}

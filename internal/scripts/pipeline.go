@@ -45,7 +45,7 @@ func IsNoScript(err error) bool {
 // Loading, the first release of each kind of lock goes as EVAL instead.
 // Read the outcome with ReleaseResult after Exec.
 func ReleaseCmd(ctx context.Context, p redis.Pipeliner, k Keys, args []any) *redis.Cmd {
-	set := k.kind()
+	set := k.set
 	if lp, ok := p.(*loading); ok && lp.first(set) {
 		return set.release.Eval(ctx, p, k.rel, args...)
 	}
@@ -90,7 +90,7 @@ func ReleaseResult(cmd *redis.Cmd) (Released, error) {
 // first (Load), or redo the commands that fail with NOSCRIPT after loading
 // it. Read the outcome with ExtendResult after Exec.
 func ExtendCmd(ctx context.Context, p redis.Pipeliner, k Keys, token string, ttl time.Duration, t int64, notAfter *int64) *redis.Cmd {
-	return k.kind().extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
+	return k.set.extend.EvalSha(ctx, p, k.ext, token, ms(ttl), t, notAfter)
 }
 
 // ExtendResult reads the outcome of a command queued by ExtendCmd.

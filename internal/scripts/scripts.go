@@ -82,44 +82,30 @@ type processor interface {
 }
 
 // run runs the script with keys (boxed: numkeys first, then the keys; see
-// boxKeys) and args as given, as EVALSHA, and as EVAL when the node answers
-// NOSCRIPT (after a restart or SCRIPT FLUSH), like redis.Script.Run. Unlike
-// Script.Run it does not box the keys and arguments again for each
-// request: the command is the keys and arguments of the lock, boxed once,
-// behind the script's head. A client without Process gets Script.Run.
-func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed []any, args []any, last ...any) *redis.Cmd {
-	return s.runCmd(ctx, c, keys, s.evalshaCmd(boxed, args, last...))
-}
-
-// runCmd is run with the whole EVALSHA command built already (see
-// evalshaCmd): nothing is allocated for it per request.
-func (s script) runCmd(ctx context.Context, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
+// boxKeys), args and then last, as EVALSHA, and again as EVAL when the node
+// answers NOSCRIPT (after a restart or SCRIPT FLUSH), as redis.Script.Run
+// does. Unlike Script.Run it does not box the keys and arguments again for
+// each request: the keys and arguments of a lock are boxed once, and the
+// command is one allocation for all of them. A client without Process gets
+// Script.Run. Every script call of a lock goes through it.
+func (s script) run(ctx context.Context, c redis.Scripter, keys []string, boxed, args []any, last ...any) *redis.Cmd {
+	cmd := make([]any, 0, 2+len(boxed)+len(args)+len(last))
+	cmd = append(cmd, "evalsha", s.sha)
+	cmd = append(cmd, boxed...)
+	cmd = append(cmd, args...)
+	cmd = append(cmd, last...)
 	p, ok := c.(processor)
 	if !ok {
-		return s.Run(ctx, c, keys, cmd[2+1+len(keys):]...)
+		return s.Run(ctx, c, keys, cmd[2+len(boxed):]...)
 	}
-	return s.process(ctx, p, c, keys, cmd)
-}
-
-func (s script) process(ctx context.Context, p processor, c redis.Scripter, keys []string, cmd []any) *redis.Cmd {
 	r := redis.NewCmd(ctx, cmd...)
 	if len(keys) > 0 {
 		r.SetFirstKeyPos(3) // as EvalSha does: Cluster routes by the first key
 	}
 	if err := p.Process(ctx, r); err != nil && IsNoScript(err) {
-		return s.Eval(ctx, c, keys, cmd[2+1+len(keys):]...)
+		return s.Eval(ctx, c, keys, cmd[2+len(boxed):]...)
 	}
 	return r
-}
-
-// evalshaCmd returns the whole EVALSHA command of s for boxed keys, args
-// and then last (one allocation for all of it).
-func (s script) evalshaCmd(boxed []any, args []any, last ...any) []any {
-	cmd := make([]any, 0, 2+len(boxed)+len(args)+len(last))
-	cmd = append(cmd, "evalsha", s.sha)
-	cmd = append(cmd, boxed...)
-	cmd = append(cmd, args...)
-	return append(cmd, last...)
 }
 
 // numKeys are the boxed key counts of the scripts' commands.
@@ -159,17 +145,10 @@ type Keys struct {
 	com   []string
 	// The same, boxed once for the commands, each behind its count.
 	acqv, extv, relv []any
-	// set is the scripts of this kind of lock; nil: the plain lock's
-	// (read-write and multi-resource locks: rwkeys.go).
+	// set is the scripts of this kind of lock: plainSet, or a read-write
+	// or multi-resource lock's (rwkeys.go). A Keys not made by one of the
+	// New…Keys functions has none, and runs no script.
 	set *scriptSet
-}
-
-// kind returns the scripts of k's kind of lock.
-func (k Keys) kind() *scriptSet {
-	if k.set == nil {
-		return plainSet
-	}
-	return k.set
 }
 
 // The suffixes of a lock's other keys, after the lock key. GuardSuffix is
@@ -184,7 +163,7 @@ const (
 // NewKeys returns the keys of the lock held by token: fence is "" when
 // fencing is off.
 func NewKeys(lock, fence, token string) Keys {
-	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence}
+	k := Keys{Lock: lock, Guard: lock + GuardSuffix + token, Queue: lock + QueueSuffix, Lapse: lock + LapseSuffix, Fence: fence, set: plainSet}
 	k.rel = []string{k.Lock, k.Guard, k.Queue, k.Lapse}
 	k.acq, k.ext = k.rel, k.rel[:2]
 	if fence != "" {
@@ -243,7 +222,8 @@ func (lateError) Is(target error) bool { return target == context.DeadlineExceed
 // so *notAfter must not change until the call returns; a pointer (not a
 // boxed int64) lets a round keep the bounds of all its nodes in one slice.
 func AcquireWith(ctx context.Context, c redis.Scripter, k Keys, args []any, notAfter *int64) (bool, int64, error) {
-	v, err := k.kind().acquire.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
+	s := k.set.acquire
+	v, err := s.run(ctx, c, k.acq, k.acqv, args, notAfter).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -300,7 +280,7 @@ const (
 
 // ReleaseWith is Release with arguments from ReleaseArgs.
 func ReleaseWith(ctx context.Context, c redis.Scripter, k Keys, args []any) (Released, error) {
-	s := k.kind().release
+	s := k.set.release
 	if s == release && testhooks.QueueTieKeeps.Load() {
 		s = releaseTieKeeps // a negative control
 	}

@@ -167,8 +167,10 @@ func (p *program) index() {
 			case *ast.CallExpr:
 				called[unparen(info, x.Fun)] = true
 			case *ast.FuncLit:
-				if l := p.lits[x]; l != nil && !called[x] {
-					l.value = true // (a literal outside any function, as a package variable's value, is not read)
+				// A literal outside any function (a package-level var's
+				// value) has no entry: no read enters it by name.
+				if lit := p.lits[x]; lit != nil && !called[x] {
+					lit.value = true
 				}
 			case *ast.Ident:
 				if !called[x] {

@@ -16,7 +16,8 @@ import (
 // known: every way a callee is reached (by name, a function value met on
 // the way, one passed on, an interface, a send to a worker, an element of a
 // slice of functions), a branch that did not run, a function called twice, a
-// deferred call, a function that ran but is not reached.
+// deferred call, a function that ran but is not reached, a package-level
+// function literal.
 var fixture = map[string]string{
 	"a.go": `package fix
 
@@ -72,6 +73,10 @@ func work(ch chan task) {
 		t.run()
 	}
 }
+
+// A literal outside any function: no read reaches it (it once made index
+// panic).
+var hook = func() {}
 `,
 }
 
