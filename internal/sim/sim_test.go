@@ -64,6 +64,11 @@ func runSeed(t *testing.T, p Plan) Result {
 	wd := time.AfterFunc(*hangAfter, func() {
 		fmt.Printf("seed %d failed (replay: %s):\nVIOLATION hang at wall-%v: the seed did not end within %v of wall time (a seed takes a second or less)\n",
 			p.Seed, replayCommand(p.Seed), *hangAfter, *hangAfter)
+		// Every goroutine's stack, to stderr after the report: a hang
+		// replayed alone has not come back so far (seed 316 beside the
+		// race suite), so the stacks of the run that hung are what there is.
+		buf := make([]byte, 64<<20)
+		os.Stderr.Write(buf[:runtime.Stack(buf, true)])
 		os.Exit(1)
 	})
 	defer wd.Stop()
