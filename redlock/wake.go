@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,13 +33,19 @@ type wakeups struct {
 	c       *Client
 	channel string // this Client's channel
 
-	mu        sync.Mutex // protects the fields below
-	subs      []*redis.PubSub
-	ready     chan struct{} // closed once a majority of nodes confirmed the subscription
-	confirmed []bool        // per node
-	confirms  int
-	waiters   map[string]*waiter // by token
-	closed    bool
+	mu   sync.Mutex // protects the fields below
+	subs []*redis.PubSub
+	// subscribing marks, per node, a reader still in its first SUBSCRIBE:
+	// go-redis holds the PubSub's mutex across that dial and handshake, so
+	// close leaves such a subscription for its reader to close once the
+	// SUBSCRIBE returned (within the node timeout) instead of queueing on
+	// the mutex (see close).
+	subscribing []atomic.Bool
+	ready       chan struct{} // closed once a majority of nodes confirmed the subscription
+	confirmed   []bool        // per node
+	confirms    int
+	waiters     map[string]*waiter // by token
+	closed      bool
 }
 
 // waiter is one Lock call waiting for its token to be handed the key.
@@ -69,9 +76,11 @@ func (w *wakeups) join(token string) (*waiter, error) {
 	}
 	if w.subs == nil {
 		w.subs = make([]*redis.PubSub, len(w.c.nodes))
+		w.subscribing = make([]atomic.Bool, len(w.c.nodes))
 		for i := range w.subs {
 			ps := w.c.nodes[i].C.Subscribe(context.Background()) // no channel yet: no I/O
 			w.subs[i] = ps
+			w.subscribing[i].Store(true)
 			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
@@ -89,6 +98,14 @@ func (w *wakeups) read(i int, ps *redis.PubSub) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
 	_ = ps.Subscribe(ctx, w.channel)
 	cancel()
+	w.subscribing[i].Store(false)
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed { // close left it to us (see close)
+		_ = ps.Close()
+		return
+	}
 	fails := 0
 	for {
 		msg, err := ps.Receive(context.Background())
@@ -235,13 +252,24 @@ func (wt *waiter) handedAttempts(token string) []int64 {
 
 // close closes every subscription without waiting: closing one may wait
 // for go-redis to finish re-dialing its node. The readers and closes are
-// the Client's goroutines; Close waits for them, bounded.
+// the Client's goroutines; Close waits for them, bounded. A subscription
+// whose reader is still in its first SUBSCRIBE is left to that reader,
+// which closes it once the SUBSCRIBE returns (bounded by the node
+// timeout): go-redis holds the PubSub's mutex across that dial and
+// handshake, and a goroutine queued on a mutex stops the simulator's
+// fake clock, so the handshake's own deadline could never come (seed 316
+// hung beside the race suite, twice). closed is set before subscribing
+// is read, and the reader clears subscribing before it reads closed, so
+// one of the two always closes it.
 func (w *wakeups) close() {
 	w.mu.Lock()
 	w.closed = true
 	subs := w.subs
 	w.mu.Unlock()
-	for _, ps := range subs {
+	for i, ps := range subs {
+		if w.subscribing[i].Load() {
+			continue
+		}
 		w.c.wg.Go(func() { _ = ps.Close() })
 	}
 }
