@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,7 +39,7 @@ type wakeups struct {
 	// close leaves such a subscription for its reader to close once the
 	// SUBSCRIBE returned (within the node timeout) instead of queueing on
 	// the mutex (see close).
-	subscribing []atomic.Bool
+	subscribing []bool
 	ready       chan struct{} // closed once a majority of nodes confirmed the subscription
 	confirmed   []bool        // per node
 	confirms    int
@@ -76,11 +75,11 @@ func (w *wakeups) join(token string) (*waiter, error) {
 	}
 	if w.subs == nil {
 		w.subs = make([]*redis.PubSub, len(w.c.nodes))
-		w.subscribing = make([]atomic.Bool, len(w.c.nodes))
+		w.subscribing = make([]bool, len(w.c.nodes))
 		for i := range w.subs {
 			ps := w.c.nodes[i].C.Subscribe(context.Background()) // no channel yet: no I/O
 			w.subs[i] = ps
-			w.subscribing[i].Store(true)
+			w.subscribing[i] = true
 			w.c.wg.Go(func() { w.read(i, ps) })
 		}
 	}
@@ -98,8 +97,8 @@ func (w *wakeups) read(i int, ps *redis.PubSub) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
 	_ = ps.Subscribe(ctx, w.channel)
 	cancel()
-	w.subscribing[i].Store(false)
 	w.mu.Lock()
+	w.subscribing[i] = false
 	closed := w.closed
 	w.mu.Unlock()
 	if closed { // close left it to us (see close)
@@ -258,18 +257,19 @@ func (wt *waiter) handedAttempts(token string) []int64 {
 // timeout): go-redis holds the PubSub's mutex across that dial and
 // handshake, and a goroutine queued on a mutex stops the simulator's
 // fake clock, so the handshake's own deadline could never come (seed 316
-// hung beside the race suite, twice). closed is set before subscribing
-// is read, and the reader clears subscribing before it reads closed, so
-// one of the two always closes it.
+// hung beside the race suite, twice). Both sides read and write
+// subscribing and closed under mu, so exactly one of them closes it.
 func (w *wakeups) close() {
 	w.mu.Lock()
 	w.closed = true
-	subs := w.subs
-	w.mu.Unlock()
-	for i, ps := range subs {
-		if w.subscribing[i].Load() {
-			continue
+	var subs []*redis.PubSub
+	for i, ps := range w.subs {
+		if !w.subscribing[i] {
+			subs = append(subs, ps)
 		}
+	}
+	w.mu.Unlock()
+	for _, ps := range subs {
 		w.c.wg.Go(func() { _ = ps.Close() })
 	}
 }
