@@ -152,8 +152,7 @@ type Round[T any] struct {
 	start   time.Time
 	timeout time.Duration
 	call    func(ctx context.Context, node int) (T, error)
-	base    noCancel           // the caller's ctx without its cancellation
-	ctx     roundCtx           // the requests' ctx: base, bounded by the deadline
+	ctx     roundCtx           // the requests' ctx: the caller's values, bounded by the deadline
 	cancel  context.CancelFunc // releases ctx; called by the last request to return
 	left    atomic.Int32       // requests not returned yet
 	wg      sync.WaitGroup     // requests not returned yet, for Wait
@@ -242,10 +241,22 @@ func StartAt[T any](ctx context.Context, start time.Time, n int, timeout time.Du
 	}
 	// One context for the round: every request has the same deadline, so
 	// one timer serves them all, and the collector waits on it too. The
-	// last node to answer releases it.
+	// last node to answer releases it. It keeps ctx's values, not its
+	// cancellation, and ends at start+timeout or at ctx's deadline,
+	// whichever comes first (no deadline when timeout ≤ 0 and ctx has
+	// none); r.ctx.timeout is the node timeout when it sets the deadline,
+	// else 0 (see NodeTimeout).
+	base := context.WithoutCancel(ctx)
 	var cctx context.Context
-	r.base.ctx = ctx
-	cctx, r.cancel, r.ctx.timeout = deadlineFrom(&r.base, ctx, start, timeout)
+	switch dl, ok := ctx.Deadline(); {
+	case timeout > 0 && (!ok || dl.After(start.Add(timeout))):
+		cctx, r.cancel = context.WithDeadline(base, start.Add(timeout))
+		r.ctx.timeout = timeout
+	case ok:
+		cctx, r.cancel = context.WithDeadline(base, dl)
+	default:
+		cctx, r.cancel = context.WithCancel(base)
+	}
 	r.ctx.Context = cctx
 	if n == 0 {
 		r.cancel()
@@ -270,37 +281,6 @@ func StartAt[T any](ctx context.Context, start time.Time, n int, timeout time.Du
 		}
 	}
 	return r
-}
-
-// noCancel is a context's values without its cancellation or deadline,
-// like context.WithoutCancel; it lives in the Round, so that a round
-// allocates no context of its own for it.
-type noCancel struct{ ctx context.Context }
-
-func (noCancel) Deadline() (time.Time, bool) { return time.Time{}, false }
-
-func (noCancel) Done() <-chan struct{} { return nil }
-
-func (noCancel) Err() error { return nil }
-
-func (c *noCancel) Value(key any) any { return c.ctx.Value(key) }
-
-// deadlineFrom returns the requests' context of a round that began at
-// start: base (ctx's values without its cancellation), ending at start+d or at
-// ctx's deadline, whichever comes first (no deadline when d ≤ 0 and ctx has
-// none). timeout is d when it sets the deadline, else 0 (see NodeTimeout).
-func deadlineFrom(base *noCancel, ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
-	dl, ok := ctx.Deadline()
-	switch {
-	case d > 0 && (!ok || dl.After(start.Add(d))):
-		c, cancel := context.WithDeadline(base, start.Add(d))
-		return c, cancel, d
-	case ok:
-		c, cancel := context.WithDeadline(base, dl)
-		return c, cancel, 0
-	}
-	c, cancel := context.WithCancel(base)
-	return c, cancel, 0
 }
 
 // Started returns when the round's requests were sent: validity is measured

@@ -56,28 +56,30 @@ func retriesOff(c redis.UniversalClient) bool {
 	return ok && rc.Options().MaxRetries == 0
 }
 
-// do runs fn on node n: the one path of every request of the library. A
-// request is not sent, and fails at once with an error matching
-// errNotSent, to a node known down (down is called: the caller probes it)
-// or stuck, or when the in-flight cap is full (errBusy). gate, when set,
-// runs first on the same ctx (the Client's identity check); its error is
-// the request's. fn's error is classified here, before anything wraps it:
-// only one that proves the request was never written matches errNotSent
-// (see neverWrote); a timeout says "no reply within" the round's node
-// timeout, and one while the node's dials fail carries the dialer's error
-// (see health.Cause). timeout is the request's budget when ctx has no
-// deadline.
-func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(context.Context) error, down func(), fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+// do runs fn on node n, node i of s (n is s.Nodes[i], or a client of its
+// own for that node: Linked.Token): the one path of every request of the
+// library. A request is not sent, and fails at once with an error matching
+// errNotSent, to a node known down (its background probe is started:
+// probeDown) or stuck, or when the in-flight cap is full (errBusy). With
+// gated, the Set's identity check of node i runs first, on the same ctx,
+// before this Client's first request there; its error is the request's.
+// fn's error is classified here, before anything wraps it: only one that
+// proves the request was never written matches errNotSent (see
+// neverWrote); a timeout says "no reply within" the round's node timeout,
+// and one while the node's dials fail carries the dialer's error (see
+// health.Cause). timeout is the request's budget when ctx has no deadline.
+func do[T any](ctx context.Context, s *Set, i int, n *Node, gated bool, timeout time.Duration, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	var zero T
 	start := time.Now()
 	due, ok := ctx.Deadline()
 	if !ok {
 		due = start.Add(timeout)
 	}
-	err, isDown := n.Health.refuse()
+	h := n.Health
+	err, isDown := h.refuse()
 	if err != nil {
-		if isDown && down != nil {
-			down()
+		if isDown {
+			s.probeDown(i)
 		}
 		return zero, err
 	}
@@ -86,9 +88,15 @@ func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 	default:
 		return zero, errBusy
 	}
-	n.Health.sent(due)
-	if gate != nil {
-		err = gate(ctx)
+	// In flight from here until returned: while other requests are in
+	// flight, the node is late once the first one's due has passed.
+	if h.inflight.Add(1) == 1 {
+		h.due.Store(int64(due.Sub(epoch)))
+	}
+	if gated && !s.Nodes[i].id.verified.Load() {
+		if err = s.Duplicate(); err == nil {
+			err = s.identify(ctx, i)
+		}
 	}
 	var v T
 	if err == nil {
@@ -97,23 +105,27 @@ func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 			err = neverSent(err)
 		}
 	}
-	n.Health.returned(err, due.Sub(start))
+	h.returned(err, due.Sub(start))
 	<-n.sem
 	if err == nil {
 		return v, nil
 	}
-	// One wording for a node that did not answer in time, whether the
-	// client reports the deadline or an i/o timeout.
+	return zero, h.Cause(timedOut(ctx, start, err))
+}
+
+// timedOut is err in one wording for a node that did not answer in time,
+// whether the client reports the deadline or an i/o timeout: "no reply
+// within" the round's node timeout when it was that deadline (the request
+// started a moment after the round), else within the request's budget.
+func timedOut(ctx context.Context, start time.Time, err error) error {
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && nodecheck.IsTimeout(err) {
 		after := dl.Sub(start)
-		// The round's node timeout, when it was that deadline (the
-		// request started a moment after the round).
 		if d, ok := quorum.NodeTimeout(ctx); ok {
 			after = d
 		}
-		err = &quorum.TimeoutError{After: after}
+		return &quorum.TimeoutError{After: after}
 	}
-	return zero, n.Health.Cause(err)
+	return err
 }
 
 // Call runs fn on node i through do, with the Set's gates: a lock request
@@ -124,32 +136,35 @@ func do[T any](ctx context.Context, n *Node, timeout time.Duration, gate func(co
 // said: a lock granted before it found two names of one server must still
 // be released. timeout is the request's budget when ctx has no deadline.
 func Call[T any](ctx context.Context, s *Set, i int, lockOp bool, timeout time.Duration, fn func(ctx context.Context, sc redis.Scripter) (T, error)) (T, error) {
-	if dup := s.Duplicate(); dup != nil && lockOp {
-		var zero T
-		return zero, dup
-	}
-	var gate func(context.Context) error
 	if lockOp {
-		gate, _ = s.gate(i)
+		if dup := s.Duplicate(); dup != nil {
+			var zero T
+			return zero, dup
+		}
 	}
-	return do(ctx, &s.Nodes[i], timeout, gate, func() { s.probeDown(i) }, fn)
+	return do(ctx, s, i, &s.Nodes[i], lockOp, timeout, fn)
 }
 
-// call runs fn on node i for a request of t: through Call, or on t's own
-// client of the node (Linked.Token) with the Set's gates; for a linked
-// token, not at all once its Client is closed.
+// call runs fn on node i for a request of t: as Call does, or on t's own
+// client of the node (Linked.Token), which waits for the identity check
+// whatever the request; for a linked token, not at all once its Client is
+// closed.
 func call[T any](ctx context.Context, t *Token, i int, lockOp bool, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
+	var zero T
 	if t.closed != nil {
 		if err := t.closed(ctx, i); err != nil {
-			var zero T
 			return zero, err
 		}
 	}
-	if t.via == nil {
-		return Call(ctx, t.set, i, lockOp, t.timeout, fn)
+	if t.via != nil {
+		return do(ctx, t.set, i, t.via[i], true, t.timeout, fn)
 	}
-	gate, down := t.set.gate(i)
-	return do(ctx, t.via[i], t.timeout, gate, down, fn)
+	if lockOp {
+		if dup := t.set.Duplicate(); dup != nil {
+			return zero, dup
+		}
+	}
+	return do(ctx, t.set, i, &t.set.Nodes[i], lockOp, t.timeout, fn)
 }
 
 // Duplicate returns the error of two nodes found to reach one server, or
@@ -209,22 +224,6 @@ func NewSet(clients []redis.UniversalClient, cfg Config) *Set {
 	return s
 }
 
-// gate returns what do needs for node i of the Set, for a request sent on
-// a client of its own (package election's NewWithNodes): the identity
-// check before this Client's first request there (nil once done), and the
-// probe to start when the node is found down.
-func (s *Set) gate(i int) (gate func(context.Context) error, down func()) {
-	if !s.Nodes[i].id.verified.Load() {
-		gate = func(ctx context.Context) error {
-			if dup := s.Duplicate(); dup != nil {
-				return dup
-			}
-			return s.identify(ctx, i)
-		}
-	}
-	return gate, func() { s.probeDown(i) }
-}
-
 // probeDown starts the background probe of node i, known down, unless one
 // runs: a PING every probeEvery until the node answers or the Client
 // closes.
@@ -265,8 +264,10 @@ func (s *Set) probeDown(i int) {
 // down is set when the node is down (its last dial failed): the caller
 // probes it (see probeEvery).
 func (h *health) refuse() (err error, down bool) {
-	if err := h.dials.down(); err != nil {
-		return &connError{Err: err, notSent: true}, true
+	if d := h.dials; d != nil {
+		if p := d.err.Load(); p != nil { // the node's last dial failed
+			return &connError{Err: *p, notSent: true}, true
+		}
 	}
 	if in := h.inflight.Load(); in > 0 {
 		due := h.due.Load()
@@ -284,21 +285,15 @@ func (h *health) refuse() (err error, down bool) {
 // stuckProbe is how often a stuck node is sent a request all the same.
 const stuckProbe = time.Second
 
-// sent and returned bracket a request in flight on a node; due is the
-// request's deadline, timeout its whole budget (due − its start): while
-// other requests are in flight, the node is late that long after a return.
-func (h *health) sent(due time.Time) {
-	if h.inflight.Add(1) == 1 {
-		h.due.Store(int64(due.Sub(epoch)))
-	}
-}
-
-// returned ends a request that sent began; err is its outcome.
+// returned ends a request that do counted in flight; err is its outcome,
+// timeout its whole budget (its due − its start): while other requests are
+// in flight, the node is late that long after a return.
 func (h *health) returned(err error, timeout time.Duration) {
 	h.due.Store(monoNow() + int64(timeout))
 	h.inflight.Add(-1)
-	if h.dials != nil && replied(err) {
-		h.dials.up() // the node answered: it is up
+	// The node answered: it is up (a load, no store, as a rule).
+	if d := h.dials; d != nil && replied(err) && d.err.Load() != nil {
+		d.err.Store(nil)
 	}
 }
 
@@ -326,8 +321,9 @@ func neverWrote(err error) bool {
 	return false
 }
 
-// up clears the last dial's error: a dial or a request succeeded. It is
-// apart from set, whose err escapes, so that the hot path allocates nothing.
+// up clears the last dial's error: a dial succeeded (returned does the
+// same for a request that got a reply). It is apart from set, whose err
+// escapes, so that clearing allocates nothing.
 func (d *dialState) up() {
 	if d.err.Load() != nil { // most calls: a load, no store
 		d.err.Store(nil)

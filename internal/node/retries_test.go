@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -35,13 +36,14 @@ func TestDo_refusedDialIsUnsentOnlyWithoutRetries(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: tc.maxRetries, DialerRetries: 1,
 				MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond})
 			t.Cleanup(func() { c.Close() })
-			n := newNode(c)
+			s := NewSet([]redis.UniversalClient{c}, Config{Timeout: time.Second, Go: func(func()) error { return errors.New("closed") }})
+			n := &s.Nodes[0]
 			if n.noRetries != tc.unsent {
 				t.Errorf("newNode(client with MaxRetries %d).noRetries = %v; want %v (Options().MaxRetries is %d)", tc.maxRetries, n.noRetries, tc.unsent, c.Options().MaxRetries)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			_, err := do(ctx, &n, 5*time.Second, nil, nil, func(ctx context.Context, s redis.Scripter) (string, error) {
+			_, err := do(ctx, s, 0, n, false, 5*time.Second, func(ctx context.Context, s redis.Scripter) (string, error) {
 				return c.Ping(ctx).Result()
 			})
 			if err == nil || unsent(err) != tc.unsent {

@@ -78,6 +78,12 @@ func Run[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Contex
 }
 
 func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) *quorum.Round[T] {
+	switch { // a not-after bound per node, in p itself when there are few
+	case op.Bound && t.n <= len(p.small):
+		p.bounds = p.small[:t.n]
+	case op.Bound:
+		p.bounds = make([]int64, t.n)
+	}
 	r := quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (T, error) {
 		var zero T
 		if op.Only != nil {
@@ -85,7 +91,16 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 				return zero, err
 			}
 		}
-		awaitReleases(ctx, p.before, i) // our own releases there land first (Follow)
+		if p.before != nil { // our own releases there land first (Follow), each within its node timeout
+		follow:
+			for _, f := range p.before[i] {
+				select {
+				case <-f:
+				case <-ctx.Done():
+					break follow
+				}
+			}
+		}
 		v, err := call(ctx, t, i, !op.Release, func(ctx context.Context, s redis.Scripter) (T, error) {
 			if !op.Bound {
 				return fn(ctx, i, s, nil)
@@ -118,7 +133,7 @@ func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Co
 		return nil, err
 	}
 	testhooks.BeforeExtendSend()
-	p := t.newPending()
+	p := &pendingRound{Start: time.Now()}
 	r := send(ctx, t, p, op, fn)
 	t.sp.Go(func() {
 		r.Wait()
@@ -205,7 +220,7 @@ func (g *Token) register(held bool, own Owner) (*pendingRound, error) {
 	for {
 		g.ownMu.Lock()
 		if !held || own.Open() {
-			p := g.newPending()
+			p := &pendingRound{Start: time.Now()}
 			g.track(p)
 			g.ownMu.Unlock()
 			return p, nil
@@ -215,17 +230,6 @@ func (g *Token) register(held bool, own Owner) (*pendingRound, error) {
 			return nil, err
 		}
 	}
-}
-
-// newPending returns a round that starts now, not registered.
-func (g *Token) newPending() *pendingRound {
-	p := &pendingRound{Start: time.Now()}
-	if g.n <= len(p.small) {
-		p.bounds = p.small[:g.n]
-	} else {
-		p.bounds = make([]int64, g.n)
-	}
-	return p
 }
 
 // Attach gives p its requests.
@@ -282,7 +286,7 @@ type relKey struct {
 // releasesBefore returns, per node, this Client's releases of keys in
 // flight now (nil: none anywhere). An acquire round takes it when it is
 // registered, and each of its requests waits for those only
-// (Request): a release registered later is never one it must
+// (send): a release registered later is never one it must
 // follow, and may be its own call's cleanup, which waits for the
 // request's answer — a request that started late waited for it, the two
 // until the node timeout, and every acquire of the key on that node
@@ -306,19 +310,4 @@ func (s *Set) releasesBefore(keys []scripts.Keys) [][]chan struct{} {
 		}
 	}
 	return out
-}
-
-// awaitReleases waits until the releases fs took for node i have ended
-// (each within its node timeout), or ctx ends.
-func awaitReleases(ctx context.Context, fs [][]chan struct{}, i int) {
-	if fs == nil {
-		return
-	}
-	for _, f := range fs[i] {
-		select {
-		case <-f:
-		case <-ctx.Done():
-			return
-		}
-	}
 }

@@ -92,16 +92,10 @@ func (p round[T]) Answered(i int) bool {
 func (p round[T]) Settled() bool { return p.r.Settled() }
 
 // Answered reports whether node i has answered p's round.
-func (p *pendingRound) Answered(i int) bool {
-	r := p.round()
-	return r != nil && r.Answered(i)
-}
+func (p *pendingRound) Answered(i int) bool { return p.sent.Load() && p.r.Answered(i) }
 
 // Settled reports whether every node has answered p's round or given up.
-func (p *pendingRound) Settled() bool {
-	r := p.round()
-	return r != nil && r.Settled()
-}
+func (p *pendingRound) Settled() bool { return p.sent.Load() && p.r.Settled() }
 
 // unanswered reports whether a request of the token may still land on node
 // i: one went unanswered there, or a registered round has not had node i's
