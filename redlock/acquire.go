@@ -70,10 +70,10 @@ func (c *Client) lock(ctx context.Context, resource string, opts []Option, once 
 	if err := c.callerHolds(ctx, resource, cfg); err != nil {
 		return nil, err // it would wait for itself (reentry.go)
 	}
-	if err := c.beginCall(cfg.timeout()); err != nil {
+	if err := c.beginCall(cfg.nodeTimeout); err != nil {
 		return nil, err
 	}
-	defer c.wg.Done() // c.end
+	defer c.wg.Done() // ends beginCall
 	if err := ctx.Err(); err != nil {
 		// Done before anything was sent: the call says nothing about the
 		// nodes or the holder, whether ctx was cancelled or its deadline
@@ -250,7 +250,7 @@ func (c *Client) newLock(resource string, cfg config, token string) (*Lock, erro
 		}
 		l.keys[i] = c.nodes[i].lockKeys(c.cfg.keyPrefix, resource, cfg, l.token) // by kind (Mode)
 	}
-	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.timeout(), &l.mu, &c.wg, (*owner)(l))
+	l.tok = c.set.Token(l.keys, cfg.ttl, cfg.nodeTimeout, &l.mu, &c.wg, (*owner)(l))
 	return l, nil
 }
 

@@ -47,7 +47,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 		}
 		return errs
 	}
-	defer c.end()
+	defer c.wg.Done()
 	toks, owners := make([]*node.Token, len(locks)), make([]node.Owner, len(locks))
 	for j, l := range locks {
 		toks[j], owners[j] = l.tok, (*owner)(l)

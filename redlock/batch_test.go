@@ -260,7 +260,7 @@ func TestReal_releaseRetryLoadsScriptInOneTrip(t *testing.T) {
 	t.Cleanup(func() { rc.SetLatency(2, 0) })
 	p := l.tok.Part(2)
 	p.Guard = time.Second // as a retried release carries one (node.Release)
-	left := c.rel.send(context.Background(), 2, []pendingRelease{{part: p, args: scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, c.wakeArg()), until: time.Now().Add(time.Minute)}})
+	left := c.rel.send(context.Background(), 2, []pendingRelease{{part: p, args: scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, c.wakeArgs), until: time.Now().Add(time.Minute)}})
 	if len(left) != 0 {
 		t.Errorf("release to a node without the script, round trip 600ms, node timeout %v: %d of 1 left pending; want it confirmed at once", nt, len(left))
 	}

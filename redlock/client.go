@@ -95,7 +95,7 @@ type Client struct {
 	ids     atomic.Uint64 // call and lock IDs for hooks
 	id      string        // names this Client in queue entries and its wake-up channel
 	chanPre string        // write-once in New: see channelPrefix
-	// wakeArgs is the scripts' wake-up argument (see wakeArg).
+	// wakeArgs is the scripts' wake-up argument (scripts.WakeArg, made in New).
 	wakeArgs string
 
 	lineMu  sync.Mutex         // protects cohorts
@@ -158,7 +158,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 		locks:   make(map[*Lock]struct{}),
 		held:    make(map[string]int),
 		cohorts: make(map[string]*cohort),
-		maxWait: cfg.timeout(),
+		maxWait: cfg.nodeTimeout,
 	}
 	c.closeDone = make(chan struct{})
 	for i, n := range nodes {
@@ -175,13 +175,13 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.chanPre = c.cfg.keyPrefix + "wake:"
 	// Renewals due within a short window go out together: a twentieth of
 	// the default interval, at most 20ms early.
-	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.interval()/20, 20*time.Millisecond)})
+	c.sched = renew.NewBatched(batcher{c}, renew.Batching{Max: cfg.renewBatch, Window: min(cfg.renewInterval/20, 20*time.Millisecond)})
 	id, err := uuid.NewRandom()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: client ID: %w", err)
 	}
 	c.id = id.String()
-	c.set = node.NewSet(nodes, node.Config{Timeout: cfg.timeout(), Drift: cfg.drift, KeyPrefix: cfg.keyPrefix, ID: c.id,
+	c.set = node.NewSet(nodes, node.Config{Timeout: cfg.nodeTimeout, Drift: cfg.drift, KeyPrefix: cfg.keyPrefix, ID: c.id,
 		Go: c.spawn, Closing: c.closing, Invalid: invalid})
 	for i := range c.set.Nodes {
 		c.nodes[i] = clientNode{&c.set.Nodes[i]}
@@ -224,7 +224,7 @@ func isNil(n redis.UniversalClient) bool {
 }
 
 // begin registers an operation, so that Close waits for it; it fails once
-// the Client is closed. end must follow.
+// the Client is closed. c.wg.Done must follow.
 func (c *Client) begin() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,15 +248,10 @@ func (c *Client) beginCall(d time.Duration) error {
 	return nil
 }
 
-func (c *Client) end() { c.wg.Done() }
-
 // channelPrefix is the prefix of the Clients' wake-up channels: a
 // release tells the first waiter's Client on prefix + its ID.
 // It is built once: every release sends it.
 func (c *Client) channelPrefix() string { return c.chanPre }
-
-// wakeArg is the scripts' wake-up argument (scripts.WakeArg, made in New).
-func (c *Client) wakeArg() string { return c.wakeArgs }
 
 // forget removes l from the Client's locks. c.mu is held.
 func (c *Client) forget(l *Lock) {
@@ -311,12 +306,12 @@ func (c *Client) IsLocked(ctx context.Context, resource string) (bool, error) {
 	if err := c.begin(); err != nil {
 		return false, err
 	}
-	defer c.end()
+	defer c.wg.Done()
 	if ctx.Err() != nil {
 		return false, ctxDoneBefore(ctx) // nothing sent (issue 44 item 3)
 	}
 	n := len(c.nodes)
-	r := quorum.Start(ctx, n, c.cfg.timeout(), &c.wg, func(ctx context.Context, i int) (reply, error) {
+	r := quorum.Start(ctx, n, c.cfg.nodeTimeout, &c.wg, func(ctx context.Context, i int) (reply, error) {
 		return call(c, ctx, i, site{c.cfg.obs, "exists", resource}, func(ctx context.Context, s redis.Scripter) (reply, error) {
 			ok, err := scripts.Exists(ctx, s, c.nodes[i].lockKey(c.cfg.keyPrefix, resource))
 			return reply{ours: ok}, err

@@ -15,9 +15,9 @@ import (
 type config struct {
 	ttl           time.Duration
 	autoRenew     bool
-	renewInterval time.Duration // if renewSet; else derived, TTL/3
+	renewInterval time.Duration // as set if renewSet; else derived by buildConfig, TTL/3
 	renewSet      bool          // WithRenewInterval was given (0 is then invalid, not "derived")
-	nodeTimeout   time.Duration // if timeoutSet; else derived, min(TTL/10, 1s)
+	nodeTimeout   time.Duration // as set if timeoutSet; else derived by buildConfig, min(TTL/10, 1s)
 	timeoutSet    bool          // WithNodeTimeout was given
 	retryCount    int
 	retryMin      time.Duration
@@ -74,6 +74,14 @@ func buildConfig(base config, opts []Option, forCall bool) (config, error) {
 		}
 	}
 	c.plain = forCall && len(opts) == 0
+	// The derived durations, from this config's TTL unless set: a per-call
+	// WithTTL derives them afresh.
+	if !c.renewSet {
+		c.renewInterval = c.ttl / 3
+	}
+	if !c.timeoutSet {
+		c.nodeTimeout = min(c.ttl/10, MaxNodeTimeout)
+	}
 	// The hooks to call (WithHooks and WithLogger, hooks.go), nil when
 	// there are none.
 	switch {
@@ -85,22 +93,6 @@ func buildConfig(base config, opts []Option, forCall bool) (config, error) {
 		c.obs = multiHooks{c.hooks, logHooks{c.logger}}
 	}
 	return c, c.validate(forCall)
-}
-
-// interval returns the effective renew interval.
-func (c *config) interval() time.Duration {
-	if c.renewSet {
-		return c.renewInterval
-	}
-	return c.ttl / 3
-}
-
-// timeout returns the effective per-node request timeout.
-func (c *config) timeout() time.Duration {
-	if c.timeoutSet {
-		return c.nodeTimeout
-	}
-	return min(c.ttl/10, MaxNodeTimeout)
 }
 
 // validate checks the rules of the contract, once all options are applied
@@ -119,20 +111,20 @@ func (c *config) validate(forCall bool) error {
 		// In float64: near the largest Duration, TTL·drift + 2ms overflows
 		// and would pass an integer comparison (found fuzzing option values).
 		return invalid("WithTTL: ttl %v must exceed the drift allowance (ttl·%v + %v)", c.ttl, c.drift, quorum.ClockDriftMin)
-	case c.timeout() <= 0:
-		return invalid("WithNodeTimeout: node timeout must be positive, got %v", c.timeout())
+	case c.nodeTimeout <= 0:
+		return invalid("WithNodeTimeout: node timeout must be positive, got %v", c.nodeTimeout)
 	case c.renewSet && c.renewInterval <= 0:
 		return invalid("WithRenewInterval: interval must be positive, got %v", c.renewInterval)
-	case c.interval() <= c.timeout():
-		return invalid("WithNodeTimeout/WithRenewInterval: node timeout %v must be shorter than the renew interval %v", c.timeout(), c.interval())
-	case c.autoRenew && float64(c.interval())+float64(c.timeout()) >= float64(c.ttl)-float64(c.ttl)*c.drift-float64(quorum.ClockDriftMin):
+	case c.renewInterval <= c.nodeTimeout:
+		return invalid("WithNodeTimeout/WithRenewInterval: node timeout %v must be shorter than the renew interval %v", c.nodeTimeout, c.renewInterval)
+	case c.autoRenew && float64(c.renewInterval)+float64(c.nodeTimeout) >= float64(c.ttl)-float64(c.ttl)*c.drift-float64(quorum.ClockDriftMin):
 		// Else no renewal could land in time: one that starts an interval
 		// after the grant and takes up to a node timeout must be decided
 		// before the validity (TTL − drift allowance) ends. A fixed lease
 		// is never renewed. In float64, as above: the sum can overflow a
 		// Duration.
 		return invalid("WithRenewInterval/WithNodeTimeout: renew interval %v + node timeout %v must be shorter than the TTL %v minus the drift allowance (ttl·%v + %v)",
-			c.interval(), c.timeout(), c.ttl, c.drift, quorum.ClockDriftMin)
+			c.renewInterval, c.nodeTimeout, c.ttl, c.drift, quorum.ClockDriftMin)
 	case c.restartGuard < 0 || (c.restartGuard > 0 && c.restartGuard < c.ttl):
 		return invalid("WithRestartGuard: maxTTL %v must be 0 (off) or at least the TTL %v", c.restartGuard, c.ttl)
 	case c.maxHold < 0:

@@ -161,7 +161,7 @@ func (c *Client) ping(ctx context.Context, urls []string) error {
 	var g errgroup.Group
 	for i := range c.nodes {
 		g.Go(func() error {
-			pctx, cancel := nodeContext(ctx, c.cfg.timeout())
+			pctx, cancel := nodeContext(ctx, c.cfg.nodeTimeout)
 			defer cancel()
 			start := time.Now()
 			probes[i] = nodecheck.ProbeNode(pctx, c.nodes[i].C)

@@ -31,7 +31,7 @@ func (c *Client) Link(link *node.Linked, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	*link = c.set.Link(cfg.timeout(), c.goOwned)
+	*link = c.set.Link(cfg.nodeTimeout, c.goOwned)
 	return nil
 }
 

@@ -53,7 +53,7 @@ func (l *Lock) extend(ctx context.Context, due time.Time) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.wg.Done()
 	// Registered before anything is sent, with its start (so its deadline)
 	// fixed, in the same step as the check that the lock is held
 	// (node.Op.Held): an Unlock either finds the round pending (and guards

@@ -57,7 +57,7 @@ func (l *Lock) Detach() error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.wg.Done()
 	if !l.holds() {
 		return ErrNotHeld // without waiting for an Unlock under way (it may wait for a Lost hook)
 	}
@@ -144,8 +144,8 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	defer c.end()
-	c.noteTimeout(cfg.timeout())
+	defer c.wg.Done()
+	c.noteTimeout(cfg.nodeTimeout)
 	if c.holdsToken(token) {
 		return nil, invalid("Resume: this Client holds that lock already")
 	}

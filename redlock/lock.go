@@ -200,7 +200,7 @@ func (l *Lock) handOut() bool {
 	if l.cfg.maxHold > 0 {
 		l.armMaxHold() // WithMaxHold (maxhold.go)
 	}
-	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.interval(), First: l.firstRenewal})
+	h, err := l.c.sched.Add(watch{l}, renew.Options{AutoRenew: l.cfg.autoRenew, Interval: l.cfg.renewInterval, First: l.firstRenewal})
 	if err != nil { // closed meanwhile; Close releases it
 		return true
 	}

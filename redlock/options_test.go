@@ -128,8 +128,8 @@ func TestConfig_derivedDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.interval() != tc.wantInterval || cfg.timeout() != tc.wantTime {
-				t.Errorf("interval, timeout = %v, %v; want %v, %v", cfg.interval(), cfg.timeout(), tc.wantInterval, tc.wantTime)
+			if cfg.renewInterval != tc.wantInterval || cfg.nodeTimeout != tc.wantTime {
+				t.Errorf("interval, timeout = %v, %v; want %v, %v", cfg.renewInterval, cfg.nodeTimeout, tc.wantInterval, tc.wantTime)
 			}
 		})
 	}

@@ -135,7 +135,7 @@ func listening(t *testing.T, c *Client) {
 	if err := c.begin(); err != nil {
 		t.Fatal(err)
 	}
-	defer c.end()
+	defer c.wg.Done()
 	w, err := c.wake.join("warm-up")
 	if err != nil {
 		t.Fatal(err)

@@ -583,7 +583,7 @@ func TestReal_waiterCtxEndsAfterAMinorityHandoff(t *testing.T) {
 		t.Fatal("the waiter never queued on every node")
 	}
 	// The holder's release lands on node 0 alone: b is handed the key there.
-	if r, err := scripts.Release(t.Context(), rc.Admin(0), held.keys[0], held.token, 0, scripts.Waiter{}, false, a.wakeArg()); r != scripts.HandedOver || err != nil {
+	if r, err := scripts.Release(t.Context(), rc.Admin(0), held.keys[0], held.token, 0, scripts.Waiter{}, false, a.wakeArgs); r != scripts.HandedOver || err != nil {
 		t.Fatalf("release on node 0 = %v, %v; want HandedOver", r, err)
 	}
 	bToken := keyOn(t, rc, 0, "lock:mid")

@@ -53,7 +53,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.wg.Done()
 	// One Unlock of the lease at a time: a handle passed on (below) must
 	// not stop the renewal of the lease its successor holds.
 	l.relMu.Lock()
@@ -170,7 +170,7 @@ func (l *Lock) sender(args *relArgs) func(ctx context.Context, i int, s redis.Sc
 // retry makes a release the node did not confirm pending with the node's
 // retry loop (releaser.go), with the guard the node layer sized.
 func (l *Lock) retry(p node.Part) {
-	l.c.rel.add(p, scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, l.c.wakeArg()), l.cfg.ttl)
+	l.c.rel.add(p, scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, l.c.wakeArgs), l.cfg.ttl)
 }
 
 // relArgs are a release's arguments, boxed once for every node: plain, and
@@ -191,7 +191,7 @@ type relArgs struct {
 
 // releaseArgs boxes the release's arguments once for every node.
 func (l *Lock) releaseArgs() *relArgs {
-	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArg())}
+	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArgs)}
 	if l.dequeued != nil {
 		args.unqueued = scripts.Unqueued(args.plain)
 	}
@@ -212,7 +212,7 @@ func (l *Lock) argsFor(args *relArgs, i int, guard time.Duration) []any {
 	args.mu.Lock()
 	defer args.mu.Unlock()
 	if args.guarded == nil {
-		args.guarded = scripts.ReleaseArgs(l.token, guard, l.waiter, false, l.c.wakeArg())
+		args.guarded = scripts.ReleaseArgs(l.token, guard, l.waiter, false, l.c.wakeArgs)
 	}
 	return args.guarded
 }
@@ -220,7 +220,7 @@ func (l *Lock) argsFor(args *relArgs, i int, guard time.Duration) []any {
 // releaseScript runs the release script on node i; yield is for a waiter
 // giving its minority of grants to older waiters.
 func (l *Lock) releaseScript(ctx context.Context, i int, s redis.Scripter, guard time.Duration, yield bool) (scripts.Released, error) {
-	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.wakeArg())
+	return scripts.Release(ctx, s, l.keys[i], l.token, guard, l.waiter, yield, l.c.wakeArgs)
 }
 
 // retryWindow is how long a release is retried on a node that does not
@@ -273,7 +273,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 	l.mu.Lock()
 	l.state = stateFinished
 	l.mu.Unlock()
-	deadline := r.Started().Add(l.cfg.timeout())
+	deadline := r.Started().Add(l.cfg.nodeTimeout)
 	vote := func(i int, wait bool) quorum.Vote {
 		if v := t.Votes[i]; v == quorum.Yes || v == quorum.No {
 			return v

@@ -192,7 +192,7 @@ func (q *relQueue) compact() {
 // connection error, errBusy or an error reply keep it pending.
 func (r *releaser) loop(i int) {
 	q := &r.nodes[i]
-	base := min(max(r.c.cfg.timeout(), 10*time.Millisecond), retryMax)
+	base := min(max(r.c.cfg.nodeTimeout, 10*time.Millisecond), retryMax)
 	delay := base
 	t := time.NewTimer(delay)
 	defer t.Stop()
@@ -236,7 +236,7 @@ func (r *releaser) loop(i int) {
 // and returns those the node did not confirm.
 func (r *releaser) send(ctx context.Context, i int, es []pendingRelease) []pendingRelease {
 	c := r.c
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel()
 	parts := partsOf(es)
 	cmds, err := c.resend(ctx, i, parts, func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
@@ -272,7 +272,7 @@ func partsOf(es []pendingRelease) []node.Part {
 // *NodeError, reported to the hooks.
 func (c *Client) resend(ctx context.Context, i int, parts []node.Part, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(parts))
-	_, err := node.Resend(ctx, c.set, i, parts, c.cfg.timeout(), func(ctx context.Context, live []int) (struct{}, error) {
+	_, err := node.Resend(ctx, c.set, i, parts, c.cfg.nodeTimeout, func(ctx context.Context, live []int) (struct{}, error) {
 		sent, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ReleaseScript, func(p redis.Pipeliner, k int) *redis.Cmd {
 			return queue(ctx, p, live[k])
 		})

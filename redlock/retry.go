@@ -34,7 +34,7 @@ func (c *Client) final(l *Lock, r *quorum.Round[reply], t quorum.Tally) quorum.T
 	if r == nil || t.Votes == nil || t.Pending == 0 || len(t.Votes) != r.N() {
 		return t
 	}
-	tm := time.NewTimer(time.Until(r.Started().Add(l.cfg.timeout())))
+	tm := time.NewTimer(time.Until(r.Started().Add(l.cfg.nodeTimeout)))
 	defer tm.Stop()
 	t.Votes, t.Errs = slices.Clone(t.Votes), slices.Clone(t.Errs) // the round's arrays are its own
 wait:
@@ -91,7 +91,7 @@ func (q *waiting) giveBack(ctx context.Context, l *Lock, t quorum.Tally) bool {
 		if testhooks.YieldUnbounded.Load() {
 			b = 0 // a negative control: a yield without its bound
 		}
-		return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArg(), b)
+		return scripts.Yield(ctx, s, l.keys[i], l.token, l.waiter, c.wakeArgs, b)
 	})
 	// Waited for in full, whatever the caller's ctx: each is bounded by the
 	// node timeout.

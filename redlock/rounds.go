@@ -46,7 +46,7 @@ type site struct {
 // found must still be released); nothing else does.
 func call[T any](c *Client, ctx context.Context, i int, at site, fn func(ctx context.Context, s redis.Scripter) (T, error)) (T, error) {
 	lockOp := at.op != "release" && at.op != "publish"
-	v, err := node.Call(ctx, c.set, i, lockOp, c.cfg.timeout(), fn)
+	v, err := node.Call(ctx, c.set, i, lockOp, c.cfg.nodeTimeout, fn)
 	if err == nil {
 		return v, nil
 	}

@@ -169,7 +169,7 @@ func (q *waiting) noteDequeued(l *Lock) {
 // the key to its TTL, lands within the reservations (step 9). A lock held
 // for its TTL renews at the interval.
 func firstRenewal(cfg config, until time.Time) time.Duration {
-	return max((time.Until(until)-cfg.timeout())/2, time.Millisecond)
+	return max((time.Until(until)-cfg.nodeTimeout)/2, time.Millisecond)
 }
 
 // retoken replaces the call's lock with one of a fresh token, queued with
@@ -206,7 +206,7 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 			return jerr
 		}
 		q.w = w
-		if c.wake.awaitReady(ctx, q.cfg.timeout()) {
+		if c.wake.awaitReady(ctx, q.cfg.nodeTimeout) {
 			l.waiter = c.queued(l, q.ticket)
 		}
 		return nil
@@ -259,7 +259,7 @@ func (q *waiting) wait(ctx context.Context, l *Lock, t quorum.Tally, err error) 
 				// elsewhere (heads that differ between nodes): then an
 				// attempt settles it, without waiting out the whole retry
 				// delay.
-				if wait := q.cfg.timeout(); time.Until(due) > wait {
+				if wait := q.cfg.nodeTimeout; time.Until(due) > wait {
 					q.timer.Reset(wait)
 					due = time.Now().Add(wait)
 				}
@@ -363,7 +363,7 @@ func (q *waiting) startOf(n int64) time.Time {
 // itself that long after its last attempt. One that finds its entry gone
 // joins again, with its ticket, so its place in the order is kept.
 func (c *config) queueLife() time.Duration {
-	return 2*c.retryMax + 4*c.timeout()
+	return 2*c.retryMax + 4*c.nodeTimeout
 }
 
 // reservation is how long a release that hands the key to a waiter sets
@@ -374,7 +374,7 @@ func (c *config) queueLife() time.Duration {
 // at most half the TTL. A frozen, partitioned or dead grantee so holds up
 // the next waiter by one reservation at most: 2s at the default options.
 func (c *config) reservation() time.Duration {
-	return min(max(2*c.timeout(), 2*c.retryMax+c.timeout()), c.ttl/2)
+	return min(max(2*c.nodeTimeout, 2*c.retryMax+c.nodeTimeout), c.ttl/2)
 }
 
 // handoffMin is the least validity a lock handed over by a majority of
@@ -382,5 +382,5 @@ func (c *config) reservation() time.Duration {
 // time for its first renewal, due halfway to the last node timeout (see
 // firstRenewal), to land: one and a half node timeouts.
 func (c *config) handoffMin() time.Duration {
-	return c.timeout() + c.timeout()/2
+	return c.nodeTimeout + c.nodeTimeout/2
 }

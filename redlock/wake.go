@@ -94,7 +94,7 @@ func (w *wakeups) join(token string) (*waiter, error) {
 // remembers the channel even when SUBSCRIBE fails, and subscribes again
 // whenever it reconnects.
 func (w *wakeups) read(i int, ps *redis.PubSub) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.timeout())
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.nodeTimeout)
 	_ = ps.Subscribe(ctx, w.channel)
 	cancel()
 	w.mu.Lock()

@@ -92,7 +92,7 @@ func Release(ctx context.Context, t *Token, vote func(i int, wait bool) quorum.V
 			dones[i] = t.set.beginRelease(t.keys[i], i)
 		}
 	}
-	return quorum.Start(ctx, t.n, timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
+	return quorum.StartAt(ctx, time.Now(), t.n, timeout, t.sp, func(ctx context.Context, i int) (bool, error) {
 		if dones[i] == nil {
 			return false, nil // skipped: nothing of ours there
 		}

@@ -91,9 +91,11 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 				return zero, err
 			}
 		}
-		if p.before != nil { // our own releases there land first (Follow), each within its node timeout
+		// Our own releases there land first (Follow), each within its node
+		// timeout.
+		if fs := p.before; fs != nil {
 		follow:
-			for _, f := range p.before[i] {
+			for _, f := range fs[i] {
 				select {
 				case <-f:
 				case <-ctx.Done():
