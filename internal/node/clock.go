@@ -47,31 +47,25 @@ type clockEstimate struct {
 	err    time.Duration // half the round trip plus the drift over it, plus TIME's resolution
 }
 
-// errAt is the estimate's error at local instant t: its own, plus the drift
-// factor times the time since it was made (the two clocks' rates differ
-// by at most drift).
-func (e *clockEstimate) errAt(t time.Time, drift float64) time.Duration {
+// read is what the estimate says of the node's clock at local instant t:
+// mid, the reading it predicts (the error aside), in µs, and err, its
+// error then: its own, plus the drift factor times the time since it was
+// made (the two clocks' rates differ by at most drift).
+func (e *clockEstimate) read(t time.Time, drift float64) (mid int64, err time.Duration) {
 	d := t.Sub(e.at)
-	if d < 0 {
-		d = -d
-	}
-	return e.err + time.Duration(drift*float64(d))
-}
-
-// mid is the node's clock at local instant t, in µs, as the estimate
-// predicts it (the error aside).
-func (e *clockEstimate) mid(t time.Time) int64 {
-	return e.nodeUS + t.Sub(e.at).Microseconds()
+	return e.nodeUS + d.Microseconds(), e.err + time.Duration(drift*float64(d.Abs()))
 }
 
 // upper is the latest the node's clock can read at local instant t, in µs.
 func (e *clockEstimate) upper(t time.Time, drift float64) int64 {
-	return e.mid(t) + e.errAt(t, drift).Microseconds() + 1
+	mid, err := e.read(t, drift)
+	return mid + err.Microseconds() + 1
 }
 
 // lower is the earliest the node's clock can read at local instant t.
 func (e *clockEstimate) lower(t time.Time, drift float64) int64 {
-	return e.mid(t) - e.errAt(t, drift).Microseconds() - 1
+	mid, err := e.read(t, drift)
+	return mid - err.Microseconds() - 1
 }
 
 // notAfter returns the bound for a request for key to node i whose caller
@@ -90,27 +84,46 @@ func (s *Set) notAfter(ctx context.Context, i int, key string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		b, err := s.boundOn(ctx, i, mc, probe)
+		e := mc.est.Load()
+		if e == nil || time.Since(e.at) > clockRefresh {
+			if e, err = s.freshen(ctx, mc, probe, e); err != nil {
+				return 0, err
+			}
+		}
+		dl, ok := ctx.Deadline()
+		if !ok {
+			s.Nodes[i].clock.unbounded.Store(true)
+			return 0, nil
+		}
+		b := ceilMS(e.upper(dl, s.cfg.Drift))
+		for {
+			old := mc.maxBound.Load()
+			if b <= old || mc.maxBound.CompareAndSwap(old, b) {
+				break
+			}
+		}
 		// A Cluster master's clock dropped meanwhile (nodeClock.master)
 		// may have lost b before a guard saw it: take the master's clock
 		// afresh. One not dropped keeps b until its clock has passed it.
-		if err != nil || !mc.dropped.Load() {
-			return b, err
+		if mc.dropped.Load() {
+			continue
 		}
+		if testhooks.SkipNotAfter.Load() {
+			return 0, nil
+		}
+		return b, nil
 	}
 }
 
-// boundOn is notAfter on the clock mc.
-func (s *Set) boundOn(ctx context.Context, i int, mc *masterClock, probe clockProbe) (int64, error) {
-	e := mc.est.Load()
+// freshen returns the estimate of mc's clock to use now, given e, the one
+// known (nil: none yet): with none, it learns the first one (learnClock);
+// with one older than clockRefresh, it starts a probe in the background
+// unless one runs, and returns e meanwhile.
+func (s *Set) freshen(ctx context.Context, mc *masterClock, probe clockProbe, e *clockEstimate) (*clockEstimate, error) {
 	if e == nil {
-		var err error
-		if e, err = s.learnClock(ctx, mc, probe); err != nil {
-			return 0, err
-		}
+		return s.learnClock(ctx, mc, probe)
 	}
-	now := time.Now()
-	if now.Sub(e.at) > clockRefresh && mc.probing.CompareAndSwap(false, true) {
+	if mc.probing.CompareAndSwap(false, true) {
 		if s.cfg.Go(func() {
 			defer mc.probing.Store(false)
 			_ = s.probeClock(mc, probe)
@@ -118,22 +131,7 @@ func (s *Set) boundOn(ctx context.Context, i int, mc *masterClock, probe clockPr
 			mc.probing.Store(false)
 		}
 	}
-	dl, ok := ctx.Deadline()
-	if !ok {
-		s.Nodes[i].clock.unbounded.Store(true)
-		return 0, nil
-	}
-	b := ceilMS(e.upper(dl, s.cfg.Drift))
-	for {
-		old := mc.maxBound.Load()
-		if b <= old || mc.maxBound.CompareAndSwap(old, b) {
-			break
-		}
-	}
-	if testhooks.SkipNotAfter.Load() {
-		return 0, nil
-	}
-	return b, nil
+	return e, nil
 }
 
 // learnClock waits for the first estimate of mc's clock, starting the
@@ -209,8 +207,8 @@ func (s *Set) probeClock(mc *masterClock, probe clockProbe) error {
 	for {
 		old := mc.est.Load()
 		if old != nil {
-			oldErr := old.errAt(e.at, s.cfg.Drift)
-			agree := abs64(old.mid(e.at)-e.nodeUS) <= (oldErr+e.err).Microseconds()+2
+			oldMid, oldErr := old.read(e.at, s.cfg.Drift)
+			agree := abs64(oldMid-e.nodeUS) <= (oldErr+e.err).Microseconds()+2
 			if e.err > oldErr && agree {
 				return nil // the known estimate is as good: keep it
 			}

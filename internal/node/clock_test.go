@@ -91,7 +91,9 @@ func TestClock_learnedOnFirstUse(t *testing.T) {
 		// miniredis's TIME is this process's clock: the bound is the
 		// deadline plus at most twice the estimate's error (the estimate
 		// itself may be off by one error).
-		errAt := max(e0.errAt(dl, drift), s.Nodes[i].clock.est.Load().errAt(dl, drift))
+		_, err0 := e0.read(dl, drift)
+		_, err1 := s.Nodes[i].clock.est.Load().read(dl, drift)
+		errAt := max(err0, err1)
 		if got, lo, hi := b, dl.UnixMilli(), dl.Add(2*errAt+2*time.Millisecond).UnixMilli(); got < lo || got > hi {
 			t.Errorf("node %d: notAfter = %d; want in [%d, %d] (the deadline, plus the error %v)", i, got, lo, hi, errAt)
 		}

@@ -108,7 +108,8 @@ func (s *Set) guardLifetime(keys []scripts.Keys, ttl, timeout time.Duration) tim
 			// (probeClock keeps the better): its bound is at most the upper
 			// bound of the clock at its deadline plus twice that error.
 			dl := now.Add(timeout)
-			pending := e.upper(dl, drift) + 2*e.errAt(dl, drift).Microseconds()
+			_, errDL := e.read(dl, drift)
+			pending := e.upper(dl, drift) + 2*errDL.Microseconds()
 			latest := max(mc.maxBound.Load()*1000, pending)
 			need := time.Duration(latest-e.lower(now, drift))*time.Microsecond + margin
 			g = max(g, need)
