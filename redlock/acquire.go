@@ -57,7 +57,10 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...Option) (
 // error, while it waits there), then runs the retry loop, whose doc lists
 // every other way a Lock call ends (acquire).
 func (c *Client) lock(ctx context.Context, resource string, opts []Option, once bool) (l *Lock, err error) {
-	cfg, err := c.callConfig(resource, opts)
+	if err := c.checkResource(resource); err != nil {
+		return nil, err
+	}
+	cfg, err := buildConfig(c.cfg, opts, true)
 	if err != nil {
 		return nil, err
 	}

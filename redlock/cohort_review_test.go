@@ -29,7 +29,7 @@ func TestCohortReview_oldContextCancelledBeforeHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := c.callConfig("rev:ctx", nil)
+	cfg, err := buildConfig(c.cfg, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}

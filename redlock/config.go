@@ -141,15 +141,6 @@ func (c *config) validate(forCall bool) error {
 	return nil
 }
 
-// callConfig merges per-call options over the Client's defaults and checks
-// them and resource.
-func (c *Client) callConfig(resource string, opts []Option) (config, error) {
-	if err := c.checkResource(resource); err != nil {
-		return config{}, err
-	}
-	return buildConfig(c.cfg, opts, true)
-}
-
 // checkResource refuses resource names that would collide with other keys.
 func (c *Client) checkResource(resource string) error {
 	switch {

@@ -148,7 +148,7 @@ func FuzzClient(f *testing.F) {
 			}
 		}()
 		// A configuration that validates leaves a lease some validity.
-		if cfg, err := c.callConfig(resource, callOpts); err == nil {
+		if cfg, err := buildConfig(c.cfg, callOpts, true); err == nil && c.checkResource(resource) == nil {
 			if v := quorum.Validity(cfg.ttl, 0, cfg.drift); v <= 0 {
 				t.Errorf("TTL %v, drift %v validate, but leave a validity of %v", cfg.ttl, cfg.drift, v)
 			}

@@ -133,7 +133,10 @@ func (l *Lock) leaveQueues() {
 // after Close;
 // ctx's error alone when ctx was done before the call (nothing is sent).
 func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Option) (*Lock, error) {
-	cfg, err := c.callConfig(resource, opts)
+	if err := c.checkResource(resource); err != nil {
+		return nil, err
+	}
+	cfg, err := buildConfig(c.cfg, opts, true)
 	if err != nil {
 		return nil, err
 	}

@@ -73,10 +73,12 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	for i := range s.slots {
 		s.slots[i] = name + permitInfix + strconv.Itoa(i)
 	}
-	if _, err := c.callConfig(s.slots[permits-1], opts); err != nil {
-		return nil, fmt.Errorf("Semaphore %q: %w", name, err)
+	for _, r := range []string{s.slots[permits-1], s.turnstile} {
+		if err := c.checkResource(r); err != nil {
+			return nil, fmt.Errorf("Semaphore %q: %w", name, err)
+		}
 	}
-	if _, err := c.callConfig(s.turnstile, opts); err != nil {
+	if _, err := buildConfig(c.cfg, opts, true); err != nil {
 		return nil, fmt.Errorf("Semaphore %q: %w", name, err)
 	}
 	c.mu.Lock()

@@ -95,7 +95,7 @@ func (s *Set) notAfter(ctx context.Context, i int, key string) (int64, error) {
 			s.Nodes[i].clock.unbounded.Store(true)
 			return 0, nil
 		}
-		b := ceilMS(e.upper(dl, s.cfg.Drift))
+		b := max((e.upper(dl, s.cfg.Drift)+999)/1000, 0) // in whole ms, rounded up
 		for {
 			old := mc.maxBound.Load()
 			if b <= old || mc.maxBound.CompareAndSwap(old, b) {
@@ -317,14 +317,6 @@ func (s *Set) untilPassed(i int, b int64) time.Duration {
 	}
 	d := time.Duration(b*1000-e.lower(time.Now(), s.cfg.Drift)+1000) * time.Microsecond
 	return max(d, 0)
-}
-
-// ceilMS converts µs to ms, rounding up.
-func ceilMS(us int64) int64 {
-	if us <= 0 {
-		return 0
-	}
-	return (us + 999) / 1000
 }
 
 func abs64(x int64) int64 {
