@@ -315,7 +315,10 @@ func (l *Lock) finish(cause error) {
 			l.state = stateFinished
 		}
 	}
-	l.stopMaxHold()
+	// WithMaxHold's cap (maxhold.go) ends with the lock.
+	if l.capTimer != nil {
+		l.capTimer.Stop()
+	}
 	l.mu.Unlock()
 	if l.cancel != nil {
 		l.cancel(cause)

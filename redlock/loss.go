@@ -50,7 +50,10 @@ func (l *Lock) lose(err error) {
 	}
 	l.state, l.lostErr = stateLost, err
 	h, returned, cur := l.handle, l.returned, l.cur // the lease's loss is its holder's
-	l.stopMaxHold()
+	// WithMaxHold's cap (maxhold.go) ends with the lock.
+	if l.capTimer != nil {
+		l.capTimer.Stop()
+	}
 	l.mu.Unlock()
 	// Cancel before closing Lost, so that a reader woken by Lost already
 	// sees the cause on Context.

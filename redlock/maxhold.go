@@ -23,10 +23,3 @@ func (l *Lock) armMaxHold() {
 	// lose never blocks (the hooks run on the Client's goroutines).
 	l.capTimer = time.AfterFunc(d-time.Since(l.acquired), func() { l.lose(err) })
 }
-
-// stopMaxHold stops the cap's timer. l.mu is held.
-func (l *Lock) stopMaxHold() {
-	if l.capTimer != nil {
-		l.capTimer.Stop()
-	}
-}

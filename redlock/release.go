@@ -58,16 +58,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// not stop the renewal of the lease its successor holds.
 	l.relMu.Lock()
 	defer l.relMu.Unlock()
-	if l.current() != l || l.detached.Load() {
+	l.mu.Lock()
+	cur, h := l.cur, l.handle // the handle that holds the lease now; l's renewal (set once, by handOut)
+	l.mu.Unlock()
+	if cur != l || l.detached.Load() {
 		return ErrNotHeld // passed on (cohort.go), or Detached meanwhile: not ours any more
 	}
 	if c.handOn(ctx, l) {
 		return nil
 	}
 	defer c.cohortFree(l.lease) // released: the next Lock call of the line contends
-	l.mu.Lock()
-	h := l.handle
-	l.mu.Unlock()
 	if h != nil {
 		h.Stop()
 	}
