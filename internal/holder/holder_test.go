@@ -65,6 +65,14 @@ func TestNodes_proclaimOnlyWhereHeld(t *testing.T) {
 	if tl := hn.Proclaim(ctx, l.Token(), "v", "term-1"); !tl.Quorum() {
 		t.Fatalf("Proclaim with the lock's token: %d nodes wrote, want a majority", tl.Yes)
 	}
+	// Proclaim returns at a majority; give the last node its node timeout.
+	deadline := time.Now().Add(5 * time.Second)
+	for got := identities(t, rc, hn); got[0] == "" || got[1] == "" || got[2] == ""; got = identities(t, rc, hn) {
+		if time.Now().After(deadline) {
+			t.Fatalf("identities 5s after Proclaim: %q, want one on every node", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for i := range rc.N() {
 		idTTL := rc.Admin(i).PTTL(ctx, hn.Key(i)).Val()
 		lockTTL := rc.Admin(i).PTTL(ctx, redlock.DefaultKeyPrefix+"holder-held").Val()
