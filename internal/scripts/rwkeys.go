@@ -128,10 +128,14 @@ func boxKeysAny(keys []string) []any {
 }
 
 // LockKeys returns the lock keys k covers: Lock, or every resource's of a
-// multi-lock.
+// multi-lock. The caller must not modify the slice: it shares k's lists
+// (a release registers its keys on every node, so it allocates nothing).
 func (k Keys) LockKeys() []string {
-	if k.set == multiSet {
+	switch {
+	case k.set == multiSet:
 		return k.acq[:len(k.acq)-1]
+	case len(k.rel) > 0:
+		return k.rel[:1:1] // Lock heads a plain or read-write lock's lists
 	}
 	return []string{k.Lock}
 }
