@@ -119,7 +119,7 @@ func (l *Lock) release(ctx context.Context) (err error) {
 // loop.
 func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
 	q := l.c.quorum
-	r := node.Release(ctx, l.tok, nil, l.sender(l.releaseArgs()), l.retry)
+	r := node.Release(ctx, l.tok, nil, l.releaseArgs().send, l.retry)
 	return r.Collect(context.WithoutCancel(ctx), voteReleased, func(t quorum.Tally) bool {
 		answered := t.Yes + t.No
 		// A majority that confirmed, one of them holding our token: a lock
@@ -154,19 +154,6 @@ func (l *Lock) releaseError(t quorum.Tally) error {
 	return nil
 }
 
-// sender is what l's release sends node i (steps 4, 6 and 9), with the
-// guard the node layer sized there: the release script, which hands the
-// key to the first waiter queued there or deletes it, takes our own queue
-// entry out, and leaves the guard, so that a request of ours still in
-// flight sets nothing when it lands, whatever the key holds then. Its
-// arguments are boxed once for every node, in args.
-func (l *Lock) sender(args *relArgs) func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
-	return func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
-		r, err := scripts.ReleaseWith(ctx, s, l.keys[i], l.argsFor(args, i, guard))
-		return r == scripts.Deleted || r == scripts.HandedOver, err
-	}
-}
-
 // retry makes a release the node did not confirm pending with the node's
 // retry loop (releaser.go), with the guard the node layer sized.
 func (l *Lock) retry(p node.Part) {
@@ -184,14 +171,26 @@ func (l *Lock) retry(p node.Part) {
 // that nothing of ours can have queued again (issue 32: the handing
 // release's own lookup saved).
 type relArgs struct {
+	l               *Lock // whose release they are
 	plain, unqueued []any
 	mu              sync.Mutex // protects guarded
 	guarded         []any      // with the first guard a node needed (argsFor)
 }
 
+// send is what l's release sends node i (steps 4, 6 and 9), with the
+// guard the node layer sized there: the release script, which hands the
+// key to the first waiter queued there or deletes it, takes our own queue
+// entry out, and leaves the guard, so that a request of ours still in
+// flight sets nothing when it lands, whatever the key holds then. Its
+// arguments are boxed once for every node, in a.
+func (a *relArgs) send(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
+	r, err := scripts.ReleaseWith(ctx, s, a.l.keys[i], a.l.argsFor(a, i, guard))
+	return r == scripts.Deleted || r == scripts.HandedOver, err
+}
+
 // releaseArgs boxes the release's arguments once for every node.
 func (l *Lock) releaseArgs() *relArgs {
-	args := &relArgs{plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArgs)}
+	args := &relArgs{l: l, plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArgs)}
 	if l.dequeued != nil {
 		args.unqueued = scripts.Unqueued(args.plain)
 	}
@@ -294,7 +293,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 		}
 		return quorum.Pending // a grant, a failure or no answer: released
 	}
-	node.Release(ctx, l.tok, vote, l.sender(l.releaseArgs()), l.retry)
+	node.Release(ctx, l.tok, vote, l.releaseArgs().send, l.retry)
 }
 
 // abandon ends a Lock call's lock that was never handed out (step 4): it
@@ -317,5 +316,5 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		}
 		return t.Votes[i]
 	}
-	node.Release(ctx, l.tok, vote, l.sender(l.releaseArgs()), l.retry)
+	node.Release(ctx, l.tok, vote, l.releaseArgs().send, l.retry)
 }
