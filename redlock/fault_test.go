@@ -442,6 +442,13 @@ func TestReal_renewedBeyondTTL(t *testing.T) {
 // hung renewals to give up (they never do while the nodes are paused: only
 // the 5×TTL bound below ends that), or one that waits for several renewal
 // intervals (166ms each).
+func lossTrials() (trials int, allowance time.Duration) {
+	if n, err := strconv.Atoi(os.Getenv("QUORUMLOCK_LOSS_TRIALS")); err == nil && n > 0 {
+		return n, 50 * time.Millisecond
+	}
+	return 15, time.Second
+}
+
 // stacksMatching returns the stacks of the goroutines whose stack mentions
 // any of subs, for a failure message.
 func stacksMatching(subs ...string) string {
@@ -459,16 +466,11 @@ func stacksMatching(subs ...string) string {
 	return strings.Join(out, "\n\n")
 }
 
-func lossTrials() (trials int, allowance time.Duration) {
-	if n, err := strconv.Atoi(os.Getenv("QUORUMLOCK_LOSS_TRIALS")); err == nil && n > 0 {
-		return n, 50 * time.Millisecond
-	}
-	return 15, time.Second
-}
-
 // oversleep reports, until stop is closed, the longest time by which a 5ms
-// sleep overran: the scheduling delay of the machine at that moment.
-func oversleep(stop <-chan struct{}) <-chan time.Duration {
+// sleep overran: the scheduling delay of the machine at that moment. It
+// also keeps in st what a trial asks on failure: whether the process
+// stalled during it.
+func oversleep(stop <-chan struct{}, st *stall) <-chan time.Duration {
 	out := make(chan time.Duration, 1)
 	go func() {
 		var worst time.Duration
@@ -481,10 +483,33 @@ func oversleep(stop <-chan struct{}) <-chan time.Duration {
 			}
 			start := time.Now()
 			time.Sleep(5 * time.Millisecond)
-			worst = max(worst, time.Since(start)-5*time.Millisecond)
+			over := time.Since(start) - 5*time.Millisecond
+			worst = max(worst, over)
+			for {
+				cur := st.worst.Load()
+				if int64(over) <= cur || st.worst.CompareAndSwap(cur, int64(over)) {
+					break
+				}
+			}
+			st.rounds.Add(1)
 		}
 	}()
 	return out
+}
+
+// stall is what oversleep saw since a trial began.
+type stall struct {
+	worst  atomic.Int64 // the longest overrun of a 5ms sleep since the trial stored 0, in ns
+	rounds atomic.Int64 // sleeps measured
+}
+
+// since returns the longest overrun since the trial stored 0, once a sleep
+// begun after the call has been measured (the one under way when the
+// process stalled ends only after the stall), or after a second.
+func (st *stall) since() time.Duration {
+	n := st.rounds.Load()
+	eventually(time.Second, func() bool { return st.rounds.Load() >= n+2 })
+	return time.Duration(st.worst.Load())
 }
 
 // Not parallel: it measures timing, so it runs before this package's
@@ -493,7 +518,8 @@ func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	trials, allowance := lossTrials()
 	stopProbe := make(chan struct{})
-	probe := oversleep(stopProbe)
+	var stalled stall
+	probe := oversleep(stopProbe, &stalled)
 	rc := redistest.Start(t, 5)
 	c := newClient(t, rc.Clients())
 	var (
@@ -509,6 +535,7 @@ func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 		}
 		// Pause at a random point of the renewal cycle.
 		time.Sleep(time.Duration(trial*37%150) * time.Millisecond)
+		stalled.worst.Store(0)
 		paused := time.Now()
 		for _, i := range []int{0, 2, 4} {
 			rc.Pause(i)
@@ -522,8 +549,23 @@ func TestReal_pauseMajorityLossBeforeValidity(t *testing.T) {
 			l.mu.Lock()
 			st, until, watched, handle := l.state, time.Until(l.validUntil), l.watched, l.handle != nil
 			l.mu.Unlock()
-			t.Fatalf("trial %d: not lost %v after pausing 3 of 5 (state %d, ValidUntil in %v, watched %v, renewal handle %v); goroutines of the renewal and the lock:\n%s",
-				trial, 5*ttl, st, until, watched, handle, stacksMatching("quorumlock/renew", "redlock.(*Lock)", "redlock.watch"))
+			stacks := stacksMatching("quorumlock/renew", "redlock.(*Lock)", "redlock.watch")
+			// A process stalled (descheduled, its VM paused) past both the
+			// deadline and this timer wakes with both due, and the timer's
+			// send completes this select before the renewal loop has run
+			// (reproduced by stopping the test process for 3s with SIGSTOP
+			// after the pause: this message, Lost closed some µs later).
+			// When Lost closes after, and the probe's overrun, tell that
+			// apart from a loop that never reports.
+			timedOut := time.Now()
+			closed := "still open 1s later"
+			select {
+			case <-l.Lost():
+				closed = fmt.Sprintf("closed %v after the timer was taken", time.Since(timedOut))
+			case <-time.After(time.Second):
+			}
+			t.Fatalf("trial %d: not lost %v after pausing 3 of 5 (state %d, ValidUntil in %v, watched %v, renewal handle %v; Lost %s; a 5ms sleep overran by up to %v during this trial); goroutines of the renewal and the lock:\n%s",
+				trial, 5*ttl, st, until, watched, handle, closed, stalled.since(), stacks)
 		}
 		lostAt := time.Now()
 		until := l.ValidUntil()
