@@ -138,6 +138,28 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 		}
 		p.GXLock = r.IntN(2) == 0
 	}
+	// Slow TIME far (issue 42, fifth session): in one slow-TIME seed in
+	// two the probes are slowed 0.6-0.85 node timeouts instead, so that an
+	// estimate's lopsided error (up to 42 ms each side) outweighs what its
+	// age adds over the 1 s it is used (1 % of it, four times in a guard):
+	// an estimate that claims no error then leaves the slowExtend's
+	// Extend a window of 20-40 ms after the guard and within its bound
+	// (clock-probe-no-error). Drawn last, so every draw above stays that
+	// of its seed.
+	if p.SlowTime > 0 && r.IntN(2) == 0 {
+		p.SlowTime = 6*to/10 + time.Duration(r.Int64N(int64(to/4)))
+		if p.SlowTimeUp {
+			// More Extends racing an Unlock, so that more of them are
+			// slowExtend's (0.2: a few per seed, most of them in a lock
+			// profile's seed never held).
+			p.ExtendRace = 0.6
+		}
+	}
+	// The subscribe-close episode (subclose.go), one seed in eight.
+	if r.IntN(8) == 0 {
+		p.SubClose = true
+		p.SubCloseAt = time.Duration(r.Int64N(int64(p.Quiet - 500*time.Millisecond)))
+	}
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after

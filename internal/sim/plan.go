@@ -112,6 +112,12 @@ type Plan struct {
 	GXAt         time.Duration
 	GXClient     int
 	GXLock       bool
+	// SubClose is the subscribe-close episode (subclose.go): one more
+	// Client, the last, whose RLock starts its subscriptions over lagged
+	// links and which closes while they are in their first SUBSCRIBE,
+	// SubCloseAt after the settling. Every profile.
+	SubClose   bool
+	SubCloseAt time.Duration
 }
 
 // FaultKind names a fault.
@@ -457,6 +463,9 @@ func (p Plan) String() string {
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)
+	}
+	if p.SubClose {
+		s += fmt.Sprintf(", a Client closes in its first SUBSCRIBE %v after the settling", p.SubCloseAt)
 	}
 	return s
 }

@@ -146,6 +146,9 @@ func Run(p Plan, profiles ...Profile) Result {
 	if p.YieldKeep {
 		clients++ // the yielder (aimed.go yieldEpisode)
 	}
+	if p.SubClose {
+		clients++ // the subscribe-close episode's Client (subclose.go)
+	}
 	h := newHistory()
 	h.Note("plan %v", p)
 	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
@@ -159,9 +162,11 @@ func Run(p Plan, profiles ...Profile) Result {
 		ncs := cl.clients(c)
 		nodeClients = append(nodeClients, ncs...)
 		opts := p.Options(c)
+		o := observer{Hooks: redlock.NoHooks{}, env: env, c: c}
 		if p.Trace {
-			opts = append(opts, redlock.WithHooks(tracer{h: h, c: c}))
+			o.Hooks = tracer{h: h, c: c}
 		}
+		opts = append(opts, redlock.WithHooks(o))
 		rc, err := redlock.New(ncs, opts...)
 		if err != nil {
 			panic(fmt.Sprintf("sim: redlock.New: %v", err)) // the plan's options are valid
@@ -184,6 +189,9 @@ func Run(p Plan, profiles ...Profile) Result {
 	env.Go(env.res.sample)
 	if q := p.QuietLag; q != nil {
 		env.Go(func() { env.quietLag(q) })
+	}
+	if p.SubClose {
+		env.Go(func() { env.subClose(clients - 1) })
 	}
 	if p.SlowTime > 0 {
 		cl.net.slowTime(p.SlowTime, p.SlowTimeUp)
