@@ -81,7 +81,7 @@ var controls = []control{
 	// The observer reads each extension's margin as Confirmed − Quorum
 	// (the nodes not waited for left out): every healthy renewal reports
 	// 0 (issue 42, fifth session; extend-margin-no-pending).
-	{"margin-lies", []*atomic.Bool{&marginLies}, "margin", 3, false},
+	{"margin-lies", []*atomic.Bool{&marginLies}, "margin", 1, false},
 	// The observer takes every node that did not grant an attempt as
 	// pending at its decision: a refused attempt looks stopped while a
 	// majority was within reach (issue 42, fifth session;

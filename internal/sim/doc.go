@@ -64,7 +64,9 @@
 // had no majority within reach when it stopped), slow TIME far (probes
 // slowed 0.6-0.85 node timeouts) and the subscribe-close episode
 // (subclose.go: a Client closed while its subscriptions are in their
-// first SUBSCRIBE; hang). The simulator's power is measured by mutation:
+// first SUBSCRIBE; hang) and the late-handoff episode (latehandoff.go:
+// a queued attempt handed a key half a node timeout into its round
+// while nodes are pending; decided). The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

@@ -65,7 +65,7 @@ func (o observer) checkDecided(ctx context.Context, i redlock.AttemptInfo) {
 	env.res.mu.Lock()
 	sampled := env.res.sampled[redlock.DefaultKeyPrefix+i.Resource]
 	env.res.mu.Unlock()
-	if !sampled {
+	if !sampled && i.Resource != lhResource {
 		return
 	}
 	env.History.Violate("decided", "c%d's attempt of %s (call %d) ended %s after %v with %d granted and %d pending of %d nodes (quorum %d): a majority was still possible",
@@ -95,6 +95,9 @@ type observer struct {
 func (o observer) Attempt(ctx context.Context, i redlock.AttemptInfo) {
 	o.Hooks.Attempt(ctx, i)
 	o.checkDecided(ctx, i)
+	if lh := o.env.lh; lh != nil {
+		lh.noteAttempt(o.c, i)
+	}
 }
 
 func (o observer) Extend(ctx context.Context, i redlock.ExtendInfo) {

@@ -118,6 +118,11 @@ type Plan struct {
 	// SubCloseAt after the settling. Every profile.
 	SubClose   bool
 	SubCloseAt time.Duration
+	// LateHandoff is the late-handoff episode (latehandoff.go): two more
+	// Clients, after the subscribe-close one, LHAt after the settling.
+	// Lock profile only.
+	LateHandoff bool
+	LHAt        time.Duration
 }
 
 // FaultKind names a fault.
@@ -466,6 +471,9 @@ func (p Plan) String() string {
 	}
 	if p.SubClose {
 		s += fmt.Sprintf(", a Client closes in its first SUBSCRIBE %v after the settling", p.SubCloseAt)
+	}
+	if p.LateHandoff {
+		s += fmt.Sprintf(", a handoff late in a round %v after the settling", p.LHAt)
 	}
 	return s
 }
