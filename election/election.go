@@ -11,10 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
-	"github.com/quorumlock/quorumlock/internal/scripts"
-	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -22,7 +21,7 @@ import (
 // holds the leader's identity on each node, and the channel on which
 // leadership changes are announced. Election names may not end with it, and
 // no lock resource should be named NAME+LeaderSuffix.
-const LeaderSuffix = ":leader"
+const LeaderSuffix = holder.Suffix
 
 // Election is one named leadership, campaigned for on the nodes of a
 // redlock.Client: the leader is whoever holds the lock on the resource NAME.
@@ -31,12 +30,12 @@ const LeaderSuffix = ":leader"
 type Election struct {
 	client *redlock.Client
 	nodes  []redis.UniversalClient
-	own    *owner // the owner of tok
-	// tok is the election's token in the Client's node layer
-	// (node.Linked.Token): every request of the election goes through it
-	// (node.Run, node.Release), bounded by WithNodeTimeout or by default
-	// the lock's node timeout, on goroutines the Client owns.
-	tok     *node.Token
+	// hn is the election's lock key on the Client's nodes
+	// (holder.New): every request of the election goes through its token
+	// in the Client's node layer (node.Run, node.Release), bounded by
+	// WithNodeTimeout or by default the lock's node timeout, on goroutines
+	// the Client owns.
+	hn      *holder.Nodes
 	name    string
 	cfg     config
 	quorum  int
@@ -134,9 +133,9 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 		_, c := n.(*redis.ClusterClient)
 		e.cluster = append(e.cluster, c)
 	}
-	keys := make([]scripts.Keys, len(nodes))
+	keys := make([]string, len(nodes))
 	for i := range keys {
-		keys[i] = scripts.Keys{Lock: e.lockKey(i)} // the clock of its master bounds a write (Cluster)
+		keys[i] = e.lockKey(i)
 	}
 	// The election's requests go through the Client's node layer: its
 	// nodes when they are the Client's clients (New), nodes of their own
@@ -146,8 +145,7 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	if cfg.nodeTimeoutSet {
 		timeout = cfg.nodeTimeout
 	}
-	e.own = new(owner)
-	e.tok = link.Token(keys, timeout, nodes, &e.own.mu, e.own)
+	e.hn = holder.New(link, "election", nodes, keys, timeout)
 	return e, nil
 }
 
@@ -168,7 +166,7 @@ func (e *Election) lockKey(i int) string {
 }
 
 // identityKey is the key holding the leader's identity on node i.
-func (e *Election) identityKey(i int) string { return e.lockKey(i) + LeaderSuffix }
+func (e *Election) identityKey(i int) string { return e.hn.Key(i) }
 
 // Channel is the Pub/Sub channel on which candidates announce that they took
 // office or left it, and to which Observe subscribes. It is the election's
@@ -182,44 +180,14 @@ func (e *Election) Channel() string { return e.cfg.keyPrefix + e.name + LeaderSu
 // run on, and may land at any time after: the marker withdraw leaves makes
 // them write nothing once the term was withdrawn from that node.
 func (e *Election) proclaim(ctx context.Context, token, value, term string) (int, []error) {
-	// Bounded (node.Op.Bound): a write that reaches a node after we
-	// stopped waiting for it writes nothing, withdrawn or not.
-	r := start(e, ctx, true, func(ctx context.Context, i int, n redis.UniversalClient, notAfter int64) (bool, error) {
-		return scripts.Proclaim(ctx, n, e.lockKey(i), e.identityKey(i), term, token, value, notAfter)
-	})
-	t := r.Collect(ctx, func(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
-		switch {
-		case rep.Err != nil:
-			return quorum.Failed, rep.Err
-		case rep.Val:
-			return quorum.Yes, nil
-		}
-		return quorum.No, nil
-	}, quorum.Majority)
+	t := e.hn.Proclaim(ctx, token, value, term)
 	return t.Yes, e.nodeErrors(t)
 }
 
-// withdraw ends term on every node, as a release of the election's token
-// (node.Release): it marks the term withdrawn, so that none of its
-// identity writes (proclaim) still in flight — a round's stragglers — can
-// write value again there, and deletes the identity key where it still
-// holds value, on a detached ctx bounded by the node timeout. It returns
-// once a majority has answered (or cannot): then no majority read can
-// return value any more, nor ever will. A node that answers later is left
-// to finish in the background; where the delete does not land, the
-// identity expires with the lease.
-//
-// The mark lasts the lock key's remaining TTL there, and at least the
-// guard the node layer sizes for the token's writes that may still land
-// there: each carries its not-after bound (proclaim), so past the mark no
-// write of the term can land at all.
+// withdraw ends term on every node (holder.Nodes.Withdraw), once a
+// majority answered: no majority read can return value any more.
 func (e *Election) withdraw(ctx context.Context, value, term string) {
-	ctx = context.WithoutCancel(ctx)
-	r := node.Release(ctx, e.tok, nil, func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
-		// At least 1ms: PX takes no 0, when every write there was answered.
-		return true, scripts.Withdraw(ctx, s, e.lockKey(i), e.identityKey(i), term, value, max(guard, time.Millisecond))
-	}, nil)
-	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
+	if t := e.hn.Withdraw(ctx, value, term); !t.Quorum() {
 		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))
 	}
 }

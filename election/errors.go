@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -28,4 +30,19 @@ var ErrNoQuorum = redlock.ErrNoQuorum
 // input in both packages.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: election: %s", redlock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// nodeErrors returns one *redlock.NodeError per failed node of t.
+func (e *Election) nodeErrors(t quorum.Tally) []error {
+	var errs []error
+	for i, err := range t.Errs {
+		if err == nil {
+			continue
+		}
+		if ne := (*redlock.NodeError)(nil); !errors.As(err, &ne) {
+			err = &redlock.NodeError{Node: i, Addr: nodeaddr.Of(e.nodes[i]), Err: err}
+		}
+		errs = append(errs, err)
+	}
+	return errs
 }

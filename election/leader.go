@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/testhooks"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -59,7 +60,7 @@ func noQuorum(head string, errs []error) error {
 // node, when too few nodes answered to tell (after Close of the redlock
 // Client, the node errors match redlock.ErrClosed).
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	r := start(e, ctx, false, func(ctx context.Context, i int, n redis.UniversalClient, _ int64) (string, error) {
+	r := holder.Start(e.hn, ctx, false, func(ctx context.Context, i int, n redis.UniversalClient, _ int64) (string, error) {
 		v, err := n.Get(ctx, e.identityKey(i)).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil
@@ -108,10 +109,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // also polls. It returns once a majority has it (or cannot).
 func (e *Election) announce(ctx context.Context, what string) {
 	ctx = context.WithoutCancel(ctx)
-	r := start(e, ctx, false, func(ctx context.Context, _ int, n redis.UniversalClient, _ int64) (int64, error) {
+	r := holder.Start(e.hn, ctx, false, func(ctx context.Context, _ int, n redis.UniversalClient, _ int64) (int64, error) {
 		return n.Publish(ctx, e.Channel(), what).Result()
 	})
-	if t := r.Collect(ctx, answered, quorum.Majority); !t.Quorum() {
+	if t := r.Collect(ctx, holder.Answered, quorum.Majority); !t.Quorum() {
 		e.warn(ctx, "announcement published on too few nodes", errors.Join(e.nodeErrors(t)...))
 	}
 }

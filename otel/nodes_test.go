@@ -46,9 +46,12 @@ func TestNodeEvents_paused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No renewals: the lock stays valid for the 2s TTL while its nodes are
-	// paused, so Extend fails for lack of answers, not for loss.
-	c, err := redlock.New(rc.Clients(), redlock.WithHooks(h), redlock.WithTTL(2*time.Second), redlock.WithAutoRenew(false))
+	// No renewals: the lock stays valid for the 10s TTL while its nodes
+	// are paused, so Extend fails for lack of answers, not for loss. The
+	// node timeout is 1s (TTL/10, at most 1s): with a 2s TTL (200ms) the
+	// healthy node 0 missed it once beside stress-ng at load 16–22, and
+	// its timeout ended the attempt before node 1's.
+	c, err := redlock.New(rc.Clients(), redlock.WithHooks(h), redlock.WithTTL(10*time.Second), redlock.WithAutoRenew(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -835,11 +835,7 @@ func TestLate_refusedTryLockWaitsForItsStragglers(t *testing.T) {
 	// left a guard. The warm-up below does those first, before the latency.
 	c := newClient(t, rc.Clients(), WithNodeTimeout(5*time.Second))
 	ctx := t.Context()
-	if l, err := c.TryLock(ctx, "warm"); err != nil {
-		t.Fatal(err)
-	} else if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, c)
 	guards := func() []string {
 		ks, err := rc.Admin(2).Keys(ctx, "lock:st*"+scripts.GuardSuffix+"*").Result()
 		if err != nil {
@@ -957,11 +953,7 @@ func TestLate_lateGrantGivenBackBetweenAttempts(t *testing.T) {
 	// load) is far inside it, so it is an answer, not a timeout.
 	c := newClient(t, rc.Clients(), WithWakeUp(false), WithRetryDelay(5*time.Second, 5*time.Second), WithNodeTimeout(2*time.Second))
 	ctx := t.Context()
-	if l, err := c.TryLock(ctx, "warm"); err != nil { // identity and clock probes done before the latency
-		t.Fatal(err)
-	} else if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, c) // identity and clock probes done before the latency
 	const key = "lock:late-grant"
 	for i := range 2 {
 		if err := rc.Admin(i).Set(ctx, key, "other", time.Minute).Err(); err != nil {
@@ -1124,9 +1116,7 @@ func TestLate_lateRequestDoesNotWaitForItsOwnCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, rc.Clients(), WithTTL(20*time.Second), WithNodeTimeout(2*time.Second))
-	if _, err := c.TryLock(ctx, "warm"); err != nil { // dial, identity, clock: not timed below
-		t.Fatal(err)
-	}
+	warmUp(t, c) // dial, identity, clock: not timed below
 	var once sync.Once
 	pause := func(key string, node int) {
 		if key == "lock:cycle" && node == 2 {

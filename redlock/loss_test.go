@@ -259,9 +259,7 @@ func TestLock_noLossReportForALockNotReturned(t *testing.T) {
 	// its slowest: made here, with the derived node timeout, so that the
 	// 150ms below times only the lock's own (at load ~23 all three nodes
 	// missed it in 5 attempts of a fresh Client).
-	if w, err := c.TryLock(t.Context(), "warm"); err == nil {
-		w.Unlock(t.Context())
-	}
+	warmUp(t, c)
 	testhooks.AfterHold.Store(&pause)
 	t.Cleanup(func() { testhooks.AfterHold.Store(nil) })
 

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/election"
+	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/scripts"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -108,33 +108,18 @@ func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity
 	// The term makes the value unique to this holding, for scripts.Withdraw.
 	me := election.Leader{Identity: c.identity, Term: hex.EncodeToString(term[:]), Fence: l.Fence(), Since: time.Now()}
 	val, _ := json.Marshal(me)
-	nodes := clientsOf(client)
-	each := func(f func(ctx context.Context, n redis.UniversalClient, key string)) {
-		var wg sync.WaitGroup
-		for _, n := range nodes {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
-				defer cancel()
-				f(ctx, n, lockKey(n, c.prefix, l.Resource()))
-			})
-		}
-		wg.Wait()
+	link := linkOf(client)
+	nodes := clientsOf(link)
+	keys := make([]string, len(nodes))
+	for i, n := range nodes {
+		keys[i] = lockKey(n, c.prefix, l.Resource())
 	}
-	write := func() {
-		each(func(ctx context.Context, n redis.UniversalClient, key string) {
-			_, _ = scripts.Proclaim(ctx, n, key, key+election.LeaderSuffix, me.Term, l.Token(), string(val), 0)
-		})
-	}
-	// The mark outlasts any write of ours: a write lands only while the
-	// permit key holds our token, which a renewal landing after the
-	// withdraw can re-arm to the TTL (the release follows within a
-	// request's timeout).
-	floor := c.ttl + 2*statusTimeout
-	withdraw := func() {
-		each(func(ctx context.Context, n redis.UniversalClient, key string) {
-			_ = scripts.Withdraw(ctx, n, key, key+election.LeaderSuffix, me.Term, string(val), floor)
-		})
-	}
+	// Each write carries its node's not-after bound and the withdraw's mark
+	// outlasts every write still able to land, sized by the node layer
+	// (holder.Nodes); the requests are bounded by statusTimeout.
+	hn := holder.New(link, "permit identity", nodes, keys, statusTimeout)
+	write := func() { hn.Proclaim(l.Context(), l.Token(), string(val), me.Term) }
+	withdraw := func() { hn.Withdraw(context.Background(), string(val), me.Term) }
 	id := &identity{quit: make(chan struct{}), done: make(chan struct{}), write: write, withdraw: withdraw}
 	write()
 	go func() {
@@ -155,10 +140,11 @@ func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity
 	return id
 }
 
-// stop ends the refresh, waits for a write in progress (each request is
-// bounded by statusTimeout), and withdraws the identity: deleted where it
-// is ours, and no write of ours still in flight — one whose reply was lost
-// — can set it again when it lands.
+// stop ends the refresh, waits for a write in progress (until a majority
+// took it, each request bounded by statusTimeout), and withdraws the
+// identity: deleted where it is ours, and no write of ours still in flight
+// — one whose reply was lost, or a straggler the refresh stopped waiting
+// for — can set it again when it lands (holder.Nodes.Withdraw).
 func (id *identity) stop() {
 	id.stopOnce.Do(func() {
 		close(id.quit)
@@ -249,11 +235,16 @@ func statusPermits(nodes []redis.UniversalClient, c *common, resource string, st
 	return exitNoQuorum
 }
 
-// clientsOf returns the node clients of client, in its order (the node
-// layer's Link: package redlock exports no such plumbing).
-func clientsOf(client *redlock.Client) []redis.UniversalClient {
+// linkOf returns client's node layer (package redlock exports no such
+// plumbing: Link takes an internal type).
+func linkOf(client *redlock.Client) node.Linked {
 	var link node.Linked
 	_ = client.Link(&link) // no options: nothing to refuse
+	return link
+}
+
+// clientsOf returns the node clients of link, in its Client's order.
+func clientsOf(link node.Linked) []redis.UniversalClient {
 	nodes := link.Set.Nodes
 	out := make([]redis.UniversalClient, len(nodes))
 	for i, n := range nodes {

@@ -1,0 +1,109 @@
+package holder_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/holder"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup returns a Client on three real nodes holding a lock on resource,
+// and the holder.Nodes of that lock's keys.
+func setup(t *testing.T, resource string) (*redistest.Cluster, *redlock.Lock, *holder.Nodes) {
+	t.Helper()
+	rc := redistest.Start(t, 3)
+	client, err := redlock.New(rc.Clients())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := client.TryLock(ctx, resource, redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Unlock(context.Background()) })
+	var link node.Linked
+	if err := client.Link(&link); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource}
+	return rc, l, holder.New(link, "test", rc.Clients(), keys, 0)
+}
+
+// identities returns, per node, the identity key's value ("" when absent).
+func identities(t *testing.T, rc *redistest.Cluster, hn *holder.Nodes) []string {
+	t.Helper()
+	out := make([]string, rc.N())
+	for i := range out {
+		v, _ := rc.Admin(i).Get(context.Background(), hn.Key(i)).Result()
+		out[i] = v
+	}
+	return out
+}
+
+// A write lands only where the lock key holds the token given, and its
+// identity lasts no longer than the lock key.
+func TestNodes_proclaimOnlyWhereHeld(t *testing.T) {
+	rc, l, hn := setup(t, "holder-held")
+	ctx := context.Background()
+	if tl := hn.Proclaim(ctx, "not-the-token", "v", "term-1"); tl.Yes != 0 {
+		t.Fatalf("Proclaim with another token: %d nodes wrote, want 0", tl.Yes)
+	}
+	if got := identities(t, rc, hn); got[0] != "" || got[1] != "" || got[2] != "" {
+		t.Fatalf("identities after a refused write: %q", got)
+	}
+	if tl := hn.Proclaim(ctx, l.Token(), "v", "term-1"); !tl.Quorum() {
+		t.Fatalf("Proclaim with the lock's token: %d nodes wrote, want a majority", tl.Yes)
+	}
+	// Proclaim returns at a majority; give the last node its node timeout.
+	deadline := time.Now().Add(5 * time.Second)
+	for got := identities(t, rc, hn); got[0] == "" || got[1] == "" || got[2] == ""; got = identities(t, rc, hn) {
+		if time.Now().After(deadline) {
+			t.Fatalf("identities 5s after Proclaim: %q, want one on every node", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range rc.N() {
+		idTTL := rc.Admin(i).PTTL(ctx, hn.Key(i)).Val()
+		lockTTL := rc.Admin(i).PTTL(ctx, redlock.DefaultKeyPrefix+"holder-held").Val()
+		if idTTL <= 0 || idTTL > lockTTL+10*time.Millisecond {
+			t.Errorf("node %d: identity TTL %v, lock key's %v: want positive and no longer", i, idTTL, lockTTL)
+		}
+	}
+}
+
+// After Withdraw no write of the term lands again, while a new term's does.
+func TestNodes_withdrawEndsTheTerm(t *testing.T) {
+	rc, l, hn := setup(t, "holder-withdraw")
+	ctx := context.Background()
+	if tl := hn.Proclaim(ctx, l.Token(), "v1", "term-1"); !tl.Quorum() {
+		t.Fatalf("Proclaim: %d nodes wrote", tl.Yes)
+	}
+	if tl := hn.Withdraw(ctx, "v1", "term-1"); !tl.Quorum() {
+		t.Fatalf("Withdraw: %d nodes answered", tl.Yes)
+	}
+	// Withdraw returns at a majority; give the last node its node timeout.
+	deadline := time.Now().Add(5 * time.Second)
+	for got := identities(t, rc, hn); got[0] != "" || got[1] != "" || got[2] != ""; got = identities(t, rc, hn) {
+		if time.Now().After(deadline) {
+			t.Fatalf("identities 5s after Withdraw: %q, want none", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if tl := hn.Proclaim(ctx, l.Token(), "v1", "term-1"); tl.Yes != 0 {
+		t.Fatalf("a write of the withdrawn term landed on %d nodes", tl.Yes)
+	}
+	if tl := hn.Proclaim(ctx, l.Token(), "v2", "term-2"); !tl.Quorum() {
+		t.Fatalf("a new term's write: %d nodes wrote, want a majority", tl.Yes)
+	}
+}
