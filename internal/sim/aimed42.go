@@ -138,6 +138,33 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 		}
 		p.GXLock = r.IntN(2) == 0
 	}
+	// Slow TIME far (issue 42, fifth session): in one slow-TIME seed in
+	// two the probes are slowed 0.6-0.85 node timeouts instead, so that an
+	// estimate's lopsided error (up to 42 ms each side) outweighs what its
+	// age adds over the 1 s it is used (1 % of it, four times in a guard):
+	// an estimate that claims no error then leaves the slowExtend's
+	// Extend a window of 20-40 ms after the guard and within its bound
+	// (clock-probe-no-error). Drawn last, so every draw above stays that
+	// of its seed.
+	if p.SlowTime > 0 && r.IntN(2) == 0 {
+		p.SlowTime = 6*to/10 + time.Duration(r.Int64N(int64(to/4)))
+		if p.SlowTimeUp {
+			// More Extends racing an Unlock, so that more of them are
+			// slowExtend's (0.2: a few per seed, most of them in a lock
+			// profile's seed never held).
+			p.ExtendRace = 0.8
+		}
+	}
+	// The subscribe-close episode (subclose.go), one seed in eight.
+	if r.IntN(8) == 0 {
+		p.SubClose = true
+		p.SubCloseAt = time.Duration(r.Int64N(int64(p.Quiet - 500*time.Millisecond)))
+	}
+	// The late-handoff episode (latehandoff.go), one seed in six.
+	if r.IntN(6) == 0 {
+		p.LateHandoff = true
+		p.LHAt = time.Duration(r.Int64N(int64(p.Quiet - time.Second)))
+	}
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -264,10 +291,42 @@ func (k *conn) timeUpDelay(b []byte) time.Duration {
 		return 0
 	}
 	if n.timeUp {
-		return n.probeDelay()
+		d := n.probeDelay()
+		if n.probes == nil {
+			n.probes = make(map[linkID][2]probeRec)
+		}
+		r := n.probes[k.id]
+		n.probes[k.id] = [2]probeRec{r[1], {sent: time.Now(), delay: d}}
+		return d
 	}
 	k.timeReplies++
 	return 0
+}
+
+// probeRec is one clock probe slowed on its way up: when it was written
+// and its delay.
+type probeRec struct {
+	sent  time.Time
+	delay time.Duration
+}
+
+// estimateOf returns, for client c's estimate of node i's clock, its age
+// and how far its middle is ahead of the node's clock (half the probe's
+// delay up), from the last probe answered by now (the library keeps the
+// latest when it claims no error: clock-probe-no-error); ok false if none.
+func (n *network) estimateOf(c, i int) (age, bias time.Duration, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	r := n.probes[linkID{c, i}]
+	for j := 1; j >= 0; j-- {
+		p := r[j]
+		if p.sent.IsZero() || now.Before(p.sent.Add(p.delay+time.Millisecond)) {
+			continue // none, or not answered yet
+		}
+		return now.Sub(p.sent.Add(p.delay / 2)), p.delay / 2, true
+	}
+	return 0, 0, false
 }
 
 // probeDelay is one clock probe's delay: the plan's, or with its
@@ -422,7 +481,7 @@ func dropsControl(b []byte) bool {
 // a seed whose clock probes are slowed on their way up (each estimate is
 // then ahead of the node's clock by up to half the delay D, within its
 // error), half the Extends that race an Unlock have their request to one
-// node held a node timeout and 0.55-0.95 D (or, one in two, 0.05-0.5 D:
+// node held a node timeout and 0.55-0.95 D (or, one in two, 0.05-0.5 D, 0.35-0.48 D with slow TIME far:
 // see below). The release goes at the Extend's instant and lands first,
 // and its guard must outlast the Extend's not-after bound, which the estimate's
 // error put up to D past the deadline: a guard that ignores the error
@@ -432,7 +491,10 @@ func dropsControl(b []byte) bool {
 // read meanwhile keep their delay); recorded as a spike (no allowance).
 func (p *LockProfile) slowExtend(env *Env, r2 *rand.Rand, c int) (restore func()) {
 	pl := env.Plan
-	if pl.SlowTime == 0 || !pl.SlowTimeUp || r2.IntN(2) != 0 {
+	// With slow TIME far, every racing Extend is held (clock-probe-no-error
+	// needs an estimate young enough: many tries).
+	far := pl.SlowTime >= 6*pl.NodeTimeout/10
+	if pl.SlowTime == 0 || !pl.SlowTimeUp || r2.IntN(2) != 0 && !far {
 		return func() {}
 	}
 	n := env.cl.net
@@ -444,10 +506,32 @@ func (p *LockProfile) slowExtend(env *Env, r2 *rand.Rand, c int) (restore func()
 	// Extend's bound, from a middle D/2 ahead of the node's clock, is up
 	// to D/2 later.
 	frac := 0.55 + 0.4*r2.Float64()
-	if frac < 0.75 {
+	switch {
+	case frac < 0.75 && far:
+		// Slow TIME far: 0.35-0.48 D, just under the D/2 the estimate's
+		// middle is ahead, where the window is open for estimates up to
+		// 0.5-0.9 s old (the guard adds 4 % of the age and 2 ms).
+		frac = 0.35 + 0.13*(frac-0.55)/0.2
+	case frac < 0.75:
 		frac = 0.05 + 0.45*(frac-0.55)/0.2
 	}
 	d := pl.NodeTimeout + time.Duration(frac*float64(pl.SlowTime))
+	if far && frac < 0.75 {
+		// Aim inside the window of an estimate that claims no error, from
+		// the age and bias of client c's estimate of node i (the probes
+		// the network slowed): after a guard that lasts a node timeout,
+		// 4 % of the estimate's age at the deadline and 2 ms (and the
+		// bound's ms), before the bound, half the probe's delay ahead
+		// less what the node's drift took back (1 % of the age at most).
+		if age, bias, ok := n.estimateOf(c, i); ok {
+			at := age + pl.NodeTimeout
+			lo := 4*time.Millisecond + at/25
+			hi := bias - age/100 - time.Millisecond
+			if lo < hi {
+				d = pl.NodeTimeout + (lo+hi)/2
+			}
+		}
+	}
 	n.mu.Lock()
 	before := n.delay[c][i]
 	n.mu.Unlock()

@@ -78,6 +78,15 @@ var controls = []control{
 	{"abandon-skips-release", []*atomic.Bool{&testhooks.AbandonSkipsRelease}, "left-behind", 3, false},
 	// Close leaves the Client's identity keys for their hour (issue 42).
 	{"close-keeps-identity", []*atomic.Bool{&testhooks.CloseKeepsIdentity}, "close-left", 1, false},
+	// The observer reads each extension's margin as Confirmed − Quorum
+	// (the nodes not waited for left out): every healthy renewal reports
+	// 0 (issue 42, fifth session; extend-margin-no-pending).
+	{"margin-lies", []*atomic.Bool{&marginLies}, "margin", 1, false},
+	// The observer takes every node that did not grant an attempt as
+	// pending at its decision: a refused attempt looks stopped while a
+	// majority was within reach (issue 42, fifth session;
+	// inflight-decide-no-validity).
+	{"decided-lies", []*atomic.Bool{&decidedLies}, "decided", 1, false},
 	// A queue entry lapses ten times later than its stated life (issue
 	// 42): an entry of a waiter gone holds the queue up that long.
 	{"lapse-tenfold", []*atomic.Bool{&testhooks.LapseTenfold}, "expiry-bound", 1, false},

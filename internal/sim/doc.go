@@ -58,7 +58,15 @@
 // not confirm a Resume's re-arm is healed at once) and reentry
 // (ErrAlreadyHeld at once). A quiet lag of a quarter node timeout or
 // more each way cuts requests over new connections, and counts as a
-// fault. The simulator's power is measured by mutation:
+// fault. Issue 42's fifth session added the observer
+// every Client carries (margin.go: margin, an extension's reported
+// margin against the keys the nodes hold; decided, a failed attempt
+// had no majority within reach when it stopped), slow TIME far (probes
+// slowed 0.6-0.85 node timeouts) and the subscribe-close episode
+// (subclose.go: a Client closed while its subscriptions are in their
+// first SUBSCRIBE; hang) and the late-handoff episode (latehandoff.go:
+// a queued attempt handed a key half a node timeout into its round
+// while nodes are pending; decided). The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //

@@ -56,11 +56,14 @@ type network struct {
 	timeDelay  time.Duration
 	timeUp     bool
 	timeVaries bool // each probe's delay drawn up to timeDelay
-	msgDelay   map[int]time.Duration
-	rearm      *rearmTrigger // a Resume's re-arm awaited (resumePause)
-	healDrop   *rearmTrigger // the control heal-dropped's target (evictKey)
-	closed     bool
-	serve      func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
+	// probes is, per link, the last two clock probes slowed on their way
+	// up (slowExtend reads the estimate's age and bias from them).
+	probes   map[linkID][2]probeRec
+	msgDelay map[int]time.Duration
+	rearm    *rearmTrigger // a Resume's re-arm awaited (resumePause)
+	healDrop *rearmTrigger // the control heal-dropped's target (evictKey)
+	closed   bool
+	serve    func(node int) (net.Conn, error) // the node's server end (miniredis Dial)
 }
 
 type linkID struct{ client, node int }

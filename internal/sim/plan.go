@@ -112,6 +112,17 @@ type Plan struct {
 	GXAt         time.Duration
 	GXClient     int
 	GXLock       bool
+	// SubClose is the subscribe-close episode (subclose.go): one more
+	// Client, the last, whose RLock starts its subscriptions over lagged
+	// links and which closes while they are in their first SUBSCRIBE,
+	// SubCloseAt after the settling. Every profile.
+	SubClose   bool
+	SubCloseAt time.Duration
+	// LateHandoff is the late-handoff episode (latehandoff.go): two more
+	// Clients, after the subscribe-close one, LHAt after the settling.
+	// Lock profile only.
+	LateHandoff bool
+	LHAt        time.Duration
 }
 
 // FaultKind names a fault.
@@ -457,6 +468,12 @@ func (p Plan) String() string {
 	}
 	if p.SemK > 0 {
 		s += fmt.Sprintf(", K=%d", p.SemK)
+	}
+	if p.SubClose {
+		s += fmt.Sprintf(", a Client closes in its first SUBSCRIBE %v after the settling", p.SubCloseAt)
+	}
+	if p.LateHandoff {
+		s += fmt.Sprintf(", a handoff late in a round %v after the settling", p.LHAt)
 	}
 	return s
 }

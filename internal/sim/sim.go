@@ -50,6 +50,7 @@ type Env struct {
 	faults  *faultLog
 	res     *residue
 	gx      atomic.Pointer[gxEpisode] // the expired-grant episode (expired.go)
+	lh      *lateHandoff              // the late-handoff episode (latehandoff.go), nil if none
 }
 
 // Go runs fn on a goroutine that the run waits for before its checks.
@@ -120,6 +121,7 @@ func Run(p Plan, profiles ...Profile) Result {
 		p.YieldKeep = false
 		p.CloseAt = 0
 		p.GrantExpired = false
+		p.LateHandoff = false
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
@@ -146,10 +148,20 @@ func Run(p Plan, profiles ...Profile) Result {
 	if p.YieldKeep {
 		clients++ // the yielder (aimed.go yieldEpisode)
 	}
+	if p.SubClose {
+		clients++ // the subscribe-close episode's Client (subclose.go)
+	}
+	subClient := clients - 1
+	if p.LateHandoff {
+		clients += 2 // the late-handoff episode's holder and waiter (latehandoff.go)
+	}
 	h := newHistory()
 	h.Note("plan %v", p)
 	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
 	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
+	if p.LateHandoff {
+		env.lh = &lateHandoff{a: clients - 2, b: clients - 1, first: make(chan struct{})}
+	}
 	if tag := ownBubble(); tag != "" {
 		runs.Store(tag, env)
 		defer runs.Delete(tag)
@@ -159,9 +171,11 @@ func Run(p Plan, profiles ...Profile) Result {
 		ncs := cl.clients(c)
 		nodeClients = append(nodeClients, ncs...)
 		opts := p.Options(c)
+		o := observer{Hooks: redlock.NoHooks{}, env: env, c: c}
 		if p.Trace {
-			opts = append(opts, redlock.WithHooks(tracer{h: h, c: c}))
+			o.Hooks = tracer{h: h, c: c}
 		}
+		opts = append(opts, redlock.WithHooks(o))
 		rc, err := redlock.New(ncs, opts...)
 		if err != nil {
 			panic(fmt.Sprintf("sim: redlock.New: %v", err)) // the plan's options are valid
@@ -184,6 +198,12 @@ func Run(p Plan, profiles ...Profile) Result {
 	env.Go(env.res.sample)
 	if q := p.QuietLag; q != nil {
 		env.Go(func() { env.quietLag(q) })
+	}
+	if p.SubClose {
+		env.Go(func() { env.subClose(subClient) })
+	}
+	if p.LateHandoff {
+		env.Go(env.lateHandoff)
 	}
 	if p.SlowTime > 0 {
 		cl.net.slowTime(p.SlowTime, p.SlowTimeUp)
