@@ -103,8 +103,17 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 		lv, le := votes[kk*n:(kk+1)*n], verrs[kk*n:(kk+1)*n]
 		healed := 0
 		for i := range n {
-			if !seen[i] { // timed out, or ctx ended: failed for every lock
-				lv[i], le[i] = quorum.Failed, t.Errs[i]
+			if !seen[i] {
+				// No reply when the batch was decided: failed for every lock
+				// where the round timed out or ctx ended (an error), still
+				// pending otherwise — a node the batch stopped waiting for
+				// once every lock was decided, as a lock's own round reports
+				// it (ExtendInfo.Pending; counted as failed with no error,
+				// it read as a margin of zero on healthy nodes).
+				lv[i], le[i] = quorum.Pending, nil
+				if t.Errs[i] != nil {
+					lv[i], le[i] = quorum.Failed, t.Errs[i]
+				}
 			}
 			if lv[i] == quorum.Yes {
 				if rep, _ := r.Reply(i); rep.Val.res[kk].healed {
