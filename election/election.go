@@ -14,6 +14,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/nodeaddr"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -187,7 +188,7 @@ func (e *Election) proclaim(ctx context.Context, token, value, term string) (int
 // withdraw ends term on every node (holder.Nodes.Withdraw), once a
 // majority answered: no majority read can return value any more.
 func (e *Election) withdraw(ctx context.Context, value, term string) {
-	if t := e.hn.Withdraw(ctx, value, term); !t.Quorum() {
+	if t := e.hn.Withdraw(ctx, value, term, quorum.Majority); !t.Quorum() {
 		e.warn(ctx, "identity withdrawn from too few nodes (it expires with the lease)", errors.Join(e.nodeErrors(t)...))
 	}
 }

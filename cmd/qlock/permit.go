@@ -19,6 +19,7 @@ import (
 	"github.com/quorumlock/quorumlock/election"
 	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -119,7 +120,10 @@ func startIdentity(client *redlock.Client, c *common, l *redlock.Lock) *identity
 	// (holder.Nodes); the requests are bounded by statusTimeout.
 	hn := holder.New(link, "permit identity", nodes, keys, statusTimeout)
 	write := func() { hn.Proclaim(l.Context(), l.Token(), string(val), me.Term) }
-	withdraw := func() { hn.Withdraw(context.Background(), string(val), me.Term) }
+	// The withdraw waits for every node (each bounded by statusTimeout):
+	// qlock exits after it, and no write of the holding sent afterwards
+	// may set the identity anywhere.
+	withdraw := func() { hn.Withdraw(context.Background(), string(val), me.Term, quorum.All) }
 	id := &identity{quit: make(chan struct{}), done: make(chan struct{}), write: write, withdraw: withdraw}
 	write()
 	go func() {

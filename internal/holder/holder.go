@@ -119,22 +119,24 @@ func (n *Nodes) Proclaim(ctx context.Context, token, value, term string) quorum.
 // identity writes (Proclaim) still in flight — a round's stragglers — can
 // write value again there, and deletes the identity key where it still
 // holds value, on a detached ctx bounded by the node timeout. It returns
-// once a majority has answered (or cannot): then no majority read can
-// return value any more, nor ever will. A node that answers later is left
-// to finish in the background; where the delete does not land, the
-// identity expires with the lock.
+// once until says the round is decided: with quorum.Majority, once a
+// majority has answered (or cannot) — then no majority read can return
+// value any more, nor ever will, and a node that answers later is left to
+// finish in the background; with quorum.All, once every node answered or
+// timed out — then no write of the term sent afterwards lands anywhere.
+// Where the delete does not land, the identity expires with the lock.
 //
 // The mark lasts the lock key's remaining TTL there, and at least the
 // guard the node layer sizes for the token's writes that may still land
 // there: each carries its not-after bound (Proclaim), so past the mark no
 // write of the term can land at all.
-func (n *Nodes) Withdraw(ctx context.Context, value, term string) quorum.Tally {
+func (n *Nodes) Withdraw(ctx context.Context, value, term string, until quorum.Decider) quorum.Tally {
 	ctx = context.WithoutCancel(ctx)
 	r := node.Release(ctx, n.tok, nil, func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
 		// At least 1ms: PX takes no 0, when every write there was answered.
 		return true, scripts.Withdraw(ctx, s, n.keys[i], n.Key(i), term, value, max(guard, time.Millisecond))
 	}, nil)
-	return r.Collect(ctx, Answered, quorum.Majority)
+	return r.Collect(ctx, Answered, until)
 }
 
 // Answered classifies a reply that only needs to arrive: any answer is a

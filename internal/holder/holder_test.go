@@ -10,6 +10,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/holder"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -89,7 +90,7 @@ func TestNodes_withdrawEndsTheTerm(t *testing.T) {
 	if tl := hn.Proclaim(ctx, l.Token(), "v1", "term-1"); !tl.Quorum() {
 		t.Fatalf("Proclaim: %d nodes wrote", tl.Yes)
 	}
-	if tl := hn.Withdraw(ctx, "v1", "term-1"); !tl.Quorum() {
+	if tl := hn.Withdraw(ctx, "v1", "term-1", quorum.Majority); !tl.Quorum() {
 		t.Fatalf("Withdraw: %d nodes answered", tl.Yes)
 	}
 	// Withdraw returns at a majority; give the last node its node timeout.
