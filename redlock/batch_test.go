@@ -335,4 +335,3 @@ func TestReal_batchedRenewalReportsPending(t *testing.T) {
 		t.Errorf("no renewal decided before node 2 answered (of %d)", len(rec.infos))
 	}
 }
-
