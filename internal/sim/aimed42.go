@@ -165,6 +165,15 @@ func (p *Plan) drawIssue42(r *rand.Rand) {
 		p.LateHandoff = true
 		p.LHAt = time.Duration(r.Int64N(int64(p.Quiet - time.Second)))
 	}
+	// The guard episode (guard.go), in every seed whose probes are slowed
+	// up; drawn last.
+	if p.SlowTime > 0 && p.SlowTimeUp {
+		lagged := -1
+		if q := p.QuietLag; q != nil && q.Client < 0 {
+			lagged = q.Node
+		}
+		p.GuardEpisode = drawGuardEp(r, p.Drift, to, lagged)
+	}
 }
 
 // QuietLag is the quiet phase's latency (Plan.QuietLag): from At after
@@ -281,17 +290,25 @@ func (n *network) slowTime(d time.Duration, up bool) {
 }
 
 // timeUpDelay is the delay of chunk b going up on conn k: the probe's if b
-// is a clock probe and the plan slows them up. A probe slowed down marks
+// is a clock probe and the plan slows them up, or its Client's own
+// (probeFor: the guard episode's, always up). A probe slowed down marks
 // the connection: its next reply is delayed (timeDownDelay).
 func (k *conn) timeUpDelay(b []byte) time.Duration {
 	n := k.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.timeDelay == 0 || !isTime(b) {
+	if !isTime(b) {
 		return 0
 	}
-	if n.timeUp {
-		d := n.probeDelay()
+	own, ok := n.probeFor[k.id.client]
+	if !ok && n.timeDelay == 0 {
+		return 0
+	}
+	if ok || n.timeUp {
+		d := own
+		if !ok {
+			d = n.probeDelay()
+		}
 		if n.probes == nil {
 			n.probes = make(map[linkID][2]probeRec)
 		}

@@ -58,7 +58,13 @@ type network struct {
 	timeVaries bool // each probe's delay drawn up to timeDelay
 	// probes is, per link, the last two clock probes slowed on their way
 	// up (slowExtend reads the estimate's age and bias from them).
-	probes   map[linkID][2]probeRec
+	probes map[linkID][2]probeRec
+	// probeFor: per client, the delay up of each of its clock probes,
+	// in place of the plan's (the guard episode's own Client, guard.go);
+	// aims: per link, an extension to hold until just before its
+	// not-after bound (guard.go).
+	probeFor map[int]time.Duration
+	aims     map[linkID]*boundAim
 	msgDelay map[int]time.Duration
 	rearm    *rearmTrigger // a Resume's re-arm awaited (resumePause)
 	healDrop *rearmTrigger // the control heal-dropped's target (evictKey)
@@ -379,7 +385,7 @@ func (k *conn) forward(src, dst net.Conn, up bool) {
 		sent, held := time.Now(), time.Duration(0)
 		if up {
 			held = k.n.yields.delay(b)
-			d += k.n.aimedDelay(k.id, b) + held + k.timeUpDelay(b)
+			d += k.n.aimedDelay(k.id, b) + held + k.timeUpDelay(b) + k.n.boundAimDelay(k.id, b)
 		} else {
 			d += k.timeDownDelay() + k.msgDelayOf()
 		}

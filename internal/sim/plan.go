@@ -123,6 +123,10 @@ type Plan struct {
 	// Lock profile only.
 	LateHandoff bool
 	LHAt        time.Duration
+	// GuardEpisode is the guard episode (guard.go): two more Clients,
+	// after the late-handoff ones, in the seeds whose clock probes are
+	// slowed up. Lock profile only.
+	GuardEpisode *GuardEp
 }
 
 // FaultKind names a fault.
@@ -474,6 +478,9 @@ func (p Plan) String() string {
 	}
 	if p.LateHandoff {
 		s += fmt.Sprintf(", a handoff late in a round %v after the settling", p.LHAt)
+	}
+	if p.GuardEpisode != nil {
+		s += ", " + p.GuardEpisode.String()
 	}
 	return s
 }

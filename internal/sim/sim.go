@@ -122,6 +122,7 @@ func Run(p Plan, profiles ...Profile) Result {
 		p.CloseAt = 0
 		p.GrantExpired = false
 		p.LateHandoff = false
+		p.GuardEpisode = nil
 		if p.LongHold != nil {
 			// The long hold is the lock profile's, and so is the longer
 			// settling after its cut: the other profiles' seeds keep
@@ -155,12 +156,16 @@ func Run(p Plan, profiles ...Profile) Result {
 	if p.LateHandoff {
 		clients += 2 // the late-handoff episode's holder and waiter (latehandoff.go)
 	}
+	lhClients := clients
+	if p.GuardEpisode != nil {
+		clients += 2 // the guard episode's two rounds (guard.go)
+	}
 	h := newHistory()
 	h.Note("plan %v", p)
 	cl := newCluster(p.Seed, clients, p.Nodes, p.Drift, p.Offset)
 	env := &Env{Plan: p, History: h, cl: cl, start: h.start, faults: newFaultLog(p.Nodes, clients)}
 	if p.LateHandoff {
-		env.lh = &lateHandoff{a: clients - 2, b: clients - 1, first: make(chan struct{})}
+		env.lh = &lateHandoff{a: lhClients - 2, b: lhClients - 1, first: make(chan struct{})}
 	}
 	if tag := ownBubble(); tag != "" {
 		runs.Store(tag, env)
@@ -204,6 +209,9 @@ func Run(p Plan, profiles ...Profile) Result {
 	}
 	if p.LateHandoff {
 		env.Go(env.lateHandoff)
+	}
+	if p.GuardEpisode != nil {
+		env.Go(func() { env.guardEpisode(clients - 2) })
 	}
 	if p.SlowTime > 0 {
 		cl.net.slowTime(p.SlowTime, p.SlowTimeUp)
