@@ -66,7 +66,13 @@
 // (subclose.go: a Client closed while its subscriptions are in their
 // first SUBSCRIBE; hang) and the late-handoff episode (latehandoff.go:
 // a queued attempt handed a key half a node timeout into its round
-// while nodes are pending; decided). The simulator's power is measured by mutation:
+// while nodes are pending; decided). Its sixth session added the guard
+// episode (guard.go: Clients of their own, whose clock probes the
+// network slows by the episode's delays, race an Extend held until 1 ms
+// short of the not-after bound it carries against the Unlock: with a
+// young estimate, with the held round settled and another registered,
+// and with an estimate refreshed between the Extend and the release;
+// key-back). The simulator's power is measured by mutation:
 // internal/sim/mutate applies the one-line mutants of its mutants.txt to
 // a scratch copy and reports which invariant caught each.
 //
