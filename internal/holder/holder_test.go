@@ -33,8 +33,8 @@ func setup(t *testing.T, resource string) (*redistest.Cluster, *redlock.Lock, *h
 		t.Fatalf("TryLock: %v", err)
 	}
 	t.Cleanup(func() { _ = l.Unlock(context.Background()) })
-	var link node.Linked
-	if err := client.Link(&link); err != nil {
+	link, err := node.LinkOf(client)
+	if err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource}
