@@ -26,12 +26,7 @@ func setup(t *testing.T, resource string) (*redistest.Cluster, *redlock.Lock, *h
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := client.TryLock(ctx, resource, redlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatalf("TryLock: %v", err)
-	}
+	l := lockEverywhere(t, rc, client, resource)
 	t.Cleanup(func() { _ = l.Unlock(context.Background()) })
 	link, err := node.LinkOf(client)
 	if err != nil {
@@ -39,6 +34,42 @@ func setup(t *testing.T, resource string) (*redistest.Cluster, *redlock.Lock, *h
 	}
 	keys := []string{redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource, redlock.DefaultKeyPrefix + resource}
 	return rc, l, holder.New(link, "test", rc.Clients(), keys, 0)
+}
+
+// lockEverywhere returns a lock on resource whose key holds its token on
+// every node: the tests write identities on each node, and TryLock returns
+// at a majority, so on a loaded machine the third node's grant can land
+// after a write that needs it, or past its not-after bound and never (one
+// failure in 30 runs beside two busy loops: "v" "v" ""). It tries again
+// for up to 30s, giving each lock 2s to land everywhere.
+func lockEverywhere(t *testing.T, rc *redistest.Cluster, client *redlock.Client, resource string) *redlock.Lock {
+	t.Helper()
+	ctx := context.Background()
+	key := redlock.DefaultKeyPrefix + resource
+	everywhere := func(token string) bool {
+		for i := range rc.N() {
+			if v, _ := rc.Admin(i).Get(ctx, key).Result(); v != token {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := client.TryLock(ctx, resource, redlock.WithTTL(10*time.Second))
+		if err == nil {
+			for landed := time.Now().Add(2 * time.Second); time.Now().Before(landed); time.Sleep(5 * time.Millisecond) {
+				if everywhere(l.Token()) {
+					return l
+				}
+			}
+			_ = l.Unlock(ctx)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lock on %q held on every node for 30s (last TryLock: %v)", resource, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // identities returns, per node, the identity key's value ("" when absent).
