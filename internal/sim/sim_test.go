@@ -311,6 +311,14 @@ func shrink(t *testing.T, res Result) Result {
 			c.LongHold = nil
 			c.Handoff = nil
 			c.YieldKeep = false
+			if g := c.GuardEpisode; g != nil && (g.Node[0] >= 3 || g.Node[1] >= 3) {
+				c.GuardEpisode = nil
+			}
+			cands = append(cands, c)
+		}
+		if p.GuardEpisode != nil {
+			c := p
+			c.GuardEpisode = nil
 			cands = append(cands, c)
 		}
 		shrunk := false
