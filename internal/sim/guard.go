@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +39,8 @@ import (
 //     with the node unanswered) and a second Extend registered a round
 //     (which drops the settled one from the token's ledger): the node must
 //     stay unsure, or the release leaves no guard there and the held
-//     request, landing 30-40 ms later, sets the key again;
+//     request, landing 30-40 ms later, sets the key again (played once
+//     more when void, below);
 //   - refreshed (guard-ignores-clock-error, the case its note works out):
 //     the probes go up 0.75-0.85 NT slow, the estimate ages past
 //     clockRefresh (1 s), then the Extend is the first request after it:
@@ -206,8 +208,13 @@ func (e *Env) guardEpisode(c int) {
 		return
 	}
 	e.Go(func() {
-		if e.guardRound(c, g.Node[0], "young", g.Young, 0, 0) {
-			e.guardRound(c, g.Node[0], "ledger", g.Young, 0, 0)
+		if more, _ := e.guardRound(c, g.Node[0], "young", g.Young, 0, 0); !more {
+			return
+		}
+		// A void ledger round (its second Extend waited for the held
+		// node) is played once more, on a resource of its own.
+		if more, void := e.guardRound(c, g.Node[0], "ledger", g.Young, 0, 0); more && void {
+			e.guardRound(c, g.Node[0], "ledger-again", g.Young, 0, 0)
 		}
 	})
 	e.guardRound(c+1, g.Node[1], "refreshed", g.Old, 1150*time.Millisecond, g.Fresh)
@@ -219,8 +226,9 @@ func (e *Env) guardEpisode(c int) {
 // until its estimates are that old and slows the next probes by fresh
 // instead; then an Extend, held on node i until just before its bound,
 // races the Unlock (after the refresh probe answered, if age > 0), and
-// node i is read once the Extend landed. false: the run ended.
-func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) bool {
+// node i is read once the Extend landed. more is false once the run
+// ended; void reports a round that could tell nothing (geVoid).
+func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) (more, void bool) {
 	pl, h, n := e.Plan, e.History, e.cl.net
 	rc := e.Clients[c]
 	ctx, cancel := context.WithTimeout(e.ctx, pl.TTL)
@@ -230,7 +238,7 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 	l, err := rc.TryLock(ctx, res, redlock.WithAutoRenew(false))
 	if err != nil {
 		h.Note("guard episode: c%d's TryLock: %v", c, err)
-		return e.ctx.Err() == nil
+		return e.ctx.Err() == nil, false
 	}
 	took := time.Now()
 	// The first probe's second one (learnClock) answers a probe delay
@@ -240,12 +248,12 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 	if err := l.Extend(ctx); err != nil {
 		h.Note("guard episode: c%d's warm-up Extend: %v", c, err)
 		_ = l.Unlock(context.WithoutCancel(ctx))
-		return e.ctx.Err() == nil
+		return e.ctx.Err() == nil, false
 	}
 	if age > 0 {
 		if !e.SleepUntil(took.Add(age)) {
 			_ = l.Unlock(context.WithoutCancel(ctx))
-			return false
+			return false, false
 		}
 		n.setProbeDelay(c, fresh)
 	}
@@ -276,7 +284,7 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if kind == "ledger" {
+	if strings.HasPrefix(kind, "ledger") {
 		// The held request gives up at its deadline (the round settles
 		// with node i unanswered); the next Extend registers a round,
 		// which drops the settled one from the ledger: node i must stay
@@ -295,7 +303,7 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 	err = l.Unlock(context.WithoutCancel(ctx))
 	<-done
 	if aimed.IsZero() {
-		return e.ctx.Err() == nil
+		return e.ctx.Err() == nil, false
 	}
 	if !unlocked.Before(aimed.Add(-geVoid)) {
 		// The held request landed while the lock was still ours (it
@@ -303,15 +311,15 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 		// node i: the round tells nothing (seed 13's ledger round, 3 of 6
 		// replays, read the key before the release landed).
 		h.Note("guard episode, %s round: void, c%d unlocked at %v, the held Extend landed on n%d at %v", kind, c, h.since(unlocked), i, h.since(aimed))
-		return e.ctx.Err() == nil
+		return e.ctx.Err() == nil, true
 	}
 	h.Note("guard episode, %s round: c%d's Extend held on n%d until %v (%v short of its bound), unlocked at %v: %v", kind, c, i, h.since(aimed), geLead, h.since(unlocked), err)
 	if !e.SleepUntil(aimed.Add(2 * time.Millisecond)) {
-		return false
+		return false, false
 	}
 	m := e.cl.node(i)
 	if m == nil {
-		return true
+		return true, false
 	}
 	e.cl.tick(i, m)
 	key := redlock.DefaultKeyPrefix + res
@@ -319,5 +327,5 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 		h.Violate("key-back", "%s on node %d: the guard episode's token (c%d, %s round), unlocked at %v, is there at %v with %v left: its Extend, held to land %v short of its not-after bound at %v, came after the release's guard",
 			key, i, c, kind, h.since(unlocked), h.since(time.Now()), m.TTL(key), geLead, h.since(aimed))
 	}
-	return true
+	return true, false
 }
