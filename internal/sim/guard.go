@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
@@ -18,11 +17,12 @@ import (
 // land there (internal/node guardclock.go). The slow-TIME plan reaches that
 // only by chance (slowExtend: the estimate's age and the moment of the
 // race are left to scheduling), so clock-probe-no-error was caught in four
-// of six 500-seed runs, and guard-ignores-clock-error never. Here a Client
-// of its own (the last), whose clock probes the network slows by the
-// episode's own delays (network.probeFor), holds a resource of its own
-// (geResource) with no renewal, so that the episode alone decides when
-// its estimates are made and how old they are; and the Extend racing the
+// of six 500-seed runs, and guard-ignores-clock-error never. Here Clients
+// of their own (the last two), whose clock probes the network slows by
+// the episode's own delays (network.probeFor), each hold resources of
+// their own (geResource and the round's name) with no renewal, so that
+// the episode alone decides when their estimates are made and how old
+// they are; and the Extend racing the
 // Unlock is held on one node until that node's clock is geLead short of
 // the bound the request carries (network.aims, read from the request
 // itself): the latest instant a correct guard must still cover. Three
@@ -69,14 +69,13 @@ const geLead = time.Millisecond
 const geVoid = 5 * time.Millisecond
 
 // boundAim is one extension to hold on a link (network.aims): the
-// request carrying token is held until delay(bound) says, once; landed is
-// closed with at set when it was seen.
+// request carrying token is held for what delay(bound) says, once (the
+// aim leaves network.aims then); seen is closed once at is set.
 type boundAim struct {
 	token []byte
 	delay func(bound int64) time.Duration
-	once  sync.Once
 	seen  chan struct{}
-	at    time.Time // when the held request lands (set before seen is closed)
+	at    time.Time // when the held request lands; read only after seen
 }
 
 // boundAimDelay is the delay of chunk b going up link id: an aimed
@@ -109,10 +108,8 @@ func (n *network) boundAimDelay(id linkID, b []byte) time.Duration {
 	delete(n.aims, id)
 	n.mu.Unlock()
 	d := a.delay(bound)
-	a.once.Do(func() {
-		a.at = time.Now().Add(d)
-		close(a.seen)
-	})
+	a.at = time.Now().Add(d)
+	close(a.seen)
 	return d
 }
 
@@ -264,17 +261,25 @@ func (e *Env) guardRound(c, i int, kind string, slow, age, fresh time.Duration) 
 		defer close(done)
 		_ = l.Extend(context.WithoutCancel(ctx))
 	})
+	var aimed time.Time
 	t := time.NewTimer(pl.NodeTimeout)
 	select {
 	case <-a.seen:
+		aimed = a.at
 	case <-t.C:
+		n.mu.Lock()
+		if n.aims[linkID{c, i}] == a {
+			delete(n.aims, linkID{c, i})
+		}
+		n.mu.Unlock()
+		select {
+		case <-a.seen: // taken just now
+			aimed = a.at
+		default:
+		}
 	}
 	t.Stop()
-	aimed := a.at
 	if aimed.IsZero() {
-		n.mu.Lock()
-		delete(n.aims, linkID{c, i})
-		n.mu.Unlock()
 		h.Note("guard episode: c%d's Extend sent nothing to n%d", c, i)
 	} else {
 		e.faults.add(Fault{Kind: LinkSpike, Client: c, Node: i}, from, aimed.Add(time.Millisecond))
