@@ -67,12 +67,3 @@ type pendingRound struct {
 	bounds []int64
 	small  [5]int64
 }
-
-// unanswered reports whether a request of the token may still land on node
-// i: one ended unanswered there, or a registered round's request there
-// has not ended (or was not sent yet).
-func (g *Token) unanswered(i int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unsure != nil && g.unsure[i] || g.open != nil && g.open[i] > 0
-}
