@@ -167,11 +167,15 @@ const guardLookup = 50 * time.Millisecond
 // land only by the guard's time, which WaitOut waits for.
 func (g *Token) waitSent(timeout time.Duration) {
 	g.mu.Lock()
-	idle, pending, deadline := g.idle, g.pending, g.last.Add(timeout)
-	g.mu.Unlock()
-	if pending == 0 {
+	if g.pending == 0 {
+		g.mu.Unlock()
 		return
 	}
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	idle, deadline := g.idle, g.last.Add(timeout)
+	g.mu.Unlock()
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {

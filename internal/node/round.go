@@ -247,9 +247,6 @@ func (g *Token) openLocked(start time.Time) {
 	if g.open == nil {
 		g.open = make([]int, g.n)
 	}
-	if g.pending == 0 {
-		g.idle = make(chan struct{})
-	}
 	for i := range g.open {
 		g.open[i]++
 	}
@@ -272,8 +269,9 @@ func (p *pendingRound) ended(i int, err error) {
 		g.markUnsureLocked(i)
 	}
 	g.open[i]--
-	if g.pending--; g.pending == 0 {
+	if g.pending--; g.pending == 0 && g.idle != nil {
 		close(g.idle)
+		g.idle = nil
 	}
 }
 

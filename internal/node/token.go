@@ -42,7 +42,7 @@ type Token struct {
 	open    []int         // per node (nil: none yet): requests of registered rounds not yet ended
 	pending int           // the sum of open
 	unsure  []bool        // per node (nil: none): a request there ended unanswered
-	idle    chan struct{} // closed when pending falls to 0 (WaitOut)
+	idle    chan struct{} // made by a wait for pending to fall to 0, closed then (waitSent)
 	last    time.Time     // the start of the latest registered round
 }
 

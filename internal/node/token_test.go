@@ -138,3 +138,35 @@ func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 		}
 	}
 }
+
+// TestToken_waitSentWaitsForOpenRequests: Detach's wait (WaitOut) lasts
+// until every request of the rounds registered has ended, and no longer
+// than the latest round's deadline when one never ends.
+func TestToken_waitSentWaitsForOpenRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &Token{n: 2, own: testOwner{}, ownMu: new(sync.Mutex)}
+		p, _ := g.register(false, nil)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			p.ended(0, nil)
+			time.Sleep(200 * time.Millisecond)
+			p.ended(1, nil)
+		}()
+		start := time.Now()
+		g.waitSent(time.Second)
+		if got, want := time.Since(start), 300*time.Millisecond; got != want {
+			t.Errorf("waitSent took %v; want %v, until the last request ended", got, want)
+		}
+
+		q, _ := g.register(false, nil)
+		q.ended(0, nil) // node 1's request never ends
+		g.waitSent(time.Second)
+		if got, want := time.Since(q.Start), time.Second; got != want {
+			t.Errorf("waitSent took %v after the round's start; want %v, its deadline", got, want)
+		}
+		g.waitSent(time.Second) // nothing registered since: at most until that deadline, passed
+		if got, want := time.Since(q.Start), time.Second; got != want {
+			t.Errorf("a second waitSent took %v more; want none", got-want)
+		}
+	})
+}
