@@ -6,8 +6,9 @@
 // cancelled), and, with redlock.WithFencing, a fencing token that strictly
 // increases from term to term.
 //
-// Start with [New] over a [redlock.Client] (the election acts on its nodes,
-// [redlock.Client.Nodes]), then [Election.Run] for the common case:
+// Start with [New] over a [redlock.Client] (the election acts on its nodes:
+// those given to [redlock.New] or dialled by [redlock.Dial]), then
+// [Election.Run] for the common case:
 //
 //	e, err := election.New(client, "scheduler")
 //	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {

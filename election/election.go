@@ -60,10 +60,11 @@ type Election struct {
 // (the options of WithLockOptions included: client.Lock would refuse
 // them).
 func New(client *redlock.Client, name string, opts ...Option) (*Election, error) {
-	if client == nil {
-		return nil, invalid("client must not be nil")
+	link, err := linkOf(client)
+	if err != nil {
+		return nil, err
 	}
-	return newElection(client, clientsOf(linkOf(client).Set.Nodes), name, opts)
+	return newElection(client, clientsOf(link.Set.Nodes), name, opts)
 }
 
 // NewWithNodes is New with nodes given separately: clients of client's
@@ -77,10 +78,11 @@ func New(client *redlock.Client, name string, opts ...Option) (*Election, error)
 // be given others. NewWithNodes is New's signature of before, kept for
 // compatibility.
 func NewWithNodes(client *redlock.Client, nodes []redis.UniversalClient, name string, opts ...Option) (*Election, error) {
-	if client == nil {
-		return nil, invalid("client must not be nil")
+	link, err := linkOf(client)
+	if err != nil {
+		return nil, err
 	}
-	own := clientsOf(linkOf(client).Set.Nodes)
+	own := clientsOf(link.Set.Nodes)
 	if len(nodes) != len(own) {
 		return nil, invalid("nodes: %d given, the Client has %d: an election must use the Client's nodes", len(nodes), len(own))
 	}
@@ -121,8 +123,8 @@ func newElection(client *redlock.Client, nodes []redis.UniversalClient, name str
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var link node.Linked
-	if err := client.Link(&link, cfg.lockOpts...); err != nil {
+	link, err := node.LinkOf(client, cfg.lockOpts...)
+	if err != nil {
 		return nil, fmt.Errorf("election: WithLockOptions: %w", err)
 	}
 	e := &Election{client: client, nodes: nodes, name: name, cfg: cfg, quorum: len(nodes)/2 + 1,
@@ -302,10 +304,17 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 	}
 }
 
-// linkOf returns the node layer of client (redlock's Client.Link, which
-// only this module's packages can call), without per-call options.
-func linkOf(client *redlock.Client) node.Linked {
-	var link node.Linked
-	_ = client.Link(&link) // no options: nothing to refuse
-	return link
+// linkOf returns the node layer of client, without per-call options
+// (node.LinkOf, which only this module's packages can call), or an error
+// matching redlock.ErrInvalidArgument when client is nil or was not made
+// by redlock.New (or Dial).
+func linkOf(client *redlock.Client) (node.Linked, error) {
+	if client == nil {
+		return node.Linked{}, invalid("client must not be nil")
+	}
+	link, err := node.LinkOf(client)
+	if err != nil { // a zero Client: it has no nodes
+		return node.Linked{}, invalid("client was not made by redlock.New or redlock.Dial")
+	}
+	return link, nil
 }

@@ -110,6 +110,7 @@ func TestNew_invalid(t *testing.T) {
 		opts   []election.Option
 	}{
 		{"nil client", nil, "x", nil},
+		{"client not made by redlock.New", &redlock.Client{}, "x", nil},
 		{"empty name", client, "", nil},
 		{"reserved suffix", client, "x" + election.LeaderSuffix, nil},
 		{"empty identity", client, "x", []election.Option{election.WithIdentity("")}},
@@ -147,8 +148,10 @@ func TestNew_invalid(t *testing.T) {
 			}
 		})
 	}
-	if _, err := election.NewWithNodes(nil, nodes, "x"); !errors.Is(err, redlock.ErrInvalidArgument) {
-		t.Errorf("NewWithNodes(nil client) = %v; want ErrInvalidArgument", err)
+	for _, c := range []*redlock.Client{nil, {}} {
+		if _, err := election.NewWithNodes(c, nodes, "x"); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("NewWithNodes(%p) = %v; want ErrInvalidArgument", c, err)
+		}
 	}
 	// Clients of their own, on the Client's nodes, are accepted.
 	own := []redis.UniversalClient{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}

@@ -77,6 +77,10 @@ func (n *clientNode) lockKeys(prefix, resource string, cfg config, token string)
 // safe for concurrent use. Close it when done: it stops the renewals and
 // releases every lock still held.
 type Client struct {
+	// access is how package election and the qlock command reach the node
+	// layer (node.LinkOf; election_access.go), embedded under an unexported
+	// name so that the Client exports nothing for it.
+	access
 	nodes  []clientNode
 	set    *node.Set // the node layer: identity checks, clocks, Call
 	cfg    config    // defaults for every lock
@@ -183,6 +187,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.id = id.String()
 	c.set = node.NewSet(nodes, node.Config{Timeout: cfg.nodeTimeout, Drift: cfg.drift, KeyPrefix: cfg.keyPrefix, ID: c.id,
 		Go: c.spawn, Closing: c.closing, Invalid: invalid})
+	c.access = node.NewAccess(c.set, c.lockTimeout, c.goOwned)
 	for i := range c.set.Nodes {
 		c.nodes[i] = clientNode{&c.set.Nodes[i]}
 		c.anyCluster = c.anyCluster || c.nodes[i].Cluster

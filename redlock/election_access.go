@@ -10,29 +10,25 @@ import (
 // qlock command) need of it beyond locks: its node layer (node.Linked), so
 // that they cannot be given other nodes, their requests pass the same gates
 // and time out where the lock's do, and Close waits for them as for its
-// own.
+// own. They reach it with node.LinkOf(client, opts...), through the
+// node.Access the Client embeds as access: the field's name is unexported,
+// so the Client exports nothing for them.
 
-// Link sets *link to the Client's node layer for a package of this module
-// built on it (package election, the qlock command): its nodes, and the
-// tokens of that package's requests (node.Linked.Token: Close waits for
-// them), which time out where a lock this Client takes with the per-call
-// options opts does (the value of WithNodeTimeout, or by default a tenth of
-// the effective TTL, at most MaxNodeTimeout). link points to a type
-// internal to this module, so no other package can pass anything but nil,
-// for which it returns ErrInvalidArgument. It does no I/O.
-//
-// It returns an error matching ErrInvalidArgument when opts are not valid
-// per call (Lock would refuse them too), ErrClosed never.
-func (c *Client) Link(link *node.Linked, opts ...Option) error {
-	if link == nil {
-		return invalid("Link: link must not be nil")
-	}
+// access is the node.Access a Client embeds (made in New).
+type access = node.Access[Option]
+
+// lockTimeout returns the node timeout of a lock this Client takes with
+// the per-call options opts (the value of WithNodeTimeout, or by default a
+// tenth of the effective TTL, at most MaxNodeTimeout): what the requests
+// of a package built on the Client (node.LinkOf) time out by default. It
+// returns an error matching ErrInvalidArgument when opts are not valid per
+// call (Lock would refuse them too), ErrClosed never.
+func (c *Client) lockTimeout(opts []Option) (time.Duration, error) {
 	cfg, err := buildConfig(c.cfg, opts, true)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	*link = c.set.Link(cfg.nodeTimeout, c.goOwned)
-	return nil
+	return cfg.nodeTimeout, nil
 }
 
 // goOwned runs f on a goroutine the Client owns, as it runs the stragglers

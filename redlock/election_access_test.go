@@ -33,21 +33,22 @@ func TestClient_Link(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var lk node.Linked
-			err := c.Link(&lk, tc.opts...)
+			lk, err := node.LinkOf(c, tc.opts...)
 			if err != nil || lk.LockTimeout() != tc.want || lk.Set != c.set {
-				t.Errorf("Link() = %v, %v; want LockTimeout %v, the Client's nodes, nil", lk.LockTimeout(), err, tc.want)
+				t.Errorf("LinkOf() = %v, %v; want LockTimeout %v, the Client's nodes, nil", lk.LockTimeout(), err, tc.want)
 			}
 		})
 	}
 	for _, opts := range [][]Option{{WithKeyPrefix("x:")}, {WithRenewBatch(2)}, {WithTTL(-time.Second)}} {
-		var lk node.Linked
-		if err := c.Link(&lk, opts...); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("Link(invalid) = %v, %v; want ErrInvalidArgument", lk.LockTimeout(), err)
+		if lk, err := node.LinkOf(c, opts...); !errors.Is(err, ErrInvalidArgument) || lk.Set != nil {
+			t.Errorf("LinkOf(invalid) = %v, %v; want no Set, ErrInvalidArgument", lk.Set, err)
 		}
 	}
-	if err := c.Link(nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("Link(nil) = %v; want ErrInvalidArgument", err)
+	// A Client New did not make, or none, is an error, not a panic.
+	for _, c := range []*Client{nil, {}} {
+		if lk, err := node.LinkOf(c); err == nil || lk.Set != nil {
+			t.Errorf("LinkOf(%p) = %v, %v; want no Set, an error", c, lk.Set, err)
+		}
 	}
 }
 

@@ -239,11 +239,10 @@ func statusPermits(nodes []redis.UniversalClient, c *common, resource string, st
 	return exitNoQuorum
 }
 
-// linkOf returns client's node layer (package redlock exports no such
-// plumbing: Link takes an internal type).
+// linkOf returns client's node layer (node.LinkOf: package redlock exports
+// no such plumbing).
 func linkOf(client *redlock.Client) node.Linked {
-	var link node.Linked
-	_ = client.Link(&link) // no options: nothing to refuse
+	link, _ := node.LinkOf(client) // a Client of Dial, no options: nothing to refuse
 	return link
 }
 

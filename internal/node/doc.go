@@ -3,7 +3,8 @@
 // still land there. Every request of the library goes through it (Run for
 // a round of a lock token, Batch for a renewal batch, Release and Resend
 // for its releases, Call for the rest, which package redlock's call
-// wraps; package election reaches it through the Client's Link):
+// wraps; package election and the qlock command reach it through the Access
+// the Client embeds, with LinkOf):
 //
 //   - health: a node whose last dial failed is down, and one with requests
 //     in flight past their deadline is stuck; requests to either fail at

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,17 +22,60 @@ import (
 type Linked struct {
 	// Set is the Client's nodes, in the order given to it.
 	Set     *Set
-	timeout time.Duration // the node timeout of the Client's locks with the options given to Link
+	timeout time.Duration // the node timeout of the Client's locks with the options given to LinkOf
 	goOwned func(timeout time.Duration, f func()) error
 }
 
-// Link returns the Set as a package built on its Client sees it: timeout is
-// the node timeout of the Client's locks (with that package's per-call
-// options); goOwned runs f on a goroutine the Client owns, which Close
-// waits for at most timeout (which f must keep to) plus a short grace, and
-// returns the Client's ErrClosed, not running f, once Close has begun.
-func (s *Set) Link(timeout time.Duration, goOwned func(timeout time.Duration, f func()) error) Linked {
-	return Linked{Set: s, timeout: timeout, goOwned: goOwned}
+// Access is how the packages of this module built on a redlock Client
+// (election, the qlock command) reach its node layer, with no exported
+// name on the Client: the Client embeds the Access made in its constructor
+// under an unexported name, which promotes the unexported method LinkOf
+// looks for, and only this module can import this package. O is the
+// Client's option type; the Access lives as long as the Client.
+type Access[O any] struct {
+	set         *Set
+	lockTimeout func(opts []O) (time.Duration, error)
+	goOwned     func(timeout time.Duration, f func()) error
+}
+
+// NewAccess returns the Access of the Client of s. lockTimeout returns
+// the node timeout of the Client's locks with the per-call options opts,
+// or the Client's error when opts are not valid per call; goOwned runs f
+// on a goroutine the Client owns, which Close waits for at most timeout
+// (which f must keep to) plus a short grace, and returns the Client's
+// ErrClosed, not running f, once Close has begun.
+func NewAccess[O any](s *Set, lockTimeout func(opts []O) (time.Duration, error), goOwned func(timeout time.Duration, f func()) error) Access[O] {
+	return Access[O]{set: s, lockTimeout: lockTimeout, goOwned: goOwned}
+}
+
+func (a Access[O]) linked(opts []O) (Linked, error) {
+	if a.set == nil {
+		return Linked{}, errNoAccess
+	}
+	timeout, err := a.lockTimeout(opts)
+	if err != nil {
+		return Linked{}, err
+	}
+	return Linked{Set: a.set, timeout: timeout, goOwned: a.goOwned}, nil
+}
+
+// accessor is what embeds an Access: a redlock Client.
+type accessor[O any] interface {
+	linked(opts []O) (Linked, error)
+}
+
+var errNoAccess = errors.New("node: the Client was not made by its constructor")
+
+// LinkOf returns the node layer of c, a redlock Client, as a package built
+// on it sees it, whose requests time out where the Client's locks with the
+// per-call options opts do; or the Client's error (an invalid argument)
+// when opts are not valid per call. It returns an error, and no Linked,
+// when c is nil or was not made by its constructor. It does no I/O.
+func LinkOf[O any](c accessor[O], opts ...O) (Linked, error) {
+	if c == nil || reflect.ValueOf(c).Kind() == reflect.Pointer && reflect.ValueOf(c).IsNil() {
+		return Linked{}, errNoAccess
+	}
+	return c.linked(opts)
 }
 
 // Token returns a token of the linked package (an election's) for keys,
@@ -61,7 +106,7 @@ func (l Linked) Token(keys []scripts.Keys, timeout time.Duration, nodes []redis.
 }
 
 // LockTimeout is the node timeout of the Client's locks with the per-call
-// options given to Link: what the linked package's own requests default to
+// options given to LinkOf: what the linked package's own requests default to
 // (Token), and what paces a package that follows a lock's renewals.
 func (l Linked) LockTimeout() time.Duration { return l.timeout }
 
