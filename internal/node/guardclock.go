@@ -186,9 +186,9 @@ func (g *Token) waitSent(timeout time.Duration) {
 
 // WaitOut waits until no request of the token can land on any node any
 // more: every registered round's requests have ended, or the latest round
-// has passed its deadline, and, where a request went unanswered, for as long as the
-// release's guard would stay (guard), by which time the node's clock has
-// passed its not-after bound. A handover (Detach) calls it: the lock's
+// has passed its deadline, and, where a request went unanswered, for as
+// long as the release's guard would stay (guard), by which time the
+// node's clock has passed its not-after bound. A handover (Detach) calls it: the lock's
 // next owner knows nothing of our requests, so they must be over before it
 // is handed on. It takes at most about twice the node timeout plus the
 // clock estimates' error; nothing when every request was answered.
