@@ -222,8 +222,9 @@
 // written request "may have landed". Requests do not inherit the caller's
 // cancellation: they end at D, so a caller that cancels as it returns
 // leaves no grant half-made. A lock handed over by Detach takes nothing of
-// this with it: WaitOut (guardclock.go) waits until each round has settled
-// or passed D, and where one went unanswered for G more, before the Lock
+// this with it: WaitOut (guardclock.go) waits until every round's requests
+// have ended or the latest round has passed D, and where one went
+// unanswered for G more, before the Lock
 // call's entry is taken out of the queues; Resume writes nothing until a
 // majority has confirmed the token.
 // On a Redis Cluster node "the node's clock" is the clock of the key's

@@ -258,17 +258,6 @@ func (c *Client) beginCall(d time.Duration) error {
 // It is built once: every release sends it.
 func (c *Client) channelPrefix() string { return c.chanPre }
 
-// forget removes l from the Client's locks. c.mu is held.
-func (c *Client) forget(l *Lock) {
-	if _, ok := c.locks[l]; !ok {
-		return
-	}
-	delete(c.locks, l)
-	if c.held[l.resource]--; c.held[l.resource] <= 0 {
-		delete(c.held, l.resource)
-	}
-}
-
 // holds reports whether this Client holds a lock on resource.
 func (c *Client) holds(resource string) bool {
 	c.mu.Lock()

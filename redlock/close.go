@@ -136,7 +136,7 @@ func (c *Client) releaseMany(locks []*Lock, timeout time.Duration) []error {
 		l.mu.Lock()
 		wasLost[j] = l.state == stateLost
 		l.mu.Unlock()
-		args[j] = l.releaseArgs()
+		args[j] = &relArgs{l: l}
 	}
 	outs := make([]closeOutcome, n)
 	var g errgroup.Group // zero Group: a node that fails stops no other
@@ -244,7 +244,7 @@ func (c *Client) closeNode(i int, locks []*Lock, args []*relArgs, timeout time.D
 				parts[j] = l.tok.Part(i) // with the guard node i needs
 			}
 			cmds, err := send(parts, func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd {
-				return scripts.ReleaseCmd(ctx, p, parts[j].Keys, part[j].argsFor(args[lo+j], i, parts[j].Guard))
+				return scripts.ReleaseCmd(ctx, p, parts[j].Keys, args[lo+j].forNode(i, parts[j].Guard))
 			})
 			mu.Lock()
 			defer mu.Unlock()

@@ -78,9 +78,6 @@ func (l *Lock) Detach() error {
 	}
 	l.detached.Store(true)
 	l.finish(ErrDetached) // from here no round of the lock is registered (rounds.go)
-	c.mu.Lock()
-	c.forget(l)
-	c.mu.Unlock()
 	l.tok.WaitOut()
 	l.leaveQueues()
 	return nil
@@ -224,7 +221,7 @@ func (c *Client) Resume(ctx context.Context, resource, token string, opts ...Opt
 		l.mu.Lock()
 		l.state = stateFinished
 		l.mu.Unlock()
-		l.releaseAll(ctx)
+		_ = l.release(ctx, nil)
 		return nil, c.joinNodeErrors(fmt.Errorf("%w: Resume(%q): %d of %d nodes hold the token, %d needed", ErrNotHeld, resource, t.Yes, n, c.quorum), t)
 	case cancelled(t):
 		return nil, c.joinNodeErrors(errors.Join(ctxCancelled(fmt.Sprintf("%d of %d nodes answered", t.Yes+t.No, n)), ctx.Err()), t)

@@ -302,7 +302,8 @@ func (l *Lock) usable() error {
 }
 
 // finish ends a held lock for a reason other than loss: cause is
-// ErrUnlocked, ErrClosed, or ErrClosed for a lock never handed out.
+// ErrUnlocked, ErrClosed, or ErrClosed for a lock never handed out. The
+// lock leaves the Client's locks (Close has taken them all already).
 func (l *Lock) finish(cause error) {
 	l.mu.Lock()
 	if l.state == stateHeld && l.cur == l { // a handle passed on has no say on the lease
@@ -323,4 +324,13 @@ func (l *Lock) finish(cause error) {
 	if l.cancel != nil {
 		l.cancel(cause)
 	}
+	c := l.c
+	c.mu.Lock()
+	if _, ok := c.locks[l]; ok {
+		delete(c.locks, l)
+		if c.held[l.resource]--; c.held[l.resource] <= 0 {
+			delete(c.held, l.resource)
+		}
+	}
+	c.mu.Unlock()
 }

@@ -73,9 +73,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	l.reportExpiry()
 	l.finish(ErrUnlocked)
-	c.mu.Lock()
-	c.forget(l)
-	c.mu.Unlock()
 	if l.released {
 		// An earlier Unlock reached a majority; the Client finishes the
 		// rest. Sending again could find our key on a node the first
@@ -83,19 +80,24 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// already unlocked.
 		return ErrNotHeld
 	}
-	err := l.release(ctx)
+	err := l.release(ctx, l.cfg.obs)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		l.released = true
 	}
 	return err
 }
 
-// release runs check-and-delete on every node (step 6) and waits until a
-// majority confirmed it, or could not (step 4); it reports to the hooks.
-func (l *Lock) release(ctx context.Context) (err error) {
+// release runs check-and-delete on every node at once (step 6,
+// node.Release) and returns once a majority answered, or can no longer
+// (step 4), with what Unlock returns for it (releaseError); obs, when set
+// (Unlock's hooks; not for a lock the caller never saw), is told. The
+// requests go out even if ctx is done; the rest finish on the Client's
+// goroutines, and a node that does not confirm gets the release again from
+// its retry loop.
+func (l *Lock) release(ctx context.Context, obs Hooks) (err error) {
 	c := l.c
 	var t quorum.Tally
-	if obs := l.cfg.obs; obs != nil {
+	if obs != nil {
 		start := time.Now()
 		l.mu.Lock()
 		wasLost := l.state == stateLost
@@ -108,26 +110,16 @@ func (l *Lock) release(ctx context.Context) (err error) {
 				WasLost: wasLost, Released: t.Yes, Err: err, NodeErrors: c.nodeErrors(t)})
 		}()
 	}
-	t = l.releaseAll(ctx)
-	return l.releaseError(t)
-}
-
-// releaseAll releases the lock on every node at once (node.Release) and
-// returns once a majority answered, or can no longer (step 4). The requests
-// go out even if ctx is done; the rest finish on the Client's goroutines,
-// and a node that does not confirm gets the release again from its retry
-// loop.
-func (l *Lock) releaseAll(ctx context.Context) quorum.Tally {
-	q := l.c.quorum
-	r := node.Release(ctx, l.tok, nil, l.releaseArgs().send, l.retry)
-	return r.Collect(context.WithoutCancel(ctx), voteReleased, func(t quorum.Tally) bool {
+	r := node.Release(ctx, l.tok, nil, (&relArgs{l: l}).send, l.retry)
+	t = r.Collect(context.WithoutCancel(ctx), voteReleased, func(t quorum.Tally) bool {
 		answered := t.Yes + t.No
 		// A majority that confirmed, one of them holding our token: a lock
 		// held on a majority always gets here at once (any majority meets
 		// it). With none of them holding it, the others may still say
 		// whether any node did (ErrNotHeld or nil), within the node timeout.
-		return answered >= q && (t.Yes > 0 || t.Pending == 0) || answered+t.Pending < q
+		return answered >= c.quorum && (t.Yes > 0 || t.Pending == 0) || answered+t.Pending < c.quorum
 	})
+	return l.releaseError(t)
 }
 
 func voteReleased(_ int, rep quorum.Reply[bool]) (quorum.Vote, error) {
@@ -160,60 +152,57 @@ func (l *Lock) retry(p node.Part) {
 	l.c.rel.add(p, scripts.ReleaseArgs(l.token, p.Guard, l.waiter, false, l.c.wakeArgs), l.cfg.ttl)
 }
 
-// relArgs are a release's arguments, boxed once for every node: plain, and
-// with the token's guard, for nodes where a request of the lock may still
-// be in flight (the node layer says: a guard > 0). Both carry our queue
-// member, so that the script takes out any entry of ours left there: a
-// release must never leave one for a later one to hand the key to a
-// finished token. unqueued (non-nil when some node handed us the key:
-// l.dequeued) has no member: for a node whose handoff took out the entry
-// of our latest attempt and where no request of ours is in flight, so
-// that nothing of ours can have queued again (issue 32: the handing
-// release's own lookup saved).
+// relArgs are a release's arguments, boxed once for every node, as the
+// first node that needs each form asks (forNode): plain, and with the
+// token's guard, for nodes where a request of the lock may still be in
+// flight (the node layer says: a guard > 0). Both carry our queue member,
+// so that the script takes out any entry of ours left there: a release
+// must never leave one for a later one to hand the key to a finished
+// token. unqueued (for a lock some node handed the key to: l.dequeued)
+// has no member: for a node whose handoff took out the entry of our
+// latest attempt and where no request of ours is in flight, so that
+// nothing of ours can have queued again (issue 32: the handing release's
+// own lookup saved).
 type relArgs struct {
-	l               *Lock // whose release they are
-	plain, unqueued []any
-	mu              sync.Mutex // protects guarded
-	guarded         []any      // with the first guard a node needed (argsFor)
+	l                        *Lock      // whose release they are
+	mu                       sync.Mutex // protects the rest
+	plain, unqueued, guarded []any      // guarded: with the first guard a node needed
 }
 
 // send is what l's release sends node i (steps 4, 6 and 9), with the
 // guard the node layer sized there: the release script, which hands the
 // key to the first waiter queued there or deletes it, takes our own queue
 // entry out, and leaves the guard, so that a request of ours still in
-// flight sets nothing when it lands, whatever the key holds then. Its
-// arguments are boxed once for every node, in a.
+// flight sets nothing when it lands, whatever the key holds then.
 func (a *relArgs) send(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error) {
-	r, err := scripts.ReleaseWith(ctx, s, a.l.keys[i], a.l.argsFor(a, i, guard))
+	r, err := scripts.ReleaseWith(ctx, s, a.l.keys[i], a.forNode(i, guard))
 	return r == scripts.Deleted || r == scripts.HandedOver, err
 }
 
-// releaseArgs boxes the release's arguments once for every node.
-func (l *Lock) releaseArgs() *relArgs {
-	args := &relArgs{l: l, plain: scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArgs)}
-	if l.dequeued != nil {
-		args.unqueued = scripts.Unqueued(args.plain)
-	}
-	return args
-}
-
-// argsFor returns the arguments for node i, with guard where the node
+// forNode returns the arguments for node i, with guard where the node
 // layer sized one. The first guard a node needed serves every node of the
 // release: it covers every request of the token, all registered before
 // the release began.
-func (l *Lock) argsFor(args *relArgs, i int, guard time.Duration) []any {
-	if guard == 0 {
-		if args.unqueued != nil && l.dequeued[i] {
-			return args.unqueued // no entry of ours can be left there
+func (a *relArgs) forNode(i int, guard time.Duration) []any {
+	l := a.l
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case guard > 0:
+		if a.guarded == nil {
+			a.guarded = scripts.ReleaseArgs(l.token, guard, l.waiter, false, l.c.wakeArgs)
 		}
-		return args.plain
+		return a.guarded
+	case a.plain == nil:
+		a.plain = scripts.ReleaseArgs(l.token, 0, l.waiter, false, l.c.wakeArgs)
+		if l.dequeued != nil {
+			a.unqueued = scripts.Unqueued(a.plain)
+		}
 	}
-	args.mu.Lock()
-	defer args.mu.Unlock()
-	if args.guarded == nil {
-		args.guarded = scripts.ReleaseArgs(l.token, guard, l.waiter, false, l.c.wakeArgs)
+	if a.unqueued != nil && l.dequeued[i] {
+		return a.unqueued // no entry of ours can be left there
 	}
-	return args.guarded
+	return a.plain
 }
 
 // releaseScript runs the release script on node i; yield is for a waiter
@@ -238,10 +227,7 @@ func (c *Client) drop(ctx context.Context, l *Lock) {
 		h.Stop()
 	}
 	l.finish(nil)
-	c.mu.Lock()
-	c.forget(l)
-	c.mu.Unlock()
-	l.releaseAll(ctx)
+	_ = l.release(ctx, nil)
 }
 
 // abandonLate is abandon for a refused TryLock (one round, never queued):
@@ -293,7 +279,7 @@ func (c *Client) abandonLate(ctx context.Context, l *Lock, o outcome) {
 		}
 		return quorum.Pending // a grant, a failure or no answer: released
 	}
-	node.Release(ctx, l.tok, vote, l.releaseArgs().send, l.retry)
+	node.Release(ctx, l.tok, vote, (&relArgs{l: l}).send, l.retry)
 }
 
 // abandon ends a Lock call's lock that was never handed out (step 4): it
@@ -316,5 +302,5 @@ func (c *Client) abandon(ctx context.Context, l *Lock, t quorum.Tally) {
 		}
 		return t.Votes[i]
 	}
-	node.Release(ctx, l.tok, vote, l.releaseArgs().send, l.retry)
+	node.Release(ctx, l.tok, vote, (&relArgs{l: l}).send, l.retry)
 }

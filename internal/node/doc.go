@@ -25,10 +25,12 @@
 //     (Token), every round registered with its start — so its deadline and
 //     its requests' not-after bounds — fixed before any point where it can
 //     be delayed, sent after the Client's own releases of the key, each
-//     request with its bound; the registry of requests that may still land
-//     (token.go); and every release of a token (release.go: Release and
-//     Resend), registered before it is sent, with the guard its
-//     unanswered requests need (DESIGN step 4).
+//     request with its bound; per node, whether a request of the token may
+//     still land there (Token, token.go: counted open from the round's
+//     registration until the node's request ends, and for good where it
+//     ended unanswered); and every release of a token (release.go:
+//     Release and Resend), registered before it is sent, with the guard
+//     its unanswered requests need (Token.guard, DESIGN step 4).
 //
 // The package knows nothing of locks: a Token is kept by its Owner (a
 // redlock Lock, an election), whose mutex and held check Run takes, so

@@ -161,48 +161,34 @@ func (s *Set) guardClocks(i int, keys []scripts.Keys) []*masterClock {
 // matters when it cannot be read at all.
 const guardLookup = 50 * time.Millisecond
 
-func (p round[T]) waitUntil(deadline time.Time) {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for i := range p.r.N() {
-		select {
-		case <-p.r.Done(i):
-		case <-t.C:
-			return
-		}
-	}
-}
-
-// waitSent waits until every registered round has been sent and has
-// settled, or has passed its deadline (its start plus timeout). Rounds
-// registered from now on are not waited for.
+// waitSent waits until the request of every round registered so far has
+// ended on every node, or the latest of those rounds has passed its
+// deadline (its start plus timeout): a request still running then can
+// land only by the guard's time, which WaitOut waits for.
 func (g *Token) waitSent(timeout time.Duration) {
 	g.mu.Lock()
-	rounds := append([]roundView(nil), g.rounds...)
+	if g.pending == 0 {
+		g.mu.Unlock()
+		return
+	}
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	idle, deadline := g.idle, g.last.Add(timeout)
 	g.mu.Unlock()
-	for _, r := range rounds {
-		p, ok := r.(*pendingRound)
-		if !ok {
-			continue
-		}
-		deadline := p.Start.Add(timeout)
-		// Its sender attaches it without blocking: wait for that, but
-		// never past the round's deadline (a sender that never sends
-		// sends nothing that can land).
-		for p.round() == nil && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if w, ok := p.round().(interface{ waitUntil(time.Time) }); ok {
-			w.waitUntil(deadline)
-		}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
 
 // WaitOut waits until no request of the token can land on any node any
-// more: every registered round has been sent and has settled, or passed
-// its deadline, and, where a request went unanswered, for as long as the
-// release's guard would stay (guard), by which time the node's clock has
-// passed its not-after bound. A handover (Detach) calls it: the lock's
+// more: every registered round's requests have ended, or the latest round
+// has passed its deadline, and, where a request went unanswered, for as
+// long as the release's guard would stay (guard), by which time the
+// node's clock has passed its not-after bound. A handover (Detach) calls it: the lock's
 // next owner knows nothing of our requests, so they must be over before it
 // is handed on. It takes at most about twice the node timeout plus the
 // clock estimates' error; nothing when every request was answered.

@@ -187,7 +187,7 @@ type Set struct {
 	ids   idKeys // this Client's identity keys, one per node
 
 	relMu     sync.Mutex                 // protects releasing
-	releasing map[relKey][]chan struct{} // this Client's releases in flight, per lock key and node (token.go)
+	releasing map[relKey][]chan struct{} // this Client's releases in flight, per lock key and node (Set.beginRelease, release.go)
 }
 
 // Config is what a Set needs of its Client.

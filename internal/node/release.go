@@ -97,15 +97,24 @@ func Release(ctx context.Context, t *Token, vote func(i int, wait bool) quorum.V
 			return false, nil // skipped: nothing of ours there
 		}
 		defer dones[i]()
-		if vote == nil {
-			return t.release(ctx, i, send, retry)
+		if vote != nil {
+			if t.holdsNothing(i, vote(i, true)) {
+				return false, nil // it refused, and no request of ours unanswered: nothing of ours there
+			}
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, t.timeout) // a node timeout of its own, after the wait
+			defer cancel()
 		}
-		if t.holdsNothing(i, vote(i, true)) {
-			return false, nil // it refused, and no request of ours unanswered: nothing of ours there
+		if t.closed == nil { // a lock's release, not a linked package's (Linked.Token) of the same key
+			testhooks.BeforeReleaseSend(t.keys[i].Lock, i)
 		}
-		rctx, cancel := context.WithTimeout(ctx, t.timeout)
-		defer cancel()
-		return t.release(rctx, i, send, retry)
+		ok, err := call(ctx, t, i, false, func(ctx context.Context, s redis.Scripter) (bool, error) {
+			return send(ctx, i, s, t.guard(i)) // the guard it needs there
+		})
+		if err != nil {
+			return false, t.unconfirmed(ctx, i, err, retry)
+		}
+		return ok, nil
 	})
 }
 
@@ -178,17 +187,10 @@ func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout tim
 	return Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) { return fn(ctx, live) })
 }
 
-// release sends t's release to node i with the guard it needs there.
-func (t *Token) release(ctx context.Context, i int, send func(ctx context.Context, i int, s redis.Scripter, guard time.Duration) (bool, error), retry func(Part)) (bool, error) {
-	if t.closed == nil { // a lock's release, not a linked package's (Linked.Token) of the same key
-		testhooks.BeforeReleaseSend(t.keys[i].Lock, i)
-	}
-	ok, err := call(ctx, t, i, false, func(ctx context.Context, s redis.Scripter) (bool, error) {
-		return send(ctx, i, s, t.guard(i))
-	})
-	if err == nil {
-		return ok, nil
-	}
+// unconfirmed is the error of t's release to node i that failed with err;
+// where the node may have it, or a request of t may still land there
+// (needsRetry), the release goes to retry, with the guard's lifetime.
+func (t *Token) unconfirmed(ctx context.Context, i int, err error, retry func(Part)) error {
 	if retry != nil && t.needsRetry(i, err) {
 		p := Part{Keys: t.keys[i], Guard: t.guardTTL(), Node: i}
 		if unsent(err) {
@@ -196,7 +198,7 @@ func (t *Token) release(ctx context.Context, i int, send func(ctx context.Contex
 		}
 		retry(p)
 	}
-	return false, t.own.Fail(ctx, i, "release", err)
+	return t.own.Fail(ctx, i, "release", err)
 }
 
 // needsRetry reports whether a release to node i that failed with err must
@@ -237,4 +239,13 @@ func (t *Token) guardTTL() time.Duration {
 		return 0 // a negative control of the chaos checker
 	}
 	return t.set.guardLifetime(t.keys, t.ttl, t.timeout)
+}
+
+// unanswered reports whether a request of the token may still land on node
+// i: one ended unanswered there, or a registered round's request there
+// has not ended (or was not sent yet).
+func (g *Token) unanswered(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unsure != nil && g.unsure[i] || g.open != nil && g.open[i] > 0
 }

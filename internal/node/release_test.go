@@ -33,7 +33,7 @@ func TestRelease_guardOnlyWhereUnanswered(t *testing.T) {
 	}
 	g := s.Token(keys, time.Second, time.Second, new(sync.Mutex), nil, testOwner{})
 	p, _ := g.register(false, nil)
-	p.Attach(settledUnanswered{}) // node 1's request may still land
+	settle(p, 3, 1) // node 1's request may still land
 
 	type sent struct {
 		guard     time.Duration
@@ -77,7 +77,7 @@ func TestRelease_guardOnlyWhereUnanswered(t *testing.T) {
 	}
 	h := s.Token(keys, time.Second, time.Second, new(sync.Mutex), nil, testOwner{}) // a token whose requests all answered
 	p2, _ := h.register(false, nil)
-	p2.Attach(allAnswered{})
+	settle(p2, 3)
 	if r := Release(context.Background(), h, func(int, bool) quorum.Vote { return quorum.No }, nil, nil); r != nil || s.releasesBefore(keys) != nil {
 		t.Errorf("cleanup refused everywhere, every request answered: round %v; want none sent, nothing registered", r)
 	}

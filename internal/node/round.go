@@ -84,10 +84,11 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 	case op.Bound:
 		p.bounds = make([]int64, t.n)
 	}
-	r := quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (T, error) {
+	return quorum.StartAt(ctx, p.Start, t.n, t.timeout, t.sp, func(ctx context.Context, i int) (T, error) {
 		var zero T
 		if op.Only != nil {
 			if ok, err := op.Only(ctx, i); !ok || err != nil {
+				p.ended(i, err)
 				return zero, err
 			}
 		}
@@ -114,18 +115,17 @@ func send[T any](ctx context.Context, t *Token, p *pendingRound, op Op, fn func(
 			p.bounds[i] = b // kept in p, so that the script's arguments box it once
 			return fn(ctx, i, s, &p.bounds[i])
 		})
+		p.ended(i, err)
 		if err != nil {
 			return zero, t.own.Fail(ctx, i, op.Name, err)
 		}
 		return v, nil
 	})
-	p.Attach(roundOf(r))
-	return r
 }
 
 // runLate is Run under the negative control testhooks.ExtendRegisterLate:
-// the round is sent first, and registered only once it has settled, so a
-// release in between does not see it.
+// the round is sent first, and its nodes that did not answer are marked
+// only once it has settled, so a release in between does not see it.
 func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Context, i int, s redis.Scripter, notAfter *int64) (T, error)) (*quorum.Round[T], error) {
 	own := op.Owner
 	if own == nil {
@@ -135,11 +135,16 @@ func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Co
 		return nil, err
 	}
 	testhooks.BeforeExtendSend()
-	p := &pendingRound{Start: time.Now()}
-	r := send(ctx, t, p, op, fn)
+	r := send(ctx, t, &pendingRound{Start: time.Now()}, op, fn)
 	t.sp.Go(func() {
 		r.Wait()
-		t.track(p)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for i := range t.n {
+			if rep, _ := r.Reply(i); !Answered(rep.Err) {
+				t.markUnsureLocked(i)
+			}
+		}
 	})
 	return r, nil
 }
@@ -193,14 +198,14 @@ func Batch[T any](ctx context.Context, ts []*Token, owners []Owner, op Op, fail 
 			}
 			return fn(ctx, i, live, bounds)
 		})
+		for _, p := range pend {
+			p.ended(i, err)
+		}
 		if err != nil {
 			return v, fail(ctx, i, err)
 		}
 		return v, nil
 	})
-	for _, p := range pend {
-		p.Attach(roundOf(r))
-	}
 	return r, live, errs
 }
 
@@ -222,8 +227,10 @@ func (g *Token) register(held bool, own Owner) (*pendingRound, error) {
 	for {
 		g.ownMu.Lock()
 		if !held || own.Open() {
-			p := &pendingRound{Start: time.Now()}
-			g.track(p)
+			p := &pendingRound{Start: time.Now(), t: g}
+			g.mu.Lock()
+			g.openLocked(p.Start)
+			g.mu.Unlock()
 			g.ownMu.Unlock()
 			return p, nil
 		}
@@ -234,35 +241,38 @@ func (g *Token) register(held bool, own Owner) (*pendingRound, error) {
 	}
 }
 
-// Attach gives p its requests.
-func (p *pendingRound) Attach(r roundView) {
-	p.r = r
-	p.sent.Store(true) // publishes r (sync/atomic orders the write before it)
+// openLocked counts a round that starts at start as open on every node
+// until each node's request ends (ended). g.mu is held.
+func (g *Token) openLocked(start time.Time) {
+	if g.open == nil {
+		g.open = make([]int, g.n)
+	}
+	for i := range g.open {
+		g.open[i]++
+	}
+	g.pending += g.n
+	g.last = start
 }
 
-// roundOf is a round as the ledger sees it.
-func roundOf[T any](r *quorum.Round[T]) roundView { return round[T]{r} }
-
-// track records a round until all its requests have answered or given up;
-// a node that gave up on one is remembered as unsure for good (its request
-// may land at any later time).
-func (g *Token) track(r roundView) {
+// ended records that node i's request of the registered round p ended
+// with err: if it may still land (not Answered), node i stays unanswered
+// for good.
+func (p *pendingRound) ended(i int, err error) {
+	g := p.t
+	if g == nil {
+		return
+	}
+	answered := err == nil || Answered(err) // nil: the node replied
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	keep := g.rounds[:0]
-	for _, old := range g.rounds {
-		if !old.Settled() {
-			keep = append(keep, old)
-			continue
-		}
-		for i := range g.n {
-			if !old.Answered(i) {
-				g.markUnsureLocked(i)
-			}
-		}
+	if !answered {
+		g.markUnsureLocked(i)
 	}
-	clear(g.rounds[len(keep):])
-	g.rounds = append(keep, r)
+	g.open[i]--
+	if g.pending--; g.pending == 0 && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
 }
 
 func (g *Token) markUnsureLocked(i int) {

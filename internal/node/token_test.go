@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -48,11 +49,12 @@ func TestToken_deadlineFixedAtRegistration(t *testing.T) {
 				t.Errorf("Unanswered(%d) = %v after the round; want %v", i, got, want)
 			}
 		}
-		// Settled rounds leave the list; the node that did not answer is
-		// remembered for good.
-		g.track(roundOf(r))
+		// The node that did not answer is remembered for good, through
+		// later rounds every node answered.
+		q, _ := g.register(false, nil)
+		settle(q, 3)
 		if !g.unanswered(2) {
-			t.Error("Unanswered(2) = false once the round was dropped; want true for good")
+			t.Error("Unanswered(2) = false after a later round every node answered; want true for good")
 		}
 	})
 }
@@ -91,29 +93,31 @@ func (testOwner) Fail(_ context.Context, _ int, _ string, err error) error { ret
 // sendTest sends the registered round p to n nodes as Run does, with fn
 // for each node's request.
 func sendTest[T any](ctx context.Context, p *pendingRound, n int, timeout time.Duration, fn func(ctx context.Context, i int) (T, error)) *quorum.Round[T] {
-	r := quorum.StartAt(ctx, p.Start, n, timeout, nil, fn)
-	p.Attach(roundOf(r))
-	return r
+	return quorum.StartAt(ctx, p.Start, n, timeout, nil, func(ctx context.Context, i int) (T, error) {
+		v, err := fn(ctx, i)
+		p.ended(i, err)
+		return v, err
+	})
 }
 
-// settledUnanswered is a round that has ended without node 1's answer: its
-// request there timed out and may still land.
-type settledUnanswered struct{}
-
-func (settledUnanswered) Answered(i int) bool { return i != 1 }
-func (settledUnanswered) Settled() bool       { return true }
-
-// allAnswered is a round every node answered.
-type allAnswered struct{}
-
-func (allAnswered) Answered(int) bool { return true }
-func (allAnswered) Settled() bool     { return true }
+// settle ends the requests of the registered round p on n nodes: each
+// answered, but for the nodes in unanswered, whose requests timed out and
+// may still land.
+func settle(p *pendingRound, n int, unanswered ...int) {
+	for i := range n {
+		var err error
+		if slices.Contains(unanswered, i) {
+			err = context.DeadlineExceeded
+		}
+		p.ended(i, err)
+	}
+}
 
 // TestToken_unansweredNodeOutlivesItsRound: once a round has settled with
-// a node unanswered and a later round drops it from the registry, the
-// token still counts that node unanswered, and only that one (a Token
-// must know its nodes: before it did, a Lock's registry counted none and
-// forgot such a node). Moved from package redlock's rounds_test.go.
+// a node unanswered, the token still counts that node unanswered after a
+// later round every node answered, and only that one (a Token must know
+// its nodes: before it did, a Lock's registry counted none and forgot
+// such a node). Moved from package redlock's rounds_test.go.
 func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 	t.Parallel()
 	var clients []redis.UniversalClient
@@ -125,12 +129,44 @@ func TestToken_unansweredNodeOutlivesItsRound(t *testing.T) {
 	s := NewSet(clients, Config{})
 	g := s.Token(make([]scripts.Keys, 3), time.Second, time.Second, new(sync.Mutex), nil, testOwner{})
 	p, _ := g.register(false, nil)
-	p.Attach(settledUnanswered{})
-	q, _ := g.register(false, nil) // drops the settled round from the list
-	q.Attach(allAnswered{})
+	settle(p, 3, 1)
+	q, _ := g.register(false, nil)
+	settle(q, 3)
 	for i, want := range []bool{false, true, false} {
 		if got := g.unanswered(i); got != want {
-			t.Errorf("unanswered(%d) = %v after the round was dropped; want %v", i, got, want)
+			t.Errorf("unanswered(%d) = %v after a later round; want %v", i, got, want)
 		}
 	}
+}
+
+// TestToken_waitSentWaitsForOpenRequests: Detach's wait (WaitOut) lasts
+// until every request of the rounds registered has ended, and no longer
+// than the latest round's deadline when one never ends.
+func TestToken_waitSentWaitsForOpenRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &Token{n: 2, own: testOwner{}, ownMu: new(sync.Mutex)}
+		p, _ := g.register(false, nil)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			p.ended(0, nil)
+			time.Sleep(200 * time.Millisecond)
+			p.ended(1, nil)
+		}()
+		start := time.Now()
+		g.waitSent(time.Second)
+		if got, want := time.Since(start), 300*time.Millisecond; got != want {
+			t.Errorf("waitSent took %v; want %v, until the last request ended", got, want)
+		}
+
+		q, _ := g.register(false, nil)
+		q.ended(0, nil) // node 1's request never ends
+		g.waitSent(time.Second)
+		if got, want := time.Since(q.Start), time.Second; got != want {
+			t.Errorf("waitSent took %v after the round's start; want %v, its deadline", got, want)
+		}
+		g.waitSent(time.Second) // nothing registered since: at most until that deadline, passed
+		if got, want := time.Since(q.Start), time.Second; got != want {
+			t.Errorf("a second waitSent took %v more; want none", got-want)
+		}
+	})
 }
