@@ -193,8 +193,13 @@ func TestLate_detachWithExtendInFlight(t *testing.T) {
 	holder := newClient(t, nodes, opts...)
 	// The resumer and the next Client reach the servers directly: only the
 	// holder's links are slow.
-	resumer := newClient(t, directClients(t, rc), opts...)
-	next := newClient(t, directClients(t, rc), opts...)
+	// Their node timeout is not what the test is about: 5s (TTL 30s, as a
+	// node timeout must be shorter than the renew interval), so that a
+	// loaded machine's stall does not fail their rounds (Resume got "no
+	// reply within 500ms" from two direct nodes once beside stress-ng).
+	direct := []Option{WithTTL(30 * time.Second), WithNodeTimeout(10 * nodeTimeout), WithAutoRenew(false)}
+	resumer := newClient(t, directClients(t, rc), direct...)
+	next := newClient(t, directClients(t, rc), direct...)
 	const res = "late-detach"
 	l := lockedEverywhere(t, rc, holder, res)
 	before1, before2 := sent[1].Load(), sent[2].Load()
@@ -257,7 +262,11 @@ func TestLate_refusedResumeWritesNothing(t *testing.T) {
 	// Through the servers directly: the Client that holds or takes the
 	// lock meanwhile is not slowed.
 	direct := directClients(t, rc)
-	other := newClient(t, direct)
+	// other's node timeout is not what the test is about: 5s, so that a
+	// loaded machine's stall does not fail the TryLock that checks the
+	// lock is free ("no reply within 1s" from two direct nodes once beside
+	// stress-ng); a key left behind is still a refusal, ErrNotObtained.
+	other := newClient(t, direct, WithNodeTimeout(5*time.Second))
 	issuer := newClient(t, direct)
 	// The resuming Client learns its nodes (identity, clocks) before the
 	// links slow down.
