@@ -29,11 +29,7 @@ import (
 //
 //	QUORUMLOCK_SCRIPT_COST=8000 go test -run TestCycleCost -v ./internal/scripts
 func TestCycleCost(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("QUORUMLOCK_SCRIPT_COST"))
-	if n <= 0 {
-		t.Skip("set QUORUMLOCK_SCRIPT_COST to the steps per batch")
-	}
-	rc := redistest.Start(t, 1)
+	n, rc := costNode(t, "QUORUMLOCK_SCRIPT_COST", "the steps per batch")
 	c := rc.Admin(0)
 	ctx := t.Context()
 	const client = "c0000000-1111-2222-3333-444444444444"
@@ -262,4 +258,66 @@ func floorLess(t *testing.T) (acq, rel string) {
 		"  local t = redis.call('TIME')\n  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n", "",
 		"tonumber(dl) > now", "tonumber(dl) > 0")
 	return acq, rel
+}
+
+// TestUncontendedCost prices the uncontended path's two scripts on one
+// real node — an acquire of a free key (with a not-after bound) and the
+// release of it with no guard — beside redsync's (SET NX as a script, and
+// its check-and-delete) and a script that returns at once: µs per call
+// inside EVALSHA (INFO commandstats), n calls each, three interleaved
+// rounds (benchmarks/README.md quotes it).
+//
+//	QUORUMLOCK_UNCONTENDED_COST=5000 go test -run TestUncontendedCost -v ./internal/scripts
+func TestUncontendedCost(t *testing.T) {
+	n, rc := costNode(t, "QUORUMLOCK_UNCONTENDED_COST", "the calls per script and round")
+	c := rc.Admin(0)
+	ctx := t.Context()
+	variants := []struct {
+		name     string
+		acq, rel *redis.Script
+	}{
+		{"quorumlock", acquire.Script, release.Script},
+		{"redsync", redis.NewScript("return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') and 1 or 0"),
+			redis.NewScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")},
+		{"empty", redis.NewScript("return 1"), redis.NewScript("return 1")},
+	}
+	const tok = "0123456789abcdef0123456789abcdef"
+	perCall := func(phase func(k Keys) error) float64 {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := phase(NewKeys("cost:"+strconv.Itoa(i), "", tok)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls, usec := evalshaUsec(t, c, true)
+		return usec / calls
+	}
+	for round := range 3 {
+		for _, v := range variants {
+			bound := time.Now().Add(time.Minute).UnixMilli() // the node is local: its clock is ours
+			a := perCall(func(k Keys) error {
+				return v.acq.Run(ctx, c, k.rel, tok, 30000, "", 0, 0, "0", "0", bound).Err()
+			})
+			r := perCall(func(k Keys) error {
+				return v.rel.Run(ctx, c, k.rel, tok, 0, "", "0", "", 0, "0 0").Err()
+			})
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("round %d %-10s acquire %5.2f µs/call  release %5.2f µs/call", round, v.name, a, r)
+		}
+	}
+}
+
+// costNode reads a cost test's size from env (skipping the test when it
+// is unset) and starts its one real node.
+func costNode(t *testing.T, env, what string) (int, *redistest.Cluster) {
+	t.Helper()
+	n, _ := strconv.Atoi(os.Getenv(env))
+	if n <= 0 {
+		t.Skipf("set %s to %s", env, what)
+	}
+	return n, redistest.Start(t, 1)
 }
