@@ -167,7 +167,7 @@ const guardLookup = 50 * time.Millisecond
 // land only by the guard's time, which WaitOut waits for.
 func (g *Token) waitSent(timeout time.Duration) {
 	g.mu.Lock()
-	if g.pending == 0 {
+	if !g.anyOpenLocked() {
 		g.mu.Unlock()
 		return
 	}

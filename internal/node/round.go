@@ -250,7 +250,6 @@ func (g *Token) openLocked(start time.Time) {
 	for i := range g.open {
 		g.open[i]++
 	}
-	g.pending += g.n
 	g.last = start
 }
 
@@ -269,10 +268,21 @@ func (p *pendingRound) ended(i int, err error) {
 		g.markUnsureLocked(i)
 	}
 	g.open[i]--
-	if g.pending--; g.pending == 0 && g.idle != nil {
+	if g.idle != nil && !g.anyOpenLocked() {
 		close(g.idle)
 		g.idle = nil
 	}
+}
+
+// anyOpenLocked reports whether a request of a registered round has not
+// ended on some node. g.mu is held.
+func (g *Token) anyOpenLocked() bool {
+	for _, o := range g.open {
+		if o > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Token) markUnsureLocked(i int) {

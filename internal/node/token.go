@@ -38,12 +38,11 @@ type Token struct {
 	via          []*Node                          // per node, the client its requests go on (nil: the Set's; see Linked.Token)
 	closed       func(context.Context, int) error // a linked token's: its Client's error once closed (Linked.Token)
 
-	mu      sync.Mutex    // protects open, pending, unsure, idle, last
-	open    []int         // per node (nil: none yet): requests of registered rounds not yet ended
-	pending int           // the sum of open
-	unsure  []bool        // per node (nil: none): a request there ended unanswered
-	idle    chan struct{} // made by a wait for pending to fall to 0, closed then (waitSent)
-	last    time.Time     // the start of the latest registered round
+	mu     sync.Mutex    // protects open, unsure, idle, last
+	open   []int         // per node (nil: none yet): requests of registered rounds not yet ended
+	unsure []bool        // per node (nil: none): a request there ended unanswered
+	idle   chan struct{} // made by a wait for every count of open to fall to 0, closed then (waitSent)
+	last   time.Time     // the start of the latest registered round
 }
 
 // Token returns the node layer's unit for one lock token whose keys are
