@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,33 @@ func newClient(t *testing.T, nodes []redis.UniversalClient, opts ...Option) *Cli
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// A bystander Client's timing. Its node timeout is 5× the slowest first
+// round trips (slots, dial, HELLO, script load) measured in redlock's tests
+// beside stress-ng --cpu 2 at load 17–20, about 600ms, rounded up; its TTL
+// outlasts any test in this package, and it renews (every TTL/3) besides.
+const (
+	bystanderNodeTimeout = 5 * time.Second
+	bystanderTTL         = 2 * time.Minute
+)
+
+// bystander returns a Client for a test's set-up and checks (the Client
+// that resumes, the "next" or "other" Client that takes the lock to show it
+// is free, the one that cleans up): not the subject whose timing the test
+// is about. Every such Client goes through here (docs/development.md): one
+// stall of a loaded machine must not fail a test at a Client that only
+// watches. Its node timeout is bystanderNodeTimeout, its TTL bystanderTTL,
+// renewed automatically: these are applied after opts, so reusing the
+// subject's option list (WithNodeTimeout(500ms), a short TTL, WithAutoRenew
+// false) cannot hand it the subject's timing; opts carry the rest (hooks, a
+// key prefix, fencing). Per-call options on its Lock and TryLock still win,
+// so pass none that shorten its timing.
+func bystander(t *testing.T, nodes []redis.UniversalClient, opts ...Option) *Client {
+	t.Helper()
+	return newClient(t, nodes, append(slices.Clone(opts),
+		WithTTL(bystanderTTL), WithRenewInterval(bystanderTTL/3),
+		WithNodeTimeout(bystanderNodeTimeout), WithAutoRenew(true))...)
 }
 
 func TestClient_Lock_exclusive(t *testing.T) {
