@@ -110,7 +110,7 @@ func TestReal_exclusionBetweenClients(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, rc.Clients())
+	b := bystander(t, rc.Clients()) // it checks: a refusal, then the free lock
 	l, err := a.Lock(t.Context(), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +343,7 @@ func TestReal_expiredUnlockSparesNextHolder(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, rc.Clients())
+	b := bystander(t, rc.Clients()) // the next holder, whose key a's stale Unlock must spare
 	// The default node timeout of a 200ms TTL, 20ms, was missed under
 	// -race on a loaded machine (by all 5 nodes at once in one run), and
 	// then 150ms (a 600ms TTL), by the stale Unlock on 3 of 5 nodes beside
@@ -384,7 +384,7 @@ func TestReal_renewedBeyondTTL(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, rc.Clients())
+	b := bystander(t, rc.Clients()) // it checks the lock stays taken
 	// TTL 3s, node timeout 900ms, renewals every 1s: with 600ms (a 60ms
 	// node timeout, renewals every 200ms) the lock ran out after 783ms in
 	// one loaded -race run, and with 1.5s (150ms) its Unlock found no
@@ -730,7 +730,7 @@ func TestReal_stalledHolderSparesNextHolder(t *testing.T) {
 	t.Parallel()
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
-	b := newClient(t, directClients(t, rc))
+	b := bystander(t, directClients(t, rc)) // the next holder
 	l, err := a.Lock(t.Context(), "stall", WithTTL(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -283,7 +283,7 @@ func TestReal_outageIsNoQuorumWhateverEndsTheCall(t *testing.T) {
 	t.Run("contended, ctx ends mid-attempt", func(t *testing.T) {
 		t.Parallel()
 		rc := redistest.Start(t, 3)
-		a := newClient(t, rc.Clients())
+		a := bystander(t, rc.Clients()) // it holds the lock throughout
 		// A node timeout far above the ctx: nodes are slow, not failed.
 		b := newClient(t, rc.Clients(), WithNodeTimeout(3*time.Second))
 		held, err := a.Lock(t.Context(), "busy")

@@ -87,8 +87,11 @@ func TestReal_resumeNeverRevivesAKeyGoneAfterItsRead(t *testing.T) {
 // Not parallel: the seam is process-wide.
 func TestReal_resumeNoQuorumInReArmLeavesTheKeys(t *testing.T) {
 	rc := redistest.Start(t, 3)
-	holder := newClient(t, rc.Clients(), WithTTL(30*time.Second))
-	resumer := newClient(t, rc.Clients(), WithTTL(30*time.Second), WithNodeTimeout(300*time.Millisecond))
+	holder := bystander(t, rc.Clients())
+	// The short node timeout is the failing Resume's alone (a per-call
+	// option): the retry and its Unlock, the same Client's, have a
+	// bystander's, so that a loaded machine's stall does not fail them.
+	resumer := bystander(t, rc.Clients())
 	const resource = "resume-rearm-no-quorum"
 	var paused atomic.Bool
 	f := func(r string) {
@@ -104,7 +107,7 @@ func TestReal_resumeNoQuorumInReArmLeavesTheKeys(t *testing.T) {
 	if err := l.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := resumer.Resume(t.Context(), resource, l.Token())
+	_, err := resumer.Resume(t.Context(), resource, l.Token(), WithNodeTimeout(300*time.Millisecond))
 	if !errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Resume with 2 of 3 nodes paused after its read = %v; want ErrNoQuorum", err)
 	}
