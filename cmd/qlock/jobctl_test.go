@@ -262,7 +262,7 @@ func TestJobControl_ctrlZStopsTheCommandWithQlock(t *testing.T) {
 		t.Fatal("the command runs on while qlock is stopped")
 	}
 	// The lease lapses (nothing renews it): another client takes the lock.
-	c := library(t, rc)
+	c := bystander(t, rc)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		l, err := c.TryLock(t.Context(), "ctrlz")
@@ -316,7 +316,7 @@ func TestJobControl_ctrlZThenFg(t *testing.T) {
 	sh.send("\x03") // Ctrl-C: to the command's group, the foreground one
 	waitState(t, qpid, "-", 10*time.Second)
 	sh.exitCodeOfLast(128 + int(syscall.SIGINT))
-	if held, err := library(t, rc).IsLocked(t.Context(), "fgres"); err != nil || held {
+	if held, err := bystander(t, rc).IsLocked(t.Context(), "fgres"); err != nil || held {
 		t.Errorf("IsLocked after the run = %v, %v; want false", held, err)
 	}
 }
