@@ -65,7 +65,7 @@ func checkCallTimes(t *testing.T, what string, took []time.Duration) {
 // tries to 260ms under -race (see callBound).
 func TestReal_tryLockOfAHeldLockAnswersDespiteAPausedNode(t *testing.T) {
 	rc := redistest.Start(t, 3)
-	holder := newClient(t, rc.Clients())
+	holder := bystander(t, rc.Clients()) // it sets up the key c is refused on
 	c := newClient(t, rc.Clients(), WithNodeTimeout(time.Second))
 	hl, err := holder.Lock(t.Context(), "held")
 	if err != nil {
@@ -74,16 +74,17 @@ func TestReal_tryLockOfAHeldLockAnswersDespiteAPausedNode(t *testing.T) {
 	// The key must be on both live nodes. Under load the holder's first
 	// request to one node may land past its not-after bound and set
 	// nothing there (the lock then sits on 2 of 3 until its first
-	// renewal, 10s away): every try was then granted there and failed on
-	// the paused node beside stress-ng. Extend heals it.
-	if !eventually(5*time.Second, func() bool {
+	// renewal): every try was then granted there and failed on the paused
+	// node beside stress-ng. Extend heals it, each within the holder's node
+	// timeout: three of them.
+	if !eventually(3*bystanderNodeTimeout, func() bool {
 		if holders(t, rc, "lock:held", hl.Token()) == 3 {
 			return true
 		}
 		_ = hl.Extend(t.Context())
 		return false
 	}) {
-		t.Fatalf("the holder's key is on %d of 3 nodes after 5s of Extends", holders(t, rc, "lock:held", hl.Token()))
+		t.Fatalf("the holder's key is on %d of 3 nodes after %v of Extends", holders(t, rc, "lock:held", hl.Token()), 3*bystanderNodeTimeout)
 	}
 	// Warm c's connections, so that no try pays for a dial.
 	if l, err := c.TryLock(t.Context(), "warm"); err == nil {
