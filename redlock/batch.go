@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,8 +56,9 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	fail := func(ctx context.Context, i int, err error) error {
 		return c.nodeError(ctx, i, site{c.cfg.obs, "extend", ""}, err)
 	}
-	r, live, errs := node.Batch(ctx, toks, owners, node.Op{Name: "extend"}, fail, func(ctx context.Context, i int, live []int, bounds []int64) (batchReply, error) {
-		return c.extendPipeline(ctx, i, locks, live, bounds)
+	r, live, errs := node.Batch(ctx, toks, owners, node.Op{Name: "extend"}, fail, scripts.ExtendScript, func(ctx context.Context, p redis.Pipeliner, i, j int, notAfter *int64) *redis.Cmd {
+		l := locks[j]
+		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, notAfter)
 	})
 	if r == nil {
 		return errs
@@ -72,17 +72,21 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	decided := make([]bool, k)
 	seen := make([]bool, n)
 	answered, undecided := 0, k
-	classify := func(i int, rep quorum.Reply[batchReply]) (quorum.Vote, error) {
+	replies := make([]batchReply, n) // per node, once it answered
+	classify := func(i int, rep quorum.Reply[[]*redis.Cmd]) (quorum.Vote, error) {
 		seen[i] = true
+		if rep.Err == nil {
+			replies[i] = extendReplies(rep.Val)
+		}
 		answered++
 		for kk := range k {
 			v, e := quorum.No, error(nil)
 			switch {
 			case rep.Err != nil:
 				v, e = quorum.Failed, rep.Err
-			case rep.Val.errs[kk] != nil:
-				v, e = quorum.Failed, &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: rep.Val.errs[kk]}
-			case rep.Val.res[kk].ours:
+			case replies[i].errs[kk] != nil:
+				v, e = quorum.Failed, &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: replies[i].errs[kk]}
+			case replies[i].res[kk].ours:
 				v = quorum.Yes
 				yes[kk]++
 			}
@@ -116,7 +120,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 				}
 			}
 			if lv[i] == quorum.Yes {
-				if rep, _ := r.Reply(i); rep.Val.res[kk].healed {
+				if replies[i].res[kk].healed {
 					healed++
 				}
 			}
@@ -128,79 +132,15 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock, dues []time.Tim
 	return errs
 }
 
-// extendPipeline sends the extend script for every live lock to node i in
-// pipelines, with the not-after bounds node.Batch gave: on a plain node one
-// for all, on a Cluster node one per lock (the masters' clocks may
-// differ). Replies that are errors for one lock (WRONGTYPE, say) stay that
-// lock's; a connection error fails the node for all.
-func (c *Client) extendPipeline(ctx context.Context, i int, locks []*Lock, live []int, bounds []int64) (batchReply, error) {
-	cmds, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ExtendScript, func(p redis.Pipeliner, kk int) *redis.Cmd {
-		l := locks[live[kk]]
-		return scripts.ExtendCmd(ctx, p, l.keys[i], l.token, l.cfg.ttl, l.fence, &bounds[min(kk, len(bounds)-1)])
-	})
-	if err != nil {
-		return batchReply{}, err
-	}
-	out := batchReply{res: make([]reply, len(live)), errs: make([]error, len(live))}
+// extendReplies reads a node's replies to a batch's extend commands
+// (node.Batch), one per live lock. Replies that are errors for one lock
+// (WRONGTYPE, say) stay that lock's; a connection error failed the node
+// for all (the round's error).
+func extendReplies(cmds []*redis.Cmd) batchReply {
+	out := batchReply{res: make([]reply, len(cmds)), errs: make([]error, len(cmds))}
 	for kk, cmd := range cmds {
 		e, err := scripts.ExtendResult(cmd)
 		out.res[kk], out.errs[kk] = reply{ours: e != scripts.Refused, healed: e == scripts.Healed}, err
 	}
-	return out, nil
-}
-
-// pipelineChunk is the most commands one pipeline carries.
-const pipelineChunk = 512
-
-// pipelined sends one script command per item (queue builds item k's) to
-// node in pipelines of at most pipelineChunk, all bounded by ctx. Items
-// that find the script missing on the node (NOSCRIPT: a restart or SCRIPT
-// FLUSH) are sent again once it is loaded. It returns each item's command,
-// whose error is that item's error reply; a connection error or timeout
-// fails the node for every item.
-func pipelined(ctx context.Context, nc redis.UniversalClient, count int, s scripts.Script, queue func(p redis.Pipeliner, k int) *redis.Cmd) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, count)
-	todo := make([]int, count)
-	for k := range todo {
-		todo[k] = k
-	}
-	for pass := 0; len(todo) > 0; pass++ {
-		var again []int
-		for lo := 0; lo < len(todo); lo += pipelineChunk {
-			part := todo[lo:min(lo+pipelineChunk, len(todo))]
-			pipe := nc.Pipeline()
-			if s == scripts.ReleaseScript && pass == 0 {
-				// A release must land within its node timeout, whatever
-				// the node's script cache (scripts.Loading).
-				pipe = scripts.Loading(pipe)
-			}
-			for _, k := range part {
-				cmds[k] = queue(pipe, k)
-			}
-			_, _ = pipe.Exec(ctx)
-			for _, k := range part {
-				err := cmds[k].Err()
-				var re redis.Error
-				switch {
-				case err == nil:
-				case scripts.IsNoScript(err) && pass == 0:
-					again = append(again, k)
-				case !errors.As(err, &re):
-					// The node, not the item: a connection error or
-					// timeout. Commands written before it may have landed.
-					if lo > 0 || pass > 0 {
-						err = node.MayHaveLanded(err)
-					}
-					return nil, err
-				}
-			}
-		}
-		if len(again) > 0 {
-			if err := scripts.Load(ctx, nc, s); err != nil {
-				return nil, err
-			}
-		}
-		todo = again
-	}
-	return cmds, nil
+	return out
 }

@@ -36,8 +36,9 @@ const (
 	// maxPending caps the pending releases of one node.
 	maxPending = 1 << 14
 	// relChunk is how many pending releases one round of a retry loop
-	// sends to its node, in one pipeline.
-	relChunk = pipelineChunk
+	// sends to its node, in one pipeline (the node layer's pipeline
+	// carries 512 commands at most).
+	relChunk = 512
 	// retryMax is the longest pause between two rounds of a retry loop.
 	retryMax = time.Second
 )
@@ -271,16 +272,7 @@ func partsOf(es []pendingRelease) []node.Part {
 // for a part the node layer found need not be sent. A failure is a
 // *NodeError, reported to the hooks.
 func (c *Client) resend(ctx context.Context, i int, parts []node.Part, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(parts))
-	_, err := node.Resend(ctx, c.set, i, parts, c.cfg.nodeTimeout, func(ctx context.Context, live []int) (struct{}, error) {
-		sent, err := pipelined(ctx, c.nodes[i].C, len(live), scripts.ReleaseScript, func(p redis.Pipeliner, k int) *redis.Cmd {
-			return queue(ctx, p, live[k])
-		})
-		for k, cmd := range sent {
-			cmds[live[k]] = cmd
-		}
-		return struct{}{}, err
-	})
+	cmds, err := node.Resend(ctx, c.set, i, parts, c.cfg.nodeTimeout, queue)
 	if err != nil {
 		return nil, c.nodeError(ctx, i, site{c.cfg.obs, "release", ""}, err)
 	}

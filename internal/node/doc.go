@@ -20,7 +20,10 @@
 //     node's key's master), and how long a release's guard must stay for
 //     the bounds sent (Token.guardTTL);
 //   - what a failed request may have done (unsent, Answered, neverWrote):
-//     it counts as never sent only when it provably wrote no byte;
+//     it counts as never sent only when it provably wrote no byte; a
+//     request of many items (Batch, Resend) is chunked here (pipeline.go),
+//     which marks a failure after a chunk was written, so no caller can
+//     have it read as never sent;
 //   - the round as its unit (round.go: Run, Batch, Op): per lock token
 //     (Token), every round registered with its start — so its deadline and
 //     its requests' not-after bounds — fixed before any point where it can

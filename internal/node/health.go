@@ -216,10 +216,10 @@ func (*busyError) Unwrap() error { return errNotSent }
 // before it failed (see neverWrote).
 var errMayHaveLanded = errors.New("may have landed")
 
-// MayHaveLanded marks err as the error of a request that may have been
+// mayHaveLanded marks err as the error of a request that may have been
 // written before it failed (a pipeline that sent part of its commands): it
 // reads as err, and neverWrote is false for it.
-func MayHaveLanded(err error) error { return &markedError{err, errMayHaveLanded} }
+func mayHaveLanded(err error) error { return &markedError{err, errMayHaveLanded} }
 
 // neverSent marks err as the error of a request that was never written.
 func neverSent(err error) error { return &markedError{err, errNotSent} }

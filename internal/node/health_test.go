@@ -31,7 +31,7 @@ func TestClassify(t *testing.T) {
 		{"late", scripts.ErrLate, false, false, true, true},
 		{"dial refused", dial, true, false, false, false},
 		{"dial refused, marked unsent", neverSent(dial), true, true, true, false},
-		{"dial after a pipeline wrote", MayHaveLanded(dial), false, false, false, false},
+		{"dial after a pipeline wrote", mayHaveLanded(dial), false, false, false, false},
 		{"timeout", context.DeadlineExceeded, false, false, false, false},
 		{"eof", io.EOF, false, false, false, false},
 		{"busy", errBusy, false, true, true, false},

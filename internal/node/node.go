@@ -303,7 +303,7 @@ func (h *health) returned(err error, timeout time.Duration) {
 // not resolve, the pool timed out, exhausted or closed. With retries on
 // (go-redis's default), a dial error may follow a first try that wrote the
 // request and lost its connection, so it proves nothing (issue 30 item 6).
-// An error marked by MayHaveLanded proves nothing either.
+// An error marked by mayHaveLanded (pipeline) proves nothing either.
 func neverWrote(err error) bool {
 	if err == nil || errors.Is(err, errMayHaveLanded) {
 		return false

@@ -164,27 +164,40 @@ func (s *Set) beginRelease(keys scripts.Keys, i int) (done func()) {
 	}
 }
 
-// Resend sends parts, releases on node i, in one request: fn, a pipeline
-// of the scripts of parts[k] for each k in live, bounded by timeout,
-// through the Set's gates. A part that need not be sent any more (it never
-// left the client, and no request of its token can land there now) is
-// left out of live; with none left, nothing is sent. Each part sent is
-// registered as a release of its keys there while it runs.
-func Resend[T any](ctx context.Context, s *Set, i int, parts []Part, timeout time.Duration, fn func(ctx context.Context, live []int) (T, error)) (T, error) {
+// Resend sends parts, releases on node i, in one request: a pipeline
+// (pipeline) of the release script, part j's command built by queue,
+// bounded by timeout, through the Set's gates. A part that need not be
+// sent any more (it never left the client, and no request of its token
+// can land there now) is left out: its command is nil in the result; with
+// none left, nothing is sent. Each part sent is registered as a release of
+// its keys there while it runs.
+func Resend(ctx context.Context, s *Set, i int, parts []Part, timeout time.Duration, queue func(ctx context.Context, p redis.Pipeliner, j int) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(parts))
 	live := make([]int, 0, len(parts))
-	for k, p := range parts {
+	for j, p := range parts {
 		if p.moot() {
 			continue
 		}
-		live = append(live, k)
+		live = append(live, j)
 		defer s.beginRelease(p.Keys, i)()
 		testhooks.BeforeReleaseSend(p.Keys.Lock, i)
 	}
 	if len(live) == 0 {
-		var zero T
-		return zero, nil
+		return cmds, nil
 	}
-	return Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) { return fn(ctx, live) })
+	_, err := Call(ctx, s, i, false, timeout, func(ctx context.Context, _ redis.Scripter) (struct{}, error) {
+		sent, err := pipeline(ctx, s.Nodes[i].C, len(live), scripts.ReleaseScript, func(p redis.Pipeliner, k int) *redis.Cmd {
+			return queue(ctx, p, live[k])
+		})
+		for k, cmd := range sent {
+			cmds[live[k]] = cmd
+		}
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cmds, nil
 }
 
 // unconfirmed is the error of t's release to node i that failed with err;

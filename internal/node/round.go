@@ -150,16 +150,17 @@ func runLate[T any](ctx context.Context, t *Token, op Op, fn func(ctx context.Co
 }
 
 // Batch sends one round for the tokens ts, all held (Op.Held) and of one
-// Set, with one request per node for all of them: fn gets the indexes of
-// ts still held (live), and their not-after bounds for the request (on a
-// plain node one for all, on a Cluster node one per live token, on its
-// key's master's clock). Each token registers the round as Run would; the
+// Set, with one request per node for all of them: a pipeline of script s
+// (pipeline), where queue builds the command of ts[j], a token still held
+// (in live), on node i, given its not-after bound (on a plain node one
+// for all, on a Cluster node one per live token, on its key's master's
+// clock); each node's reply is the commands, in the order of live. Each token registers the round as Run would; the
 // round starts at the first registration, so no token's deadline is later
 // than its registration fixed, and its timeout is the shortest of theirs.
 // errs[k] is token k's owner's error when it was not held (nil r when none
 // was); owners, when set, are the owners asked instead of the tokens' (see
 // Op.Owner); fail is the error of a failed request to node i.
-func Batch[T any](ctx context.Context, ts []*Token, owners []Owner, op Op, fail func(ctx context.Context, i int, err error) error, fn func(ctx context.Context, i int, live []int, bounds []int64) (T, error)) (r *quorum.Round[T], live []int, errs []error) {
+func Batch(ctx context.Context, ts []*Token, owners []Owner, op Op, fail func(ctx context.Context, i int, err error) error, s scripts.Script, queue func(ctx context.Context, p redis.Pipeliner, i, j int, notAfter *int64) *redis.Cmd) (r *quorum.Round[[]*redis.Cmd], live []int, errs []error) {
 	errs = make([]error, len(ts))
 	var pend []*pendingRound
 	var timeout time.Duration
@@ -183,8 +184,8 @@ func Batch[T any](ctx context.Context, ts []*Token, owners []Owner, op Op, fail 
 		return nil, nil, errs
 	}
 	set := ts[live[0]].set
-	r = quorum.StartAt(ctx, pend[0].Start, len(set.Nodes), timeout, ts[live[0]].sp, func(ctx context.Context, i int) (T, error) {
-		v, err := Call(ctx, set, i, !op.Release, timeout, func(ctx context.Context, _ redis.Scripter) (T, error) {
+	r = quorum.StartAt(ctx, pend[0].Start, len(set.Nodes), timeout, ts[live[0]].sp, func(ctx context.Context, i int) ([]*redis.Cmd, error) {
+		v, err := Call(ctx, set, i, !op.Release, timeout, func(ctx context.Context, _ redis.Scripter) ([]*redis.Cmd, error) {
 			bounds := make([]int64, 1)
 			if set.Nodes[i].Cluster {
 				bounds = make([]int64, len(live))
@@ -192,11 +193,12 @@ func Batch[T any](ctx context.Context, ts []*Token, owners []Owner, op Op, fail 
 			for k := range bounds {
 				var err error
 				if bounds[k], err = set.notAfter(ctx, i, ts[live[k]].keys[i].Lock); err != nil {
-					var zero T
-					return zero, err
+					return nil, err
 				}
 			}
-			return fn(ctx, i, live, bounds)
+			return pipeline(ctx, set.Nodes[i].C, len(live), s, func(p redis.Pipeliner, kk int) *redis.Cmd {
+				return queue(ctx, p, i, live[kk], &bounds[min(kk, len(bounds)-1)])
+			})
 		})
 		for _, p := range pend {
 			p.ended(i, err)
