@@ -19,7 +19,7 @@ const pipelineChunk = 512
 // FLUSH) are sent again once it is loaded. It returns each item's command,
 // whose error is that item's error reply; a connection error or timeout
 // fails the node for every item. Such an error after an earlier chunk or
-// pass was written is marked (mayHaveLanded), so that do never reads it as
+// pass was written (a failed script load too) is marked (mayHaveLanded), so that do never reads it as
 // a request that was never written, whoever the caller.
 func pipeline(ctx context.Context, nc redis.UniversalClient, count int, s scripts.Script, queue func(p redis.Pipeliner, k int) *redis.Cmd) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, count)
@@ -60,7 +60,7 @@ func pipeline(ctx context.Context, nc redis.UniversalClient, count int, s script
 		}
 		if len(again) > 0 {
 			if err := scripts.Load(ctx, nc, s); err != nil {
-				return nil, err
+				return nil, mayHaveLanded(err) // the pass before it was written
 			}
 		}
 		todo = again

@@ -3,8 +3,12 @@ package node
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -51,5 +55,59 @@ func TestPipeline_failureAfterAWrittenChunkMayHaveLanded(t *testing.T) {
 				t.Errorf("neverWrote(%v) = %v, want %v", err, got, !tc.landed)
 			}
 		})
+	}
+}
+
+// TestPipeline_failedScriptLoadAfterAWrittenPassMayHaveLanded: a pass
+// whose items found the script missing (NOSCRIPT) loads it before sending
+// them again; that pass was written, and its other items landed, so a
+// failure of the load, even a dial error on a client with retries off,
+// must not read as never written. The node's dials are refused from the
+// first pass's answer on, and its pooled connection is dropped as idle.
+func TestPipeline_failedScriptLoadAfterAWrittenPassMayHaveLanded(t *testing.T) {
+	rc := redistest.Start(t, 1)
+	var refuse atomic.Bool
+	var d net.Dialer
+	nc := redis.NewClient(&redis.Options{
+		Addr: rc.ServerAddr(0), MaxRetries: -1, ConnMaxIdleTime: time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if refuse.Load() {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	defer nc.Close()
+	nc.AddHook(afterPipeline(func() {
+		refuse.Store(true)
+		time.Sleep(10 * time.Millisecond) // the pooled connection is idle past ConnMaxIdleTime
+	}))
+	cmds, err := pipeline(t.Context(), nc, 2, scripts.ExtendScript, func(p redis.Pipeliner, k int) *redis.Cmd {
+		if k == 0 {
+			return p.Do(context.Background(), "SET", "k0", "v") // lands
+		}
+		return p.Do(context.Background(), "EVALSHA", "0000000000000000000000000000000000000000", 0) // NOSCRIPT
+	})
+	if err == nil || cmds != nil {
+		t.Fatalf("pipeline() = %v, %v; want no commands and the node's error", cmds, err)
+	}
+	if v, _ := rc.Client(0).Get(t.Context(), "k0").Result(); v != "v" {
+		t.Fatalf("the first pass's SET did not land (k0 = %q)", v)
+	}
+	if !errors.Is(err, errMayHaveLanded) || neverWrote(err) {
+		t.Errorf("pipeline() error %v: marked may-have-landed %v, neverWrote %v; want marked, not never written (the first pass landed)", err, errors.Is(err, errMayHaveLanded), neverWrote(err))
+	}
+}
+
+// afterPipeline is a go-redis hook that runs f once a pipeline is answered.
+type afterPipeline func()
+
+func (afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		f()
+		return err
 	}
 }
