@@ -788,17 +788,22 @@ func evictKey(env *Env, r2 *rand.Rand, x *Hold) int {
 
 // checkHealed is resume-heal: a Resume whose re-arm node i did not
 // confirm (its key was evicted, evictKey) heals it at once (redlock/
-// handover.go: the first renewal is scheduled in a millisecond), so a
-// node timeout and the longest round trip after the Resume returned,
-// while the resumed lock is held and valid, node i holds its token,
-// unless a fault was on node i or client c's link to it meanwhile, or a
-// request carrying another token reached node i from a node timeout
-// before the Resume returned (it may have held the key when the heal
-// came).
+// handover.go: the first renewal is scheduled in a millisecond), so
+// healLead, a node timeout and the longest round trip after the Resume
+// returned, while the resumed lock is held and valid, node i holds its
+// token, unless something that can hold up a request from client c to
+// node i was under way meanwhile (faultLog.delays: a fault of any kind,
+// a spike too, on node i, on c or on its link to i, or a recorded send
+// pause), or a request carrying another token reached node i from a node
+// timeout before the Resume returned (it may have held the key when the
+// heal came).
 func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 	pl := env.Plan
 	from := time.Now()
-	wait := pl.NodeTimeout + 2*env.cl.net.maxDelay()
+	// The heal leaves within healLead and a send pause too short to be
+	// recorded (NoteSendPause: with its round trip, under a node
+	// timeout), and lands a one-way delay later.
+	wait := healLead + pl.NodeTimeout + 2*env.cl.net.maxDelay()
 	if !env.SleepUntil(from.Add(wait)) {
 		return
 	}
@@ -806,7 +811,7 @@ func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 	h.mu.Lock()
 	ended := !x.End.IsZero()
 	h.mu.Unlock()
-	if ended || !l.Valid() || env.faults.allows(c, i, time.Now(), time.Since(from)) {
+	if ended || !l.Valid() || env.faults.delays(c, i, from, time.Now()) {
 		return
 	}
 	m := env.cl.node(i)
@@ -823,6 +828,11 @@ func checkHealed(env *Env, c int, x *Hold, l *redlock.Lock, i int) {
 		h.Violate("resume-heal", "c%d resumed hold %d at %v without n%d, and n%d still lacks its key %v later", c, x.ID, h.since(from), i, i, wait)
 	}
 }
+
+// healLead is how soon after Resume returns its heal is scheduled: the
+// first renewal's delay in redlock/handover.go when a node did not
+// confirm the re-arm.
+const healLead = time.Millisecond
 
 // dropToken deletes hold x's lock key on every node that holds its token
 // (the control resume-no-quorum-drops).

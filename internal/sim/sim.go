@@ -469,6 +469,26 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 	return in(f.nodes[i]) || (c >= 0 && c < len(f.cl) && in(f.cl[c])) || in(f.links[linkID{c, i}])
 }
 
+// delays reports whether something that can hold up a request from
+// client c to node i was under way at some time in [from, to]: a fault of
+// any kind (a spike too: a request sent into it lands after its caller's
+// node timeout) on node i, on c's process, or on c's link to i, or an
+// extension held before its send long enough to be recorded
+// (NoteSendPause: of any Client of the run). A pause too short to be
+// recorded leaves the request, and its round trip, within the node
+// timeout. The yield gate (client and node -1) holds only yields.
+func (f *faultLog) delays(c, i int, from, to time.Time) bool {
+	return f.overlaps(from, to, func(t typedFault) bool {
+		switch t.kind {
+		case NodePause, NodeSlow, NodeKill, NodeWipe:
+			return t.node == i
+		case ClientFreeze:
+			return t.client == c
+		}
+		return t.client == c && (t.node == i || t.node < 0)
+	})
+}
+
 // excuses reports whether a fault that can cost client c a lock was under
 // way at some time in [from, to]: one on a node (all its locks), or on c's
 // process or links, or an extension held before its send (NoteSendPause:
@@ -477,22 +497,23 @@ func (f *faultLog) allows(c, i int, t time.Time, after time.Duration) bool {
 // 42: the frozen waiter of two seeds in three excused every loss of the
 // quiet phase).
 func (f *faultLog) excuses(c int, from, to time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	in := func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) }
-	for _, t := range f.typed {
-		if !in(t.span) {
-			continue
-		}
+	return f.overlaps(from, to, func(t typedFault) bool {
 		switch t.kind {
 		case NodePause, NodeSlow, NodeKill, NodeWipe:
 			return true
 		}
-		if t.client == c || t.client < 0 {
-			return true
-		}
-	}
-	return slices.ContainsFunc(f.pause, in)
+		return t.client == c || t.client < 0
+	})
+}
+
+// overlaps reports whether a fault that hits says counts, or an
+// extension held before its send (NoteSendPause: of any Client), was
+// under way at some time in [from, to].
+func (f *faultLog) overlaps(from, to time.Time, hits func(typedFault) bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := func(s [2]time.Time) bool { return !s[0].After(to) && !s[1].Before(from) }
+	return slices.ContainsFunc(f.typed, func(t typedFault) bool { return in(t.span) && hits(t) }) || slices.ContainsFunc(f.pause, in)
 }
 
 // any reports whether any fault (a spike too) was under way at some time
