@@ -200,10 +200,15 @@ func TestReal_releasesWithAKilledNodeStayBounded(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Logf("%s", buf[:runtime.Stack(buf, true)])
 	}
-	// Only requests sent on connections pooled before the kill may have
-	// left the client (the connection broke): a few, not one per Unlock.
-	if n := c.rel.pending(2); n > 5 {
-		t.Errorf("%d releases pending for the killed node; want at most 5 (no later request of ours left the client)", n)
+	// Only requests sent on connections pooled before the kill, or in
+	// flight at it (the warm-up's release to node 2: Unlock returns at a
+	// majority), may have left the client: a few, not one per Unlock (300).
+	// How many depends on what ran at once before the kill (clock and
+	// identity probes beside the warm-up): 0-4 in 7 runs at load ~15, 9 under
+	// stress-ng at load 17 (.ci/stress on c548866, where the bound was 5);
+	// 45 is 5× that, and under a sixth of the Unlocks.
+	if n := c.rel.pending(2); n > 45 {
+		t.Errorf("%d releases pending for the killed node; want at most 45 (no request of ours left the client once the node was known down)", n)
 	}
 	s0 := sent.Load()
 	time.Sleep(time.Second)
