@@ -127,7 +127,7 @@ func TestReal_staleHolderWriteRefused(t *testing.T) {
 	rc := redistest.Start(t, 5)
 	a := newClient(t, rc.Clients())
 	b := bystander(t, directClients(t, rc)) // the next holder
-	store := rc.Admin(0) // the resource lives in some Redis; node 0's will do
+	store := rc.Admin(0)                    // the resource lives in some Redis; node 0's will do
 	old, err := a.Lock(t.Context(), "acct", WithFencing(true), WithTTL(400*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
