@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -252,8 +251,11 @@ func (e *NodeError) Kind() string { return errorKind(e.Err) }
 func errorKind(err error) string {
 	var ne net.Error
 	var re redis.Error
-	if k := node.Kind(err); k != "" {
-		return k // "connection": the node's dials fail; "busy": its in-flight cap was full
+	// The node layer's own failures say their kind ("connection": the
+	// node's dials fail; "busy": its in-flight cap was full).
+	var nk interface{ Kind() string }
+	if errors.As(err, &nk) {
+		return nk.Kind()
 	}
 	switch {
 	case errors.Is(err, ErrNodeRestarted):

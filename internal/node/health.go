@@ -189,19 +189,11 @@ func (h *health) Cause(err error) error {
 // client: it cannot land on the node later.
 var errNotSent = errors.New("not sent")
 
-// Kind is what the node layer alone can tell of a request's failure:
-// "connection" (the node's dials fail: the error says the dialer's), "busy"
-// (not sent: the node's in-flight cap was full), else "".
-func Kind(err error) string {
-	var ce *connError
-	switch {
-	case errors.As(err, &ce):
-		return "connection"
-	case errors.Is(err, errBusy):
-		return "busy"
-	}
-	return ""
-}
+// What the node layer alone can tell of a request's failure travels with
+// its error, as a method Kind() string that a caller finds with errors.As:
+// "connection" (the node's dials fail: the error says the dialer's) on
+// connError, "busy" (not sent: the node's in-flight cap was full) on
+// busyError. Package redlock's NodeError.Kind reads it so.
 
 // errBusy is the error of a request not sent because the node's in-flight
 // cap was full. It matches errNotSent.
@@ -211,6 +203,7 @@ type busyError struct{}
 
 func (*busyError) Error() string { return "too many requests in flight on this node" }
 func (*busyError) Unwrap() error { return errNotSent }
+func (*busyError) Kind() string  { return "busy" }
 
 // errMayHaveLanded marks the error of a request that may have been written
 // before it failed (see neverWrote).
@@ -236,6 +229,8 @@ type connError struct {
 	Err     error
 	notSent bool // the request was not sent: the node was known down
 }
+
+func (*connError) Kind() string { return "connection" }
 
 func (e *connError) Error() string {
 	if e.notSent {

@@ -24,20 +24,22 @@ func TestClassify(t *testing.T) {
 		err                error
 		neverWrote, unsent bool
 		answered, replied  bool
+		kind               string // the Kind() the error carries (NodeError.Kind reads it), "" for none
 	}{
-		{"nil", nil, false, false, true, true},
-		{"pool closed", redis.ErrClosed, true, false, false, false},
-		{"error reply", fmt.Errorf("wrapped: %w", errReply("WRONGTYPE x")), false, false, true, true},
-		{"late", scripts.ErrLate, false, false, true, true},
-		{"dial refused", dial, true, false, false, false},
-		{"dial refused, marked unsent", neverSent(dial), true, true, true, false},
-		{"dial after a pipeline wrote", mayHaveLanded(dial), false, false, false, false},
-		{"timeout", context.DeadlineExceeded, false, false, false, false},
-		{"eof", io.EOF, false, false, false, false},
-		{"busy", errBusy, false, true, true, false},
-		{"down", &connError{Err: dial, notSent: true}, true, true, true, false},
-		{"timeout while dials fail", &connError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false},
-		{"stuck", &stuckError{}, false, true, true, false},
+		{"nil", nil, false, false, true, true, ""},
+		{"pool closed", redis.ErrClosed, true, false, false, false, ""},
+		{"error reply", fmt.Errorf("wrapped: %w", errReply("WRONGTYPE x")), false, false, true, true, ""},
+		{"late", scripts.ErrLate, false, false, true, true, ""},
+		{"dial refused", dial, true, false, false, false, ""},
+		{"dial refused, marked unsent", neverSent(dial), true, true, true, false, ""},
+		{"dial after a pipeline wrote", mayHaveLanded(dial), false, false, false, false, ""},
+		{"timeout", context.DeadlineExceeded, false, false, false, false, ""},
+		{"eof", io.EOF, false, false, false, false, ""},
+		{"busy", errBusy, false, true, true, false, "busy"},
+		{"busy, wrapped", fmt.Errorf("node 2: %w", errBusy), false, true, true, false, "busy"},
+		{"down", &connError{Err: dial, notSent: true}, true, true, true, false, "connection"},
+		{"timeout while dials fail", &connError{Err: fmt.Errorf("%w (its dials fail; %v)", dial, context.DeadlineExceeded)}, true, false, false, false, "connection"},
+		{"stuck", &stuckError{}, false, true, true, false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +55,14 @@ func TestClassify(t *testing.T) {
 			}
 			if got := replied(tc.err); got != tc.replied {
 				t.Errorf("replied(%v) = %v; want %v", tc.err, got, tc.replied)
+			}
+			got := "" // none
+			var k interface{ Kind() string }
+			if errors.As(tc.err, &k) {
+				got = k.Kind()
+			}
+			if got != tc.kind {
+				t.Errorf("Kind() carried by %v = %q; want %q", tc.err, got, tc.kind)
 			}
 		})
 	}
