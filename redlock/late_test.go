@@ -737,7 +737,13 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 				// (Not a setup failure when none is seen: the pool may have
 				// had no idle connection left to take, idle 0; the clean-
 				// clone CI run failed once on such a check.)
-				eventually(5*time.Second, func() bool { return node2.PoolStats().IdleConns < idle })
+				// The wait is bounded by half the Extend's node timeout,
+				// so that the refusal still comes inside it: waiting up to
+				// 5s, the pings began too late once, at load ~8 beside
+				// stress-ng and the chaos suite (first refusal 2.1s past
+				// the node timeout).
+				taken := eventually(tc.nodeTimeout/2, func() bool { return node2.PoolStats().IdleConns < idle })
+				pingsFrom := time.Since(extendSent)
 				pings := 64
 				if !tc.refuse {
 					pings = 8
@@ -754,7 +760,7 @@ func TestLate_timeoutWhileDialsFailMayHaveLanded(t *testing.T) {
 					t.Fatal("setup: no dial to node 2 was refused")
 				}
 				if late := time.Duration(d.firstRefusal.Load()-extendSent.UnixNano()) - tc.nodeTimeout; tc.refuse && late >= 0 {
-					t.Fatalf("setup: node 2's first refused dial came %v after the Extend's node timeout", late)
+					t.Fatalf("setup: node 2's first refused dial came %v after the Extend's node timeout (pings began %v after its send; its connection seen taken: %v)", late, pingsFrom.Round(time.Millisecond), taken)
 				}
 			}
 			eerr := <-extended

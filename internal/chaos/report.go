@@ -75,7 +75,7 @@ func WriteOutcome(w io.Writer, o Outcome) {
 	}
 	line("sampler", "every %v: %d reads of a node, %d failed (node down or paused); %d wake-up messages to raw subscribers",
 		o.Sampler.Period, o.Sampler.Reads, o.Sampler.Failed, o.WakeUps)
-	line("scheduling delay", "a due timer ran up to %v late (added to the loss reports' slack)", ms(o.Sampler.SchedDelay))
+	line("scheduling delay", "a due timer and the goroutine it woke ran up to %v late (added to the loss reports' slack)", ms(o.Sampler.SchedDelay))
 	k := o.KeysLeft
 	line("keys left after Close", "%d%s", k.Keys, ifPos(k.Keys, " (%d of held locks, %d of failed attempts; longest TTL %v)", k.OfHeld, k.OfFailed, ms(k.Longest)))
 	line("violations", "%d (%s)", r.Violations(), want)
