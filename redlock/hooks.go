@@ -253,9 +253,9 @@ func errorKind(err error) string {
 	var re redis.Error
 	// The node layer's own failures say their kind ("connection": the
 	// node's dials fail; "busy": its in-flight cap was full).
-	var nk interface{ Kind() string }
+	var nk interface{ FailureKind() string }
 	if errors.As(err, &nk) {
-		return nk.Kind()
+		return nk.FailureKind()
 	}
 	switch {
 	case errors.Is(err, ErrNodeRestarted):

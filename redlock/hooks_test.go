@@ -326,3 +326,21 @@ func TestHooks_marginOfHealthyRounds(t *testing.T) {
 		}
 	}
 }
+
+// kindedErr is an error of a user's own (a Dialer's, say) that happens to
+// have a Kind method.
+type kindedErr struct{}
+
+func (kindedErr) Error() string { return "dial: refused by policy" }
+func (kindedErr) Kind() string  { return "policy" }
+
+// NodeError.Kind reads only the node layer's own kinds from the error
+// chain (FailureKind): a user's error with a Kind method of its own is
+// classified like any transport error, not by what it says.
+func TestNodeError_kindIgnoresUsersKind(t *testing.T) {
+	t.Parallel()
+	ne := &NodeError{Node: 1, Addr: "127.0.0.1:1", Err: fmt.Errorf("dial tcp: %w", kindedErr{})}
+	if got := ne.Kind(); got != "connection" {
+		t.Errorf("Kind() of %v = %q; want \"connection\"", ne, got)
+	}
+}

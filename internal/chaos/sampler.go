@@ -65,7 +65,10 @@ func (s *sampler) schedProbe() {
 		case <-fired:
 		}
 		late := int64(time.Since(before) - step)
-		for cur := s.lateMax.Load(); late > cur && !s.lateMax.CompareAndSwap(cur, late); cur = s.lateMax.Load() {
+		for cur := s.lateMax.Load(); late > cur; cur = s.lateMax.Load() {
+			if s.lateMax.CompareAndSwap(cur, late) { // the chains race to raise it
+				break
+			}
 		}
 	}
 }

@@ -190,10 +190,12 @@ func (h *health) Cause(err error) error {
 var errNotSent = errors.New("not sent")
 
 // What the node layer alone can tell of a request's failure travels with
-// its error, as a method Kind() string that a caller finds with errors.As:
-// "connection" (the node's dials fail: the error says the dialer's) on
-// connError, "busy" (not sent: the node's in-flight cap was full) on
-// busyError. Package redlock's NodeError.Kind reads it so.
+// its error, as a method FailureKind() string that a caller finds with
+// errors.As: "connection" (the node's dials fail: the error says the
+// dialer's) on connError, "busy" (not sent: the node's in-flight cap was
+// full) on busyError. Package redlock's NodeError.Kind reads it so. The
+// name is the layer's own: an error of a user's Dialer with a method
+// Kind() string says nothing of ours.
 
 // errBusy is the error of a request not sent because the node's in-flight
 // cap was full. It matches errNotSent.
@@ -201,9 +203,9 @@ var errBusy = &busyError{}
 
 type busyError struct{}
 
-func (*busyError) Error() string { return "too many requests in flight on this node" }
-func (*busyError) Unwrap() error { return errNotSent }
-func (*busyError) Kind() string  { return "busy" }
+func (*busyError) Error() string       { return "too many requests in flight on this node" }
+func (*busyError) Unwrap() error       { return errNotSent }
+func (*busyError) FailureKind() string { return "busy" }
 
 // errMayHaveLanded marks the error of a request that may have been written
 // before it failed (see neverWrote).
@@ -230,7 +232,7 @@ type connError struct {
 	notSent bool // the request was not sent: the node was known down
 }
 
-func (*connError) Kind() string { return "connection" }
+func (*connError) FailureKind() string { return "connection" }
 
 func (e *connError) Error() string {
 	if e.notSent {

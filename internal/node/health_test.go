@@ -24,7 +24,7 @@ func TestClassify(t *testing.T) {
 		err                error
 		neverWrote, unsent bool
 		answered, replied  bool
-		kind               string // the Kind() the error carries (NodeError.Kind reads it), "" for none
+		kind               string // the FailureKind() the error carries (NodeError.Kind reads it), "" for none
 	}{
 		{"nil", nil, false, false, true, true, ""},
 		{"pool closed", redis.ErrClosed, true, false, false, false, ""},
@@ -57,12 +57,12 @@ func TestClassify(t *testing.T) {
 				t.Errorf("replied(%v) = %v; want %v", tc.err, got, tc.replied)
 			}
 			got := "" // none
-			var k interface{ Kind() string }
+			var k interface{ FailureKind() string }
 			if errors.As(tc.err, &k) {
-				got = k.Kind()
+				got = k.FailureKind()
 			}
 			if got != tc.kind {
-				t.Errorf("Kind() carried by %v = %q; want %q", tc.err, got, tc.kind)
+				t.Errorf("FailureKind() carried by %v = %q; want %q", tc.err, got, tc.kind)
 			}
 		})
 	}
