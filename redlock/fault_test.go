@@ -725,6 +725,9 @@ func TestReal_DoCancelledOnLoss(t *testing.T) {
 	if !errors.Is(err, ErrLockLost) {
 		t.Errorf("Do = %v; want ErrLockLost", err)
 	}
+	if paused.IsZero() {
+		t.Fatalf("Do = %v without running fn", err)
+	}
 	if took := time.Since(paused); took > 3*time.Second {
 		t.Errorf("Do returned %v after the pause (its Lock took %v); fn's ctx must be cancelled at the loss (TTL 500ms)", took, paused.Sub(start))
 	}

@@ -160,38 +160,8 @@ func TestSemaphore_atMostKPermits(t *testing.T) {
 	}
 }
 
-// attemptTrace logs every acquisition attempt (its end relative to t0,
-// resource, call, outcome, latency), and the instants the test marks.
-type attemptTrace struct {
-	NoHooks
-	t0    time.Time
-	mu    sync.Mutex
-	lines []string
-}
-
-func (h *attemptTrace) Attempt(_ context.Context, i AttemptInfo) {
-	h.add(fmt.Sprintf("%s call %d: %s in %v (granted %d, pending %d of %d) %v",
-		i.Resource, i.Call, i.Outcome, i.Latency.Round(time.Millisecond), i.Granted, i.Pending, i.Nodes, i.Err))
-}
-
-// mark logs the instant at.
-func (h *attemptTrace) mark(at time.Time) {
-	h.add(fmt.Sprintf("(marked %v)", at.Sub(h.t0).Round(time.Millisecond)))
-}
-
-func (h *attemptTrace) add(line string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.lines = append(h.lines, fmt.Sprintf("%v %s", time.Since(h.t0).Round(time.Millisecond), line))
-}
-
-func (h *attemptTrace) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return strings.Join(h.lines, "\n")
-}
-
-// attemptLog records the interval of every acquisition attempt.
+// attemptLog records the interval of every acquisition attempt, and what
+// it was.
 type attemptLog struct {
 	NoHooks
 	mu    sync.Mutex
@@ -200,9 +170,23 @@ type attemptLog struct {
 
 func (h *attemptLog) Attempt(_ context.Context, i AttemptInfo) {
 	end := time.Now()
+	what := fmt.Sprintf("%s call %d: %s (granted %d, pending %d of %d) %v",
+		i.Resource, i.Call, i.Outcome, i.Granted, i.Pending, i.Nodes, i.Err)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.spans = append(h.spans, span{start: end.Add(-i.Latency), end: end})
+	h.spans = append(h.spans, span{start: end.Add(-i.Latency), end: end, what: what})
+}
+
+// since lists the attempts logged since the log was last reset, a line
+// each, their times relative to t0.
+func (h *attemptLog) since(t0 time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, s := range h.spans {
+		fmt.Fprintf(&b, "%v–%v %s\n", s.start.Sub(t0).Round(time.Millisecond), s.end.Sub(t0).Round(time.Millisecond), s.what)
+	}
+	return b.String()
 }
 
 // rounds counts the waves of attempts since the log was last reset:
@@ -469,7 +453,7 @@ func gatedClient(t *testing.T, rc *redistest.Cluster, opts ...Option) (*Client, 
 // holder has no right to act).
 type span struct {
 	start, end time.Time
-	what       string // which permit, for a failure's message
+	what       string // which permit, or which attempt (attemptLog), for a failure's message
 }
 
 // maxConcurrent returns the most spans that intersect at one instant.
@@ -659,8 +643,8 @@ func TestReal_semaphoreCrashedHolderReturnsWithinTTL(t *testing.T) {
 	// Client a 1s node timeout (at 100ms its first requests, after the
 	// crash, can miss it under load; issue 31), and puts a wait for it far
 	// beyond the bound below.
-	trace := &attemptTrace{t0: time.Now()}
-	b := newClient(t, rc.Clients(), WithTTL(30*time.Second), WithHooks(trace))
+	attempts := &attemptLog{}
+	b := newClient(t, rc.Clients(), WithTTL(30*time.Second), WithHooks(attempts))
 	sa, sb := newSemaphore(t, a, "crash", 2), newSemaphore(t, b, "crash", 2)
 	for range 2 {
 		// Acquire, not TryAcquire: a first request on a loaded machine
@@ -671,7 +655,6 @@ func TestReal_semaphoreCrashedHolderReturnsWithinTTL(t *testing.T) {
 	}
 	g.shut()
 	crash := time.Now()
-	trace.mark(crash)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	l, err := sb.Acquire(ctx)
@@ -693,7 +676,7 @@ func TestReal_semaphoreCrashedHolderReturnsWithinTTL(t *testing.T) {
 	// waiter that waits for its own TTL (30s), or for a wake-up that
 	// expiry never sends, still fails. The attempts are logged.
 	if limit := ttl + DefaultRetryDelayMax + 10*time.Second + 3750*time.Millisecond; waited > limit {
-		t.Errorf("permit returned %v after the crash; want ≤ %v; the waiter's attempts:\n%s", waited, limit, trace)
+		t.Errorf("permit returned %v after the crash; want ≤ %v; the waiter's attempts, from the crash:\n%s", waited, limit, attempts.since(crash))
 	}
 	t.Logf("permit returned %v after the crash (TTL %v)", waited, ttl)
 	l.Unlock(t.Context())
