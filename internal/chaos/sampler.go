@@ -48,7 +48,7 @@ type sampler struct {
 // One goroutine sleeping 10ms at a time measured the first step only: a
 // report came 430ms after ValidUntil against a slack of 267ms, 101ms of it
 // this probe's (.ci/stress run 3 on 7a9d7b4); with the scheduler's timer
-// instrumented, beside stress-ng and two other race-built suites (load
+// instrumented, beside stress-ng and a race-built redlock suite (load
 // 7–8.5), its timer fired up to 246ms late while that probe saw 208ms, and
 // one loss's bookkeeping once took 60ms (a mutex's holder descheduled):
 // the steps of one report are late by more than one sleep's worst case.
